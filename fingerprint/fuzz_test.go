@@ -1,0 +1,55 @@
+package fingerprint_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/idemgate/idemgate/fingerprint"
+)
+
+// FuzzCanonicalize checks, for any input: the parser is never more lenient
+// than encoding/json; what it accepts canonicalizes; and the canonical form is
+// valid JSON that canonicalizes to itself.
+func FuzzCanonicalize(f *testing.F) {
+	for _, seed := range []string{
+		`{"b":1e30,"a":[333333333.33333329]}`, `{"\ud83d\ude02":"x","\u00f6":[null,true,false]}`,
+		`[1,-0,0.1,1e-7,1e21,9007199254740992]`, `"\u001f\t\"\\/"`, `{"a":{"a":{"a":[]}}}`,
+		`{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[01]`, `1e400`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := fingerprint.Parse(data, fingerprint.Limits{MaxDepth: 32})
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted what encoding/json refuses: %q", data)
+		}
+		canon, err := fingerprint.Canonical(v)
+		if err != nil {
+			t.Fatalf("parsed but cannot canonicalize %q: %v", data, err)
+		}
+		if !json.Valid(canon) {
+			t.Fatalf("canonical form is not JSON: %q", canon)
+		}
+		again, err := fingerprint.Canonicalize(canon, fingerprint.Limits{MaxDepth: 32})
+		if errors.Is(err, fingerprint.ErrUnsafeInteger) {
+			// 1e20 is written 100000000000000000000 (ECMAScript's form),
+			// which the parser refuses as an input integer literal: the
+			// one accepted asymmetry.
+			return
+		}
+		if err != nil {
+			t.Fatalf("canonical form %q refused: %v", canon, err)
+		}
+		if !bytes.Equal(again, canon) {
+			t.Fatalf("not a fixed point:\n%q\n%q", canon, again)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package fingerprint_test
+
+import (
+	"bufio"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/fingerprint"
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// TestJCSVectors reproduces the reference implementation's input/output pairs
+// byte for byte.
+func TestJCSVectors(t *testing.T) {
+	dir := filepath.Join(testenv.SharedDir(t), "testdata", "jcs")
+	inputs, err := filepath.Glob(filepath.Join(dir, "input", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inputs) != 6 {
+		t.Fatalf("found %d input vectors, want 6", len(inputs))
+	}
+	for _, in := range inputs {
+		name := filepath.Base(in)
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(filepath.Join(dir, "output", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fingerprint.Canonicalize(src, fingerprint.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("canonical form differs\n got: %s\nwant: %s", got, want)
+			}
+		})
+	}
+}
+
+// TestES6Numbers checks all 100,000 number serializations of the reference
+// data set, and that the file read is the one its README describes.
+func TestES6Numbers(t *testing.T) {
+	path := filepath.Join(testenv.SharedDir(t), "testdata", "jcs", "es6numbers-100k.txt.gz")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.New()
+	sc := bufio.NewScanner(gz)
+	lines, failures := 0, 0
+	var buf []byte
+	for sc.Scan() {
+		line := sc.Text()
+		sum.Write([]byte(line + "\n"))
+		lines++
+		hexBits, want, ok := strings.Cut(line, ",")
+		if !ok {
+			t.Fatalf("line %d: no comma: %q", lines, line)
+		}
+		bits, err := strconv.ParseUint(hexBits, 16, 64)
+		if err != nil {
+			t.Fatalf("line %d: %v", lines, err)
+		}
+		buf = fingerprint.AppendNumber(buf[:0], math.Float64frombits(bits))
+		if string(buf) != want {
+			failures++
+			if failures <= 10 {
+				t.Errorf("line %d: %s: got %s, want %s", lines, hexBits, buf, want)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 100_000 {
+		t.Fatalf("read %d lines, want 100000", lines)
+	}
+	const fileSHA = "22776e6d4b49fa294a0d0f349268e5c28808fe7e0cb2bcbe28f63894e494d4c7"
+	if got := hex.EncodeToString(sum.Sum(nil)); got != fileSHA {
+		t.Errorf("number file SHA-256 = %s, want %s", got, fileSHA)
+	}
+	if failures > 0 {
+		t.Errorf("%d of %d numbers differ", failures, lines)
+	}
+}

@@ -1,0 +1,461 @@
+// Package fingerprint turns JSON documents into their RFC 8785 canonical form
+// and requests into the fingerprint that binds an idempotency key to one
+// exact command.
+//
+// The parser is strict on purpose. A fingerprint is a promise that two
+// requests mean the same thing, so anything a lenient decoder would quietly
+// reinterpret (a duplicate member, a lone surrogate, an integer too large to
+// survive a float64) is refused with an error saying what and where.
+package fingerprint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Default limits, chosen for API command bodies: generous for real payloads,
+// small enough that a hostile one cannot exhaust memory or the stack.
+const (
+	DefaultMaxBytes = 1 << 20
+	DefaultMaxDepth = 64
+)
+
+// MaxSafeInteger is 2^53, the largest magnitude up to which every integer is
+// exactly representable as an IEEE-754 double. Integer literals beyond it are
+// refused rather than rounded: an amount of money must never change silently.
+// Only literals written as integers are checked: 1e20 is a float by its
+// writer's choice and is accepted, even though its canonical form is the
+// integer literal 100000000000000000000, which Parse would refuse.
+const MaxSafeInteger = 1 << 53
+
+// The kinds of Error; test with errors.Is.
+var (
+	ErrSyntax        = errors.New("invalid JSON")
+	ErrInvalidUTF8   = errors.New("invalid UTF-8")
+	ErrInvalidEscape = errors.New("invalid escape")
+	ErrDuplicateKey  = errors.New("duplicate member name")
+	ErrTooDeep       = errors.New("nesting too deep")
+	ErrTooLarge      = errors.New("document too large")
+	ErrUnsafeInteger = errors.New("integer beyond 2^53")
+	ErrNumberRange   = errors.New("number out of range")
+	ErrUnsupported   = errors.New("unsupported value")
+)
+
+// Error reports why a document was refused: its kind (one of the Err values
+// above), the byte offset in the input and the JSON Pointer of the value
+// being read, so that a client can find the fault in its own payload.
+type Error struct {
+	Kind   error
+	Offset int
+	Path   string
+	Detail string
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	where := "at offset " + strconv.Itoa(e.Offset)
+	if e.Offset < 0 {
+		where = "in value"
+	}
+	path := e.Path
+	if path == "" {
+		path = "/"
+	}
+	msg := e.Kind.Error()
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return fmt.Sprintf("%s %s (path %s)", msg, where, path)
+}
+
+// Unwrap returns the kind, for errors.Is.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// Limits bound what Parse accepts. Zero fields take the defaults.
+type Limits struct {
+	MaxBytes int // size of the whole document in bytes
+	MaxDepth int // nested arrays and objects
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = DefaultMaxDepth
+	}
+	return l
+}
+
+// Parse decodes one JSON document into map[string]any, []any, string,
+// json.Number, bool and nil values. Numbers keep their literal (json.Number)
+// so that nothing is rounded before canonicalization; Canonical formats them.
+func Parse(data []byte, limits Limits) (any, error) {
+	limits = limits.withDefaults()
+	if len(data) > limits.MaxBytes {
+		return nil, &Error{Kind: ErrTooLarge, Offset: limits.MaxBytes,
+			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), limits.MaxBytes)}
+	}
+	p := &parser{data: data, maxDepth: limits.MaxDepth}
+	p.skipSpace()
+	v, err := p.value()
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos < len(p.data) {
+		return nil, p.fail(ErrSyntax, "unexpected data after the document")
+	}
+	return v, nil
+}
+
+// segment is one step of the path to the value being parsed; the JSON Pointer
+// is only built when an error needs it.
+type segment struct {
+	name  string
+	index int
+}
+
+type parser struct {
+	data     []byte
+	pos      int
+	maxDepth int
+	path     []segment
+}
+
+func (p *parser) fail(kind error, detail string) error {
+	return &Error{Kind: kind, Offset: p.pos, Path: p.pointer(), Detail: detail}
+}
+
+func (p *parser) pointer() string {
+	var b strings.Builder
+	for _, s := range p.path {
+		b.WriteByte('/')
+		if s.index >= 0 {
+			b.WriteString(strconv.Itoa(s.index))
+			continue
+		}
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(s.name))
+	}
+	return b.String()
+}
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value() (any, error) {
+	if p.pos >= len(p.data) {
+		return nil, p.fail(ErrSyntax, "unexpected end of input")
+	}
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.string()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	default:
+		return nil, p.fail(ErrSyntax, fmt.Sprintf("unexpected character %s", quoteByte(c)))
+	}
+}
+
+func quoteByte(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+func (p *parser) literal(word string) error {
+	if !strings.HasPrefix(string(p.data[p.pos:min(len(p.data), p.pos+len(word))]), word) {
+		return p.fail(ErrSyntax, "invalid literal, expected "+word)
+	}
+	p.pos += len(word)
+	return nil
+}
+
+func (p *parser) enter() error {
+	if len(p.path) >= p.maxDepth {
+		return p.fail(ErrTooDeep, fmt.Sprintf("limit %d", p.maxDepth))
+	}
+	return nil
+}
+
+func (p *parser) object() (any, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	p.pos++ // '{'
+	obj := map[string]any{}
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		return obj, nil
+	}
+	for {
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			return nil, p.fail(ErrSyntax, "expected a member name")
+		}
+		keyAt := p.pos
+		name, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := obj[name]; dup {
+			p.pos = keyAt
+			p.path = append(p.path, segment{name: name, index: -1})
+			return nil, p.fail(ErrDuplicateKey, strconv.Quote(name))
+		}
+		p.skipSpace()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			return nil, p.fail(ErrSyntax, "expected ':' after member name")
+		}
+		p.pos++
+		p.skipSpace()
+		p.path = append(p.path, segment{name: name, index: -1})
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		p.path = p.path[:len(p.path)-1]
+		obj[name] = v
+		if done, err := p.next('}'); done || err != nil {
+			return obj, err
+		}
+	}
+}
+
+// next consumes the separator after a member or element: it reports true at
+// the closing byte, false after a comma.
+func (p *parser) next(closing byte) (bool, error) {
+	p.skipSpace()
+	if p.pos >= len(p.data) {
+		return false, p.fail(ErrSyntax, "unexpected end of input")
+	}
+	switch p.data[p.pos] {
+	case ',':
+		p.pos++
+		p.skipSpace()
+		return false, nil
+	case closing:
+		p.pos++
+		return true, nil
+	}
+	return false, p.fail(ErrSyntax, fmt.Sprintf("expected ',' or '%c'", closing))
+}
+
+func (p *parser) array() (any, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	p.pos++ // '['
+	arr := []any{}
+	p.skipSpace()
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return arr, nil
+	}
+	for i := 0; ; i++ {
+		p.path = append(p.path, segment{index: i})
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		p.path = p.path[:len(p.path)-1]
+		arr = append(arr, v)
+		if done, err := p.next(']'); done || err != nil {
+			return arr, err
+		}
+	}
+}
+
+func (p *parser) string() (string, error) {
+	p.pos++ // opening quote
+	start := p.pos
+	// Fast path: no escapes, plain ASCII or valid UTF-8.
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		if c == '"' {
+			s := string(p.data[start:p.pos])
+			p.pos++
+			return s, nil
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			break
+		}
+		p.pos++
+	}
+	buf := append([]byte(nil), p.data[start:p.pos]...)
+	return p.stringSlow(buf)
+}
+
+func (p *parser) stringSlow(buf []byte) (string, error) {
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return string(buf), nil
+		case c == '\\':
+			r, err := p.escape()
+			if err != nil {
+				return "", err
+			}
+			buf = utf8.AppendRune(buf, r)
+		case c < 0x20:
+			return "", p.fail(ErrSyntax, fmt.Sprintf("unescaped control character 0x%02x in string", c))
+		case c < 0x80:
+			buf = append(buf, c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.data[p.pos:])
+			if r == utf8.RuneError && size <= 1 {
+				return "", p.fail(ErrInvalidUTF8, fmt.Sprintf("byte 0x%02x", c))
+			}
+			buf = append(buf, p.data[p.pos:p.pos+size]...)
+			p.pos += size
+		}
+	}
+	return "", p.fail(ErrSyntax, "unterminated string")
+}
+
+// escape decodes one backslash escape, joining UTF-16 surrogate pairs and
+// refusing lone surrogates, which no valid Unicode string contains.
+func (p *parser) escape() (rune, error) {
+	if p.pos+1 >= len(p.data) {
+		return 0, p.fail(ErrSyntax, "unterminated string")
+	}
+	c := p.data[p.pos+1]
+	if r, ok := simpleEscapes[c]; ok {
+		p.pos += 2
+		return r, nil
+	}
+	if c != 'u' {
+		return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("\\%c", c))
+	}
+	r, err := p.hex4()
+	if err != nil {
+		return 0, err
+	}
+	if !utf16.IsSurrogate(r) {
+		return r, nil
+	}
+	if r >= 0xDC00 {
+		return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("lone low surrogate \\u%04x", r))
+	}
+	if p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
+		at := p.pos
+		low, err := p.hex4()
+		if err != nil {
+			return 0, err
+		}
+		if low >= 0xDC00 && low <= 0xDFFF {
+			return utf16.DecodeRune(r, low), nil
+		}
+		p.pos = at
+	}
+	return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("lone high surrogate \\u%04x", r))
+}
+
+var simpleEscapes = map[byte]rune{
+	'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t',
+}
+
+// hex4 reads "\uXXXX" at p.pos.
+func (p *parser) hex4() (rune, error) {
+	if p.pos+6 > len(p.data) {
+		return 0, p.fail(ErrInvalidEscape, "truncated \\u escape")
+	}
+	v, err := strconv.ParseUint(string(p.data[p.pos+2:p.pos+6]), 16, 16)
+	if err != nil {
+		return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("bad hex digits in \\u%s", p.data[p.pos+2:p.pos+6]))
+	}
+	p.pos += 6
+	return rune(v), nil
+}
+
+func (p *parser) number() (any, error) {
+	start := p.pos
+	if p.data[p.pos] == '-' {
+		p.pos++
+	}
+	intStart := p.pos
+	if !p.digits() {
+		return nil, p.fail(ErrSyntax, "expected a digit")
+	}
+	if p.data[intStart] == '0' && p.pos-intStart > 1 {
+		p.pos = intStart
+		return nil, p.fail(ErrSyntax, "leading zero in number")
+	}
+	integer := true
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		integer = false
+		p.pos++
+		if !p.digits() {
+			return nil, p.fail(ErrSyntax, "expected a digit after '.'")
+		}
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		integer = false
+		p.pos++
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if !p.digits() {
+			return nil, p.fail(ErrSyntax, "expected a digit in exponent")
+		}
+	}
+	lit := string(p.data[start:p.pos])
+	if err := checkNumber(lit, integer); err != nil {
+		p.pos = start
+		return nil, p.fail(err, lit)
+	}
+	return json.Number(lit), nil
+}
+
+func (p *parser) digits() bool {
+	start := p.pos
+	for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+		p.pos++
+	}
+	return p.pos > start
+}
+
+// checkNumber refuses what a double cannot carry: integer literals beyond
+// 2^53 and magnitudes beyond the double range.
+func checkNumber(lit string, integer bool) error {
+	if integer {
+		digits := strings.TrimPrefix(lit, "-")
+		if len(digits) >= 16 {
+			if n, err := strconv.ParseUint(digits, 10, 64); err != nil || n > MaxSafeInteger {
+				return ErrUnsafeInteger
+			}
+		}
+		return nil
+	}
+	if _, err := strconv.ParseFloat(lit, 64); err != nil {
+		return ErrNumberRange
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package fingerprint_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/fingerprint"
+)
+
+func TestCanonicalizeExamples(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"b":1e30,"a":[333333333.33333329]}`, `{"a":[333333333.3333333],"b":1e+30}`},
+		{` [ 1 , 2.50 , -0 , 0.0 , 1E-7, 1e-6, 1e21, 1.2345678901234568e20, 1000000000000000 ] `, `[1,2.5,0,0,1e-7,0.000001,1e+21,123456789012345680000,1000000000000000]`},
+		{`9007199254740992`, `9007199254740992`},
+		{`-9007199254740992`, `-9007199254740992`},
+		{`9007199254740993.0`, `9007199254740992`}, // a float literal is a float: rounding is its nature
+		{`1e-400`, `0`},
+		{`"\u00e9\ud83d\ude00\u2028/\u001f"`, "\"é😀\u2028/\\u001f\""},
+		{`{"\ue000":1,"\ud800\udc00":2}`, "{\"\U00010000\":2,\"\ue000\":1}"},
+		{`{"aa":1,"a":2,"b":{"z":null,"y":[true,false]}}`, `{"a":2,"aa":1,"b":{"y":[true,false],"z":null}}`},
+		{`""`, `""`},
+	}
+	for _, c := range cases {
+		got, err := fingerprint.Canonicalize([]byte(c.in), fingerprint.Limits{})
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+			continue
+		}
+		if string(got) != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	deep := strings.Repeat("[", 65) + strings.Repeat("]", 65)
+	cases := []struct {
+		name, in string
+		kind     error
+		where    string // a fragment the message must contain
+	}{
+		{"empty", ``, fingerprint.ErrSyntax, "offset 0"},
+		{"trailing", `{} {}`, fingerprint.ErrSyntax, "after the document"},
+		{"bad literal", `[tru]`, fingerprint.ErrSyntax, "path /0"},
+		{"single quotes", `{'a':1}`, fingerprint.ErrSyntax, "offset 1"},
+		{"trailing comma", `[1,]`, fingerprint.ErrSyntax, "offset 3"},
+		{"leading zero", `[01]`, fingerprint.ErrSyntax, "leading zero"},
+		{"plus sign", `+1`, fingerprint.ErrSyntax, "offset 0"},
+		{"NaN", `NaN`, fingerprint.ErrSyntax, "offset 0"},
+		{"bare dot", `1.`, fingerprint.ErrSyntax, "after '.'"},
+		{"raw control", "\"a\tb\"", fingerprint.ErrSyntax, "control character 0x09"},
+		{"unterminated", `{"a":"b`, fingerprint.ErrSyntax, "unterminated"},
+		{"invalid utf8", "{\"a\":\"\xff\"}", fingerprint.ErrInvalidUTF8, "path /a"},
+		{"utf8 surrogate", "\"\xed\xa0\x80\"", fingerprint.ErrInvalidUTF8, "offset 1"},
+		{"overlong utf8", "\"\xc0\xaf\"", fingerprint.ErrInvalidUTF8, "offset 1"},
+		{"lone high", `"\ud800"`, fingerprint.ErrInvalidEscape, "lone high surrogate"},
+		{"lone low", `"\udc00x"`, fingerprint.ErrInvalidEscape, "lone low surrogate"},
+		{"high then bmp", `"\ud800\u0041"`, fingerprint.ErrInvalidEscape, "lone high"},
+		{"bad escape", `"\x"`, fingerprint.ErrInvalidEscape, `\x`},
+		{"bad hex", `"\u12g4"`, fingerprint.ErrInvalidEscape, "hex"},
+		{"duplicate", `{"a":{"b":1,"b":2}}`, fingerprint.ErrDuplicateKey, "path /a/b"},
+		{"duplicate after escape", `{"a":1,"\u0061":2}`, fingerprint.ErrDuplicateKey, `"a"`},
+		{"too deep", deep, fingerprint.ErrTooDeep, "limit 64"},
+		{"unsafe integer", `{"amount":9007199254740993}`, fingerprint.ErrUnsafeInteger, "path /amount"},
+		{"unsafe negative", `[-12345678901234567890]`, fingerprint.ErrUnsafeInteger, "path /0"},
+		{"huge", `[1e400]`, fingerprint.ErrNumberRange, "1e400"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := fingerprint.Parse([]byte(c.in), fingerprint.Limits{})
+			if !errors.Is(err, c.kind) {
+				t.Fatalf("error %v, want kind %v", err, c.kind)
+			}
+			var fe *fingerprint.Error
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %T is not a *fingerprint.Error", err)
+			}
+			if !strings.Contains(err.Error(), c.where) {
+				t.Errorf("message %q does not say %q", err, c.where)
+			}
+		})
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	body := `{"a":"` + strings.Repeat("x", 100) + `"}`
+	_, err := fingerprint.Parse([]byte(body), fingerprint.Limits{MaxBytes: 50})
+	if !errors.Is(err, fingerprint.ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	if _, err := fingerprint.Parse([]byte(body), fingerprint.Limits{MaxBytes: len(body)}); err != nil {
+		t.Fatalf("a document exactly at the limit is refused: %v", err)
+	}
+	if _, err := fingerprint.Parse([]byte(`[[[1]]]`), fingerprint.Limits{MaxDepth: 3}); err != nil {
+		t.Fatalf("depth 3 refused at limit 3: %v", err)
+	}
+	if _, err := fingerprint.Parse([]byte(`[[[[1]]]]`), fingerprint.Limits{MaxDepth: 3}); !errors.Is(err, fingerprint.ErrTooDeep) {
+		t.Fatalf("depth 4 at limit 3: %v", err)
+	}
+}
+
+func TestParseKeepsNumberLiterals(t *testing.T) {
+	v, err := fingerprint.Parse([]byte(`{"amount_minor":1999,"rate":0.10}`), fingerprint.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.(map[string]any)
+	if m["amount_minor"] != json.Number("1999") || m["rate"] != json.Number("0.10") {
+		t.Fatalf("numbers not kept as literals: %#v", m)
+	}
+}
+
+func TestCanonicalOfBuiltValues(t *testing.T) {
+	got, err := fingerprint.Canonical(map[string]any{"n": 3, "f": 0.5, "u": uint64(7), "s": []any{"x", nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != `{"f":0.5,"n":3,"s":["x",null],"u":7}` {
+		t.Fatalf("got %s", got)
+	}
+	refused := []any{
+		map[string]any{"x": int64(1) << 60},
+		[]any{"\xff"},
+		map[string]any{"\xfe": 1},
+		struct{}{},
+		json.Number("1e999"),
+		json.Number("18014398509481984"),
+	}
+	for _, v := range refused {
+		if _, err := fingerprint.Canonical(v); err == nil {
+			t.Errorf("Canonical(%#v) accepted", v)
+		}
+	}
+}
