@@ -1,0 +1,91 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultPostgres is used when IDEMGATE_TEST_POSTGRES is unset.
+const DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// PostgresURL returns the server the tests use.
+func PostgresURL() string {
+	if v := os.Getenv("IDEMGATE_TEST_POSTGRES"); v != "" {
+		return v
+	}
+	return DefaultPostgres
+}
+
+var (
+	probeOnce sync.Once
+	probeErr  error
+)
+
+// RequirePostgres fails the test under CI when the server cannot be reached,
+// and skips it elsewhere, saying once, loudly, how to enable it.
+func RequirePostgres(tb testing.TB) {
+	tb.Helper()
+	probeOnce.Do(func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(c, PostgresURL())
+		if err != nil {
+			probeErr = err
+			if !InCI() {
+				fmt.Fprintf(os.Stderr, "\n*** PostgreSQL tests SKIPPED: %v\n*** start PostgreSQL or set IDEMGATE_TEST_POSTGRES=postgres://… to run them\n\n", err)
+			}
+			return
+		}
+		probeErr = conn.Close(c)
+	})
+	if probeErr == nil {
+		return
+	}
+	if InCI() {
+		tb.Fatalf("PostgreSQL unreachable at %s under CI=true: %v", PostgresURL(), probeErr)
+	}
+	tb.Skipf("PostgreSQL unreachable: %v", probeErr)
+}
+
+// PostgresSchema creates an empty schema of the test's own, dropped when the
+// test ends, and returns a DSN whose search_path selects it.
+func PostgresSchema(tb testing.TB) (dsn, schema string) {
+	tb.Helper()
+	RequirePostgres(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema = "t_" + hex.EncodeToString(b[:])
+	exec(tb, "CREATE SCHEMA "+schema)
+	tb.Cleanup(func() { exec(tb, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	u, err := url.Parse(PostgresURL())
+	if err != nil {
+		tb.Fatalf("IDEMGATE_TEST_POSTGRES: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), schema
+}
+
+func exec(tb testing.TB, sql string) {
+	tb.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(c, PostgresURL())
+	if err != nil {
+		tb.Fatalf("postgres: %v", err)
+	}
+	defer conn.Close(c)
+	if _, err := conn.Exec(c, sql); err != nil {
+		tb.Fatalf("postgres: %s: %v", sql, err)
+	}
+}

@@ -1,0 +1,83 @@
+package ledger
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Operation is one intended business action, identified by (Tenant, Key).
+type Operation struct {
+	ID          string // "op_" + a ULID: unique and ordered by creation time
+	Tenant      string
+	Key         string
+	Route       string // the route template, e.g. /v1/tickets/{id}
+	Fingerprint string
+	State       State
+	Attempts    int   // leases taken: each one is a possible delivery
+	Fence       int64 // fencing token of the latest lease; grows with every lease
+	LeaseUntil  time.Time
+	// BusinessKey and ConcurrencyKey are empty when the route names none.
+	BusinessKey    string
+	ConcurrencyKey string
+	Approval       *Approval // nil when no approval is involved
+	Response       *Response // nil until a response is stored
+	ResultRef      string    // the upstream's reference for the effect, when known
+	LastError      string    // a short code, never a message holding request data
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	ExpiresAt      time.Time // when a final operation may be purged
+}
+
+// Approval is the human decision an operation waits for.
+type Approval struct {
+	ID        string
+	Status    string // pending, approved, denied, expired
+	ExpiresAt time.Time
+}
+
+// Response is the stored answer replayed to every retry.
+type Response struct {
+	Status int
+	Header http.Header // selected headers only, no hop-by-hop
+	Body   []byte
+}
+
+// Lease is proof of ownership of an executing operation. Every owner step
+// presents it; the store accepts it only while Token and Fence are still the
+// operation's current ones.
+type Lease struct {
+	OpID  string
+	Token string // the owner token: a secret between the store and the owner
+	Fence int64  // the fencing token: larger than any earlier lease's
+	Until time.Time
+	Actor string // who holds it, recorded in the history of owner steps
+}
+
+// Event is one row of an operation's history, written in the same
+// transaction as the state change it records.
+type Event struct {
+	Seq    int64
+	OpID   string
+	From   State // None for the reservation
+	To     State
+	At     time.Time
+	Actor  string
+	Reason string
+}
+
+// NewID returns a new operation id: "op_" and a ULID, time-ordered so that
+// paging by id is paging by creation time.
+func NewID() string { return "op_" + ulid.Make().String() }
+
+// NewToken returns a new owner token, 128 random bits in hex.
+func NewToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("ledger: no randomness: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}

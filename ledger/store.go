@@ -1,0 +1,248 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the operations registry. Every method is one atomic step: it
+// commits entirely (state change and history row together) or not at all.
+// Times for leases and retention come from the store's own clock (the
+// database's now() on PostgreSQL) so that gateways with skewed clocks agree.
+type Store interface {
+	// Reserve registers (Tenant, Key) atomically, guarded by a unique
+	// constraint. A new operation goes to executing with a lease when
+	// p.Lease > 0 (the common path: one commit), or to prepared otherwise,
+	// and the caller owns it (Reservation.Lease is set). For an existing
+	// key it returns the existing operation and no lease; if that one is
+	// executing past its lease, it is first made unknown. A different
+	// fingerprint returns the existing operation and ErrFingerprintMismatch.
+	Reserve(ctx context.Context, p ReserveParams) (Reservation, error)
+
+	// Acquire takes a lease on a prepared operation (or, with p.Resend, an
+	// unknown one whose upstream honours the key), with a new owner token and
+	// a larger fence, and counts an attempt.
+	Acquire(ctx context.Context, p AcquireParams) (Reservation, error)
+
+	// Heartbeat extends the owner's lease to the store's now + d.
+	Heartbeat(ctx context.Context, l Lease, d time.Duration) (Lease, error)
+
+	// Complete stores the response and ends the operation, succeeded or failed.
+	Complete(ctx context.Context, l Lease, o Outcome) (*Operation, error)
+
+	// Release returns an executing operation to prepared: the owner knows the
+	// request was not delivered.
+	Release(ctx context.Context, l Lease, n Note) (*Operation, error)
+
+	// MarkUnknown records that the request may have been delivered and its
+	// outcome is not known.
+	MarkUnknown(ctx context.Context, l Lease, n Note) (*Operation, error)
+
+	// ExpireLeases makes up to limit executing operations whose lease has
+	// lapsed unknown and returns how many. Several instances may run it at
+	// once; each operation is expired once.
+	ExpireLeases(ctx context.Context, limit int) (int, error)
+
+	// Resolve moves an unknown operation to succeeded, failed or prepared on
+	// the word of a named actor (an operator, or a probe with proof).
+	Resolve(ctx context.Context, p ResolveParams) (*Operation, error)
+
+	// Deny fails a prepared operation whose approval was refused.
+	Deny(ctx context.Context, p DenyParams) (*Operation, error)
+
+	Get(ctx context.Context, id string) (*Operation, error)
+	GetByKey(ctx context.Context, tenant, key string) (*Operation, error)
+	// List pages through operations in id (creation) order.
+	List(ctx context.Context, p ListParams) (Page, error)
+	// History returns an operation's transitions, oldest first.
+	History(ctx context.Context, id string) ([]Event, error)
+
+	// Purge deletes up to limit operations past their retention and returns
+	// how many. Executing and unknown operations are never purged: forgetting
+	// them would let a retry repeat an effect that may have happened.
+	Purge(ctx context.Context, limit int) (int, error)
+
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Reservation is what Reserve and Acquire return: the operation as it now
+// stands and, when the caller owns it, the lease to present to owner steps.
+type Reservation struct {
+	Op      *Operation
+	Lease   *Lease // set when the caller holds the executing operation
+	Created bool   // this call created the operation
+}
+
+// Owned reports whether the caller holds the operation.
+func (r Reservation) Owned() bool { return r.Lease != nil }
+
+// ReserveParams describes a new operation.
+type ReserveParams struct {
+	Tenant, Key, Route, Fingerprint string
+	Lease                           time.Duration // > 0: reserve with lease (executing); 0: prepared
+	Retention                       time.Duration // how long the key is remembered once final
+	BusinessKey, ConcurrencyKey     string
+	Actor                           string // recorded in the history
+}
+
+// MaxKeyLen bounds an idempotency key, as the HTTP contract does.
+const MaxKeyLen = 255
+
+// Validate refuses parameters no store should write.
+func (p ReserveParams) Validate() error {
+	switch {
+	case p.Tenant == "":
+		return invalid("tenant is empty")
+	case p.Key == "" || len(p.Key) > MaxKeyLen:
+		return invalid("key must be 1 to %d bytes", MaxKeyLen)
+	case p.Route == "":
+		return invalid("route is empty")
+	case p.Fingerprint == "":
+		return invalid("fingerprint is empty")
+	case p.Lease < 0:
+		return invalid("negative lease")
+	case p.Retention <= 0:
+		return invalid("retention must be positive")
+	case p.Actor == "":
+		return invalid("actor is empty")
+	}
+	return nil
+}
+
+// State returns the state a new operation starts in.
+func (p ReserveParams) State() State {
+	if p.Lease > 0 {
+		return Executing
+	}
+	return Prepared
+}
+
+// AcquireParams takes a lease on an existing operation.
+type AcquireParams struct {
+	ID     string
+	Lease  time.Duration
+	Actor  string
+	Reason string
+	// Resend allows taking an unknown operation, for upstreams that honour
+	// the key: the request is sent again with the same key and the upstream
+	// deduplicates it. Never set it for any other upstream.
+	Resend bool
+}
+
+// Validate refuses an acquire without a lease or an actor.
+func (p AcquireParams) Validate() error {
+	switch {
+	case p.ID == "":
+		return invalid("operation id is empty")
+	case p.Lease <= 0:
+		return invalid("lease must be positive")
+	case p.Actor == "":
+		return invalid("actor is empty")
+	}
+	return nil
+}
+
+// Outcome is how an owner ends its operation.
+type Outcome struct {
+	State     State // Succeeded or Failed
+	Response  *Response
+	ResultRef string
+	ErrorCode string
+	Reason    string
+}
+
+// Validate refuses an outcome that is not final.
+func (o Outcome) Validate() error {
+	if !o.State.Final() {
+		return invalid("complete needs succeeded or failed, not %s", o.State)
+	}
+	return nil
+}
+
+// Note explains a release or a move to unknown, in the history.
+type Note struct {
+	Reason    string
+	ErrorCode string
+}
+
+// ResolveParams is an audited decision about an unknown operation.
+type ResolveParams struct {
+	ID        string
+	To        State // Succeeded, Failed or Prepared (proven not applied)
+	Actor     string
+	Note      string
+	Response  *Response // optional: what retries will be given
+	ResultRef string
+}
+
+// Validate requires a named actor and a note: resolutions are audited.
+func (p ResolveParams) Validate() error {
+	switch {
+	case p.ID == "":
+		return invalid("operation id is empty")
+	case p.Actor == "":
+		return invalid("resolve needs a named actor")
+	case p.Note == "":
+		return invalid("resolve needs a note")
+	}
+	return nil
+}
+
+// DenyParams fails a prepared operation whose approval was refused.
+type DenyParams struct {
+	ID       string
+	Actor    string
+	Reason   string
+	Response *Response
+}
+
+// Validate requires a named actor.
+func (p DenyParams) Validate() error {
+	if p.ID == "" || p.Actor == "" {
+		return invalid("deny needs an operation id and an actor")
+	}
+	return nil
+}
+
+// ListParams selects a page of operations. Empty fields do not filter.
+type ListParams struct {
+	Tenant string
+	State  State
+	After  string // cursor: the last id of the previous page
+	Limit  int    // at most MaxPage; 0 means DefaultPage
+}
+
+// Page sizes for List.
+const (
+	DefaultPage = 50
+	MaxPage     = 500
+)
+
+// PageLimit returns the effective page size.
+func (p ListParams) PageLimit() int {
+	switch {
+	case p.Limit <= 0:
+		return DefaultPage
+	case p.Limit > MaxPage:
+		return MaxPage
+	}
+	return p.Limit
+}
+
+// Page is one page of List; Next is the cursor of the next page, or "".
+type Page struct {
+	Operations []*Operation
+	Next       string
+}
+
+// NewPage builds a page from up to limit+1 rows read in id order: the extra
+// row, if present, only proves that another page exists.
+func NewPage(ops []*Operation, limit int) Page {
+	if len(ops) <= limit {
+		return Page{Operations: ops}
+	}
+	ops = ops[:limit]
+	return Page{Operations: ops, Next: ops[limit-1].ID}
+}

@@ -1,0 +1,164 @@
+// Package storetest is the conformance suite every ledger.Store passes. A
+// store's own tests call Run with a Backend; the suite then drives the real
+// database through every legal and illegal transition, lease expiry and
+// fencing, retention, paging, races between goroutines and between store
+// handles, and a property-based comparison with an in-memory model.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Backend makes stores for the suite.
+type Backend struct {
+	// Fresh returns an empty, migrated store of its own (its own schema or
+	// file), closed when tb ends.
+	Fresh func(tb testing.TB) ledger.Store
+	// Another returns a second, independent handle on the same data as s:
+	// a second pool, as a second gateway instance would have.
+	Another func(tb testing.TB, s ledger.Store) ledger.Store
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, b Backend) {
+	t.Run("Reserve", func(t *testing.T) { testReserve(t, b) })
+	t.Run("Validation", func(t *testing.T) { testValidation(t, b) })
+	t.Run("LegalTransitions", func(t *testing.T) { testLegalTransitions(t, b) })
+	t.Run("IllegalTransitions", func(t *testing.T) { testIllegalTransitions(t, b) })
+	t.Run("FingerprintMismatch", func(t *testing.T) { testFingerprintMismatch(t, b) })
+	t.Run("Tenants", func(t *testing.T) { testTenants(t, b) })
+	t.Run("StoredResponse", func(t *testing.T) { testStoredResponse(t, b) })
+	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
+	t.Run("Fencing", func(t *testing.T) { testFencing(t, b) })
+	t.Run("ExpireLeases", func(t *testing.T) { testExpireLeases(t, b) })
+	t.Run("Retention", func(t *testing.T) { testRetention(t, b) })
+	t.Run("List", func(t *testing.T) { testList(t, b) })
+	t.Run("RaceReserve", func(t *testing.T) { testRaceReserve(t, b) })
+	t.Run("RaceTwoHandles", func(t *testing.T) { testRaceTwoHandles(t, b) })
+	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })
+	t.Run("Model", func(t *testing.T) { testModel(t, b) })
+}
+
+// Long is a lease no test outlives; Lapsing is one that has lapsed by the
+// store's next statement.
+const (
+	Long      = time.Hour
+	Lapsing   = time.Microsecond
+	Retention = 24 * time.Hour
+)
+
+var seq atomic.Int64
+
+// Params returns reserve parameters for a fresh key in tenant "acme".
+func Params(lease time.Duration) ledger.ReserveParams {
+	n := seq.Add(1)
+	return ledger.ReserveParams{
+		Tenant: "acme", Key: fmt.Sprintf("key-%d", n), Route: "/v1/tickets",
+		Fingerprint: "sha256:aaaa", Lease: lease, Retention: Retention, Actor: "test-gateway",
+	}
+}
+
+// ctx returns a context for one call of a test (or of a rapid check).
+func ctx(tb interface{ Cleanup(func()) }) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	tb.Cleanup(cancel)
+	return c
+}
+
+// reserve reserves p and fails the test unless this call created it.
+func reserve(tb testing.TB, s ledger.Store, p ledger.ReserveParams) ledger.Reservation {
+	tb.Helper()
+	r, err := s.Reserve(ctx(tb), p)
+	if err != nil {
+		tb.Fatalf("reserve: %v", err)
+	}
+	if !r.Created {
+		tb.Fatalf("reserve %s: not created", p.Key)
+	}
+	return r
+}
+
+// reach creates an operation and walks it to state, returning it and the
+// last lease taken on it (zero for a plain reservation).
+func reach(tb testing.TB, s ledger.Store, state ledger.State) (*ledger.Operation, ledger.Lease) {
+	tb.Helper()
+	c := ctx(tb)
+	if state == ledger.Prepared {
+		r := reserve(tb, s, Params(0))
+		return r.Op, ledger.Lease{OpID: r.Op.ID, Token: "none", Fence: r.Op.Fence, Actor: "test"}
+	}
+	r := reserve(tb, s, Params(Long))
+	l := *r.Lease
+	var op *ledger.Operation
+	var err error
+	switch state {
+	case ledger.Executing:
+		return r.Op, l
+	case ledger.Succeeded, ledger.Failed:
+		op, err = s.Complete(c, l, ledger.Outcome{State: state, Response: &ledger.Response{Status: 201}})
+	case ledger.Unknown:
+		op, err = s.MarkUnknown(c, l, ledger.Note{Reason: "timeout", ErrorCode: "upstream_timeout"})
+	default:
+		tb.Fatalf("reach: bad state %q", state)
+	}
+	if err != nil {
+		tb.Fatalf("reach %s: %v", state, err)
+	}
+	return op, l
+}
+
+func get(tb testing.TB, s ledger.Store, id string) *ledger.Operation {
+	tb.Helper()
+	op, err := s.Get(ctx(tb), id)
+	if err != nil {
+		tb.Fatalf("get %s: %v", id, err)
+	}
+	return op
+}
+
+func history(tb testing.TB, s ledger.Store, id string) []ledger.Event {
+	tb.Helper()
+	h, err := s.History(ctx(tb), id)
+	if err != nil {
+		tb.Fatalf("history %s: %v", id, err)
+	}
+	return h
+}
+
+// wantErr fails unless err is each of kinds.
+func wantErr(tb testing.TB, what string, err error, kinds ...error) {
+	tb.Helper()
+	if err == nil {
+		tb.Fatalf("%s: no error, want %v", what, kinds)
+	}
+	for _, k := range kinds {
+		if !errors.Is(err, k) {
+			tb.Fatalf("%s: error %q is not %q", what, err, k)
+		}
+	}
+}
+
+// states lists the states of ops, for messages.
+func states(ops []*ledger.Operation) []ledger.State {
+	out := make([]ledger.State, len(ops))
+	for i, op := range ops {
+		out[i] = op.State
+	}
+	return out
+}
+
+func ids(ops []*ledger.Operation) []string {
+	out := make([]string, len(ops))
+	for i, op := range ops {
+		out[i] = op.ID
+	}
+	return slices.Clone(out)
+}
