@@ -1,0 +1,72 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migrationLockClass is the first key of the advisory lock that serializes
+// migrations; the second is the schema's hash, so that separate schemas (one
+// per test) migrate in parallel.
+const migrationLockClass = 0x1de
+
+// Migrate applies the embedded migrations that are not applied yet, in one
+// transaction under an advisory lock: running it twice, or from several
+// processes at once, applies each migration exactly once.
+func (s *Store) Migrate(ctx context.Context) error {
+	all, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrationLockClass, s.schema); err != nil {
+			return mapErr("migrate: lock", err)
+		}
+		if s.schema != "" {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+				return mapErr("migrate: create schema", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return mapErr("migrate: version table", err)
+		}
+		applied, err := appliedVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, m := range migrate.Pending(all, applied) {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return mapErr(fmt.Sprintf("migrate %s", m.Name), err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO idem_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+				return mapErr("migrate: record version", err)
+			}
+		}
+		return nil
+	})
+}
+
+func appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]bool, error) {
+	rows, err := tx.Query(ctx, `SELECT version FROM idem_schema_migrations`)
+	if err != nil {
+		return nil, mapErr("migrate: read versions", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, mapErr("migrate: read versions", err)
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
+}

@@ -1,0 +1,64 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/ledger/storetest"
+	"github.com/idemgate/idemgate/store/postgres"
+)
+
+// dsns remembers which DSN each store was opened on, for Another.
+var dsns = map[ledger.Store]string{}
+
+func open(tb testing.TB, dsn string) *postgres.Store {
+	tb.Helper()
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	dsns[s] = dsn
+	return s
+}
+
+// fresh opens a store on a schema of the test's own.
+func fresh(tb testing.TB) *postgres.Store {
+	dsn, _ := testenv.PostgresSchema(tb)
+	return open(tb, dsn)
+}
+
+var backend = storetest.Backend{
+	Fresh:   func(tb testing.TB) ledger.Store { return fresh(tb) },
+	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsns[s]) },
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, backend) }
+
+func openMigrated(ctx context.Context, dsn string) (ledger.Store, error) {
+	s, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Migrate(ctx)
+}
+
+func TestMain(m *testing.M) {
+	if storetest.IsChild() {
+		storetest.Child(openMigrated)
+		return
+	}
+	m.Run()
+}
+
+// TestRaceProcesses: two OS processes, each with its own pool, migrate a
+// fresh schema and race for the same keys at the same moment.
+func TestRaceProcesses(t *testing.T) {
+	dsn, _ := testenv.PostgresSchema(t)
+	storetest.RaceProcesses(t, dsn, 2)
+}

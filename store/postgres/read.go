@@ -1,0 +1,65 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Get implements ledger.Store.
+func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
+	op, err := scanOp(s.pool.QueryRow(ctx, `SELECT `+opColumns+` FROM idem_operations WHERE id = $1`, id))
+	return op, mapErr("get "+id, err)
+}
+
+// GetByKey implements ledger.Store.
+func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+	op, err := scanOp(s.pool.QueryRow(ctx,
+		`SELECT `+opColumns+` FROM idem_operations WHERE tenant = $1 AND key = $2`, tenant, key))
+	return op, mapErr("get by key", err)
+}
+
+// List implements ledger.Store. The query text depends on which filters are
+// set, so each variant gets a plan that uses the (tenant, state, id) index.
+func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, error) {
+	limit := p.PageLimit()
+	query := `SELECT ` + opColumns + ` FROM idem_operations WHERE id > $1`
+	args := []any{p.After}
+	if p.Tenant != "" {
+		args = append(args, p.Tenant)
+		query += fmt.Sprintf(" AND tenant = $%d", len(args))
+	}
+	if p.State != ledger.None {
+		args = append(args, string(p.State))
+		query += fmt.Sprintf(" AND state = $%d", len(args))
+	}
+	args = append(args, limit+1)
+	query += fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return ledger.Page{}, mapErr("list", err)
+	}
+	ops, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ledger.Operation, error) { return scanOp(r) })
+	if err != nil {
+		return ledger.Page{}, mapErr("list", err)
+	}
+	return ledger.NewPage(ops, limit), nil
+}
+
+// History implements ledger.Store.
+func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, op_id, coalesce(from_state, ''), to_state, at, actor, reason
+		FROM idem_transitions WHERE op_id = $1 ORDER BY seq`, id)
+	if err != nil {
+		return nil, mapErr("history", err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Event, error) {
+		var e ledger.Event
+		err := r.Scan(&e.Seq, &e.OpID, &e.From, &e.To, &e.At, &e.Actor, &e.Reason)
+		return e, err
+	})
+	return events, mapErr("history", err)
+}

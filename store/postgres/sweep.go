@@ -1,0 +1,64 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// expireSQL makes a batch of lapsed leases unknown. SKIP LOCKED lets several
+// gateway instances sweep at once without waiting on each other, and the
+// state guard in the UPDATE makes each expiry happen once.
+const expireSQL = `WITH due AS (
+	SELECT id FROM idem_operations
+	WHERE state = 'executing' AND lease_until < now()
+	ORDER BY lease_until LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), up AS (
+	UPDATE idem_operations o SET state = 'unknown', owner_token = NULL, lease_until = NULL,
+		last_error = 'lease_expired', updated_at = now(),
+		expires_at = now() + o.retention_us * interval '1 microsecond'
+	FROM due WHERE o.id = due.id AND o.state = 'executing'
+	RETURNING o.id, o.updated_at
+), hist AS (
+	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
+	SELECT id, 'executing', 'unknown', updated_at, $2, 'lease expired' FROM up
+)
+SELECT count(*) FROM up`
+
+// purgeSQL deletes a batch of operations past retention, with their history.
+// Only prepared and final operations qualify: see ledger.Store.Purge.
+const purgeSQL = `WITH due AS (
+	SELECT id FROM idem_operations
+	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < now()
+	ORDER BY expires_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), hist AS (
+	DELETE FROM idem_transitions t USING due WHERE t.op_id = due.id
+), gone AS (
+	DELETE FROM idem_operations o USING due WHERE o.id = due.id
+	RETURNING o.id
+)
+SELECT count(*) FROM gone`
+
+// ExpireLeases implements ledger.Store.
+func (s *Store) ExpireLeases(ctx context.Context, limit int) (int, error) {
+	return s.batch(ctx, "expire leases", expireSQL, limit, ledger.ActorLeaseExpiry)
+}
+
+// Purge implements ledger.Store.
+func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
+	return s.batch(ctx, "purge", purgeSQL, limit)
+}
+
+func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...any) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("%s: %w: limit must be positive", op, ledger.ErrInvalid)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, query, append([]any{limit}, args...)...).Scan(&n); err != nil {
+		return 0, mapErr(op, err)
+	}
+	return n, nil
+}

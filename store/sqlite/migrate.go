@@ -1,0 +1,55 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/idemgate/idemgate/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrate applies the embedded migrations that are not applied yet, in one
+// IMMEDIATE transaction: SQLite's write lock makes a second process wait and
+// then find them applied.
+func (s *Store) Migrate(ctx context.Context) error {
+	all, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, "migrate", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+			return mapErr("migrate: version table", err)
+		}
+		applied := map[int]bool{}
+		rows, err := tx.QueryContext(ctx, `SELECT version FROM idem_schema_migrations`)
+		if err != nil {
+			return mapErr("migrate: read versions", err)
+		}
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return mapErr("migrate: read versions", err)
+			}
+			applied[v] = true
+		}
+		if err := rows.Close(); err != nil {
+			return mapErr("migrate: read versions", err)
+		}
+		for _, m := range migrate.Pending(all, applied) {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return mapErr(fmt.Sprintf("migrate %s", m.Name), err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO idem_schema_migrations (version, name, applied_at)
+				VALUES (?, ?, ?)`, m.Version, m.Name, s.now().UnixMicro()); err != nil {
+				return mapErr("migrate: record version", err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,77 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Get implements ledger.Store.
+func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
+	op, err := scanOp(s.read.QueryRowContext(ctx, `SELECT `+opColumns+` FROM idem_operations WHERE id = ?`, id))
+	return op, mapErr("get "+id, err)
+}
+
+// GetByKey implements ledger.Store.
+func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+	op, err := scanOp(s.read.QueryRowContext(ctx,
+		`SELECT `+opColumns+` FROM idem_operations WHERE tenant = ? AND key = ?`, tenant, key))
+	return op, mapErr("get by key", err)
+}
+
+// List implements ledger.Store.
+func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, error) {
+	limit := p.PageLimit()
+	query := `SELECT ` + opColumns + ` FROM idem_operations WHERE id > ?`
+	args := []any{p.After}
+	if p.Tenant != "" {
+		query += ` AND tenant = ?`
+		args = append(args, p.Tenant)
+	}
+	if p.State != ledger.None {
+		query += ` AND state = ?`
+		args = append(args, string(p.State))
+	}
+	query += ` ORDER BY id LIMIT ?`
+	args = append(args, limit+1)
+	var ops []*ledger.Operation
+	err := s.each(ctx, query, args, func(r *sql.Rows) error {
+		op, err := scanOp(r)
+		ops = append(ops, op)
+		return err
+	})
+	if err != nil {
+		return ledger.Page{}, mapErr("list", err)
+	}
+	return ledger.NewPage(ops, limit), nil
+}
+
+// History implements ledger.Store.
+func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) {
+	var events []ledger.Event
+	err := s.each(ctx, `SELECT seq, op_id, coalesce(from_state, ''), to_state, at, actor, reason
+		FROM idem_transitions WHERE op_id = ? ORDER BY seq`, []any{id}, func(r *sql.Rows) error {
+		var e ledger.Event
+		var at int64
+		err := r.Scan(&e.Seq, &e.OpID, &e.From, &e.To, &at, &e.Actor, &e.Reason)
+		e.At = fromMicro(at)
+		events = append(events, e)
+		return err
+	})
+	return events, mapErr("history", err)
+}
+
+func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := s.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

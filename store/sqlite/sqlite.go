@@ -1,0 +1,152 @@
+// Package sqlite is the embedded ledger.Store: one file, no server, no cgo
+// (modernc.org/sqlite). WAL lets readers run beside the single writer
+// connection through which every step goes, each step one IMMEDIATE
+// transaction: atomic, and one commit. With synchronous=FULL (the default) an
+// acknowledged reservation survives power loss.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+var _ ledger.Store = (*Store)(nil)
+
+// Store is a ledger.Store on one SQLite file.
+type Store struct {
+	write *sql.DB // one connection: SQLite has one writer anyway
+	read  *sql.DB
+	now   func() time.Time
+}
+
+// Options tune Open.
+type Options struct {
+	// Synchronous is SQLite's synchronous pragma: FULL (default) makes every
+	// commit durable before it is acknowledged; NORMAL may lose the last
+	// commits on power loss (never on a process crash); OFF is for tests.
+	Synchronous string
+	// Readers bounds the read connections (default 4).
+	Readers int
+	// BusyTimeout is how long a writer waits for another process's write
+	// lock (default 10s).
+	BusyTimeout time.Duration
+}
+
+// ParseDSN reads "sqlite:PATH[?synchronous=MODE]" (a bare path is accepted).
+func ParseDSN(dsn string) (path string, opts Options, err error) {
+	rest := strings.TrimPrefix(dsn, "sqlite:")
+	path, query, _ := strings.Cut(rest, "?")
+	if path == "" {
+		return "", opts, errors.New("sqlite: empty path in dsn")
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", opts, fmt.Errorf("sqlite: dsn query: %w", err)
+	}
+	for k := range q {
+		if k != "synchronous" {
+			return "", opts, fmt.Errorf("sqlite: unknown dsn parameter %q (known: synchronous)", k)
+		}
+	}
+	opts.Synchronous = q.Get("synchronous")
+	return path, opts, nil
+}
+
+var synchronousModes = []string{"OFF", "NORMAL", "FULL", "EXTRA"}
+
+// Open opens (creating if needed) the database file at path. It does not
+// migrate; call Migrate.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	sync := strings.ToUpper(opts.Synchronous)
+	if sync == "" {
+		sync = "FULL"
+	}
+	if !slices.Contains(synchronousModes, sync) {
+		return nil, fmt.Errorf("sqlite: synchronous %q: want one of %v", opts.Synchronous, synchronousModes)
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 4
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	base := "file:" + path + "?_pragma=busy_timeout(" + fmt.Sprint(opts.BusyTimeout.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
+	write, err := sql.Open("sqlite", base+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetConnMaxIdleTime(0)
+	read, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	read.SetMaxOpenConns(opts.Readers)
+	s := &Store{write: write, read: read, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks that both the writer and a reader answer.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.write.PingContext(ctx); err != nil {
+		return mapErr("ping", err)
+	}
+	return mapErr("ping", s.read.PingContext(ctx))
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.write.Close(), s.read.Close())
+}
+
+// tx runs fn in one IMMEDIATE transaction on the writer: all of it commits,
+// or none of it.
+func (s *Store) tx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(op, err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return mapErr(op, tx.Commit())
+}
+
+// mapErr turns driver errors into domain errors at the store boundary.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlite.Error
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%s: %w", op, ledger.ErrNotFound)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.As(err, &se):
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
+			sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY:
+			return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,60 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/ledger/storetest"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// paths remembers which file each store was opened on, for Another.
+var paths = map[ledger.Store]string{}
+
+func open(tb testing.TB, path string, opts sqlite.Options) *sqlite.Store {
+	tb.Helper()
+	s, err := sqlite.Open(context.Background(), path, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	paths[s] = path
+	return s
+}
+
+// The conformance suite runs with the production default, synchronous=FULL.
+var backend = storetest.Backend{
+	Fresh: func(tb testing.TB) ledger.Store {
+		return open(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{})
+	},
+	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, paths[s], sqlite.Options{}) },
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, backend) }
+
+func openMigrated(ctx context.Context, dsn string) (ledger.Store, error) {
+	s, err := sqlite.Open(ctx, dsn, sqlite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Migrate(ctx)
+}
+
+func TestMain(m *testing.M) {
+	if storetest.IsChild() {
+		storetest.Child(openMigrated)
+		return
+	}
+	m.Run()
+}
+
+// TestRaceProcesses: two OS processes open one new file, migrate it and race
+// for the same keys at the same moment.
+func TestRaceProcesses(t *testing.T) {
+	storetest.RaceProcesses(t, filepath.Join(t.TempDir(), "shared.db"), 2)
+}
