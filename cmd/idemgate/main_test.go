@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/fingerprint"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// The tests run the CLI as a real process: this test binary, re-executed
+// with mainEnv set, is idemgate.
+const mainEnv = "IDEMGATE_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	m.Run()
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func TestCanonicalize(t *testing.T) {
+	r := run(t, `{"b":1e30,"a":[333333333.33333329]}`+"\n", "canonicalize")
+	if r.code != 0 || r.stdout != `{"a":[333333333.3333333],"b":1e+30}` {
+		t.Fatalf("got %+v", r)
+	}
+	dir := filepath.Join(testenv.SharedDir(t), "testdata", "jcs")
+	inputs, _ := filepath.Glob(filepath.Join(dir, "input", "*.json"))
+	for _, in := range inputs {
+		src, _ := os.ReadFile(in)
+		want, _ := os.ReadFile(filepath.Join(dir, "output", filepath.Base(in)))
+		if r := run(t, string(src), "canonicalize"); r.code != 0 || r.stdout != string(want) {
+			t.Errorf("%s: %+v", filepath.Base(in), r)
+		}
+	}
+	for in, reason := range map[string]string{
+		`{"a":1,"a":2}`:               "duplicate member name",
+		`{"amount":9007199254740993}`: "integer beyond 2^53",
+		"\"\xff\"":                    "invalid UTF-8",
+		`{"a":`:                       "unexpected end of input",
+		``:                            "invalid JSON",
+	} {
+		r := run(t, in, "canonicalize")
+		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, reason) {
+			t.Errorf("%q: want exit 1 and %q on stderr, got %+v", in, reason, r)
+		}
+	}
+	r = run(t, `[`+strings.Repeat(`"x",`, 100)+`"x"]`, "canonicalize", "--max-bytes", "64")
+	if r.code != 1 || !strings.Contains(r.stderr, "too large") {
+		t.Errorf("oversized: %+v", r)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	body := `{"title":"Disk full","priority":2}`
+	r := run(t, body, "fingerprint", "--method", "POST", "--route", "/v1/tickets", "--tenant", "acme",
+		"--header", "X-Region: eu")
+	cmd, _ := fingerprint.Parse([]byte(body), fingerprint.Limits{})
+	want, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/tickets", Tenant: "acme",
+		Command: cmd, Headers: map[string]string{"x-region": "eu"}})
+	if r.code != 0 || r.stdout != want+"\n" {
+		t.Fatalf("got %+v, want %s", r, want)
+	}
+	empty := run(t, "", "fingerprint", "--method", "POST", "--route", "/v1/p/{id}/capture", "--tenant", "acme")
+	wantEmpty, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/p/{id}/capture", Tenant: "acme"})
+	if empty.code != 0 || empty.stdout != wantEmpty+"\n" {
+		t.Fatalf("empty body: %+v", empty)
+	}
+	if r := run(t, body, "fingerprint", "--method", "POST", "--route", "/v1/tickets"); r.code == 0 ||
+		!strings.Contains(r.stderr, "tenant") {
+		t.Errorf("missing --tenant: %+v", r)
+	}
+	if r := run(t, `{"a":1,"a":2}`, "fingerprint", "--method", "POST", "--route", "/r", "--tenant", "t"); r.code != 1 ||
+		!strings.Contains(r.stderr, "duplicate") {
+		t.Errorf("bad body: %+v", r)
+	}
+}
+
+// stores returns a DSN of each kind, each on fresh storage.
+func stores(t *testing.T) map[string]string {
+	dsn, _ := testenv.PostgresSchema(t)
+	return map[string]string{
+		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "ops.db"),
+		"postgres": dsn,
+	}
+}
+
+func TestMigrateTwiceAndAtOnce(t *testing.T) {
+	for name, dsn := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			results := make([]result, 3)
+			for i := range results {
+				wg.Add(1)
+				go func() { defer wg.Done(); results[i] = run(t, "", "migrate", "--store", dsn) }()
+			}
+			wg.Wait()
+			for i, r := range results {
+				if r.code != 0 || r.stdout != "migrated\n" {
+					t.Fatalf("concurrent migrate %d: %+v", i, r)
+				}
+			}
+			if r := run(t, "", "migrate", "--store", dsn); r.code != 0 {
+				t.Fatalf("migrate again: %+v", r)
+			}
+		})
+	}
+	if r := run(t, "", "migrate", "--store", "mysql://x"); r.code != 1 || !strings.Contains(r.stderr, "sqlite:PATH") {
+		t.Errorf("unknown store kind: %+v", r)
+	}
+	if r := run(t, "", "migrate", "--store", "sqlite:/tmp/x.db?synchronous=sometimes"); r.code != 1 ||
+		!strings.Contains(r.stderr, "synchronous") {
+		t.Errorf("bad synchronous: %+v", r)
+	}
+}
+
+func TestOps(t *testing.T) {
+	for name, dsn := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			c := context.Background()
+			s, err := openStore(c, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Migrate(c); err != nil {
+				t.Fatal(err)
+			}
+			var ops []*ledger.Operation
+			var leases []*ledger.Lease
+			for i, tenant := range []string{"acme", "acme", "globex"} {
+				r, err := s.Reserve(c, ledger.ReserveParams{Tenant: tenant, Key: "k" + string(rune('a'+i)),
+					Route: "/v1/tickets", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ops, leases = append(ops, r.Op), append(leases, r.Lease)
+			}
+			// A stored body may hold personal data: no view shows it.
+			if _, err := s.Complete(c, *leases[0], ledger.Outcome{State: ledger.Succeeded,
+				Response: &ledger.Response{Status: 201, Body: []byte(`{"email":"pii@example.com"}`)}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"show", ops[0].ID}, {"show", ops[0].ID, "--json"}, {"list", "--json"}} {
+				r := run(t, "", append(append([]string{"ops"}, args...), "--store", dsn)...)
+				if r.code != 0 || strings.Contains(r.stdout, "pii@") || !strings.Contains(r.stdout, "201") && args[0] == "show" {
+					t.Fatalf("ops %v: %+v", args, r)
+				}
+			}
+
+			r := run(t, "", "ops", "list", "--store", dsn, "--tenant", "acme")
+			if r.code != 0 || !strings.Contains(r.stdout, ops[0].ID) || !strings.Contains(r.stdout, ops[1].ID) ||
+				strings.Contains(r.stdout, ops[2].ID) || !strings.HasPrefix(r.stdout, "ID") {
+				t.Fatalf("ops list --tenant acme: %+v", r)
+			}
+			r = run(t, "", "ops", "list", "--store", dsn, "--limit", "2", "--json")
+			var lv ledger.ListView
+			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || r.code != 0 {
+				t.Fatalf("ops list --json: %v %+v", err, r)
+			}
+			if len(lv.Operations) != 2 || lv.Next == nil || *lv.Next != ops[1].ID {
+				t.Fatalf("first page: %+v", lv)
+			}
+			r = run(t, "", "ops", "list", "--store", dsn, "--after", *lv.Next, "--json", "--state", "executing")
+			lv = ledger.ListView{}
+			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || len(lv.Operations) != 1 ||
+				lv.Operations[0].ID != ops[2].ID || lv.Next != nil {
+				t.Fatalf("second page: %+v %v", lv, err)
+			}
+			if r := run(t, "", "ops", "list", "--store", dsn, "--state", "done"); r.code != 1 ||
+				!strings.Contains(r.stderr, "unknown state") {
+				t.Fatalf("bad state: %+v", r)
+			}
+
+			r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn, "--json")
+			var v map[string]any
+			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
+				t.Fatalf("ops show --json: %v %+v", err, r)
+			}
+			for _, field := range []string{"id", "key", "tenant", "route", "state", "fingerprint", "attempts",
+				"created_at", "updated_at", "lease_until", "expires_at", "response", "approval", "history"} {
+				if _, ok := v[field]; !ok {
+					t.Errorf("ops show --json lacks %q: %s", field, r.stdout)
+				}
+			}
+			r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn)
+			if r.code != 0 || !strings.Contains(r.stdout, "globex") || !strings.Contains(r.stdout, "reserve with lease") {
+				t.Fatalf("ops show: %+v", r)
+			}
+			if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+				t.Fatalf("ops show missing: %+v", r)
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// migratingStore is what both stores are: a ledger.Store that can bring its
+// schema up to date.
+type migratingStore interface {
+	ledger.Store
+	Migrate(ctx context.Context) error
+}
+
+// openStore opens the store a DSN names: sqlite:PATH or postgres://….
+func openStore(ctx context.Context, dsn string) (migratingStore, error) {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path, opts, err := sqlite.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, path, opts)
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return postgres.Open(ctx, dsn, postgres.Options{})
+	case dsn == "":
+		return nil, errors.New("no store: pass --store or set IDEMGATE_STORE")
+	}
+	return nil, fmt.Errorf("store %q: want sqlite:PATH or postgres://…", redact(dsn))
+}
+
+// redact hides a password in a DSN before it reaches a message.
+func redact(dsn string) string {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return dsn
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return dsn
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return scheme + "://" + user + ":***@" + host
+	}
+	return dsn
+}
+
+// storeFlag adds --store, defaulting to $IDEMGATE_STORE.
+func storeFlag(cmd *cobra.Command, dsn *string) {
+	cmd.Flags().StringVar(dsn, "store", os.Getenv("IDEMGATE_STORE"),
+		"store DSN: sqlite:PATH[?synchronous=FULL|NORMAL|OFF] or postgres://… (default $IDEMGATE_STORE)")
+}
