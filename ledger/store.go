@@ -119,6 +119,19 @@ func (p ReserveParams) State() State {
 	return Prepared
 }
 
+// NewOperation is the operation a reservation of p creates, given what the
+// store chose (the id) and read from its clock. Stores build it instead of
+// reading back a row they have just written.
+func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time.Time) *Operation {
+	op := &Operation{ID: id, Tenant: p.Tenant, Key: p.Key, Route: p.Route, Fingerprint: p.Fingerprint,
+		State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
+		CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
+	if op.State == Executing {
+		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
+	}
+	return op
+}
+
 // AcquireParams takes a lease on an existing operation.
 type AcquireParams struct {
 	ID     string
@@ -173,13 +186,17 @@ type ResolveParams struct {
 	To        State // Succeeded, Failed or Prepared (proven not applied)
 	Actor     string
 	Note      string
-	Response  *Response // optional: what retries will be given
+	Response  *Response // optional, with a final state: what retries will be given
 	ResultRef string
 }
 
-// Validate requires a named actor and a note: resolutions are audited.
+// Validate requires a named actor and a note: resolutions are audited. A
+// response goes only with a final state: an operation back in prepared has
+// no answer yet.
 func (p ResolveParams) Validate() error {
 	switch {
+	case p.Response != nil && !p.To.Final():
+		return invalid("a response can only be stored with succeeded or failed")
 	case p.ID == "":
 		return invalid("operation id is empty")
 	case p.Actor == "":
