@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,12 +22,12 @@ const reserveSQL = `WITH ins AS (
 		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
 		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond')
 	ON CONFLICT (tenant, key) DO NOTHING
-	RETURNING ` + opColumns + `
+	RETURNING id, state, created_at, lease_until, expires_at
 ), hist AS (
 	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
 	SELECT id, NULL, state, created_at, $13, $14 FROM ins
 )
-SELECT ` + opColumns + ` FROM ins`
+SELECT created_at, lease_until, expires_at FROM ins`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the database's clock.
@@ -46,10 +47,14 @@ func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Res
 	}
 	// A row purged between our insert and our read frees the key: try again.
 	for range 3 {
-		op, err := scanOp(s.pool.QueryRow(ctx, reserveSQL, ledger.NewID(), p.Tenant, p.Key, p.Route, p.Fingerprint,
+		id := ledger.NewID()
+		var created, expires time.Time
+		var leaseUntil *time.Time
+		err := s.pool.QueryRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint,
 			string(state), attempts, tokenArg, micros(p.Lease), nullable(p.BusinessKey), nullable(p.ConcurrencyKey),
-			micros(p.Retention), p.Actor, reason))
+			micros(p.Retention), p.Actor, reason).Scan(&created, &leaseUntil, &expires)
 		if err == nil {
+			op := p.NewOperation(id, created, deref(leaseUntil), expires)
 			res := ledger.Reservation{Op: op, Created: true}
 			if tokenArg != nil {
 				res.Lease = &ledger.Lease{OpID: op.ID, Token: token, Fence: op.Fence, Until: op.LeaseUntil, Actor: p.Actor}
@@ -77,8 +82,8 @@ func (s *Store) existing(ctx context.Context, p ledger.ReserveParams) (ledger.Re
 		return ledger.Reservation{}, mapErr("reserve: read existing", err)
 	}
 	if lapsed {
-		expired, err := s.transition(ctx, ledger.StepExpire, ledger.Unknown, op.ID, ledger.ActorLeaseExpiry,
-			"lease expired", nil, expireOneSQL)
+		expired, err := s.transition(ctx, change{step: ledger.StepExpire, to: ledger.Unknown, id: op.ID,
+			actor: ledger.ActorLeaseExpiry, reason: "lease expired", query: expireOneSQL})
 		switch {
 		case err == nil:
 			op = expired

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,12 @@ const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, 
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
 	created_at, updated_at, expires_at`
+
+// opColumnsNoBody returns the same columns without the stored response's
+// headers and body, for statements that wrote them and need not read them
+// back (up to a MiB that would cross the wire twice).
+var opColumnsNoBody = strings.Replace(opColumns, "response_headers, response_body",
+	"NULL::bytea AS response_headers, NULL::bytea AS response_body", 1)
 
 func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	var (

@@ -14,13 +14,14 @@ import (
 // transitionSQL builds the one statement that makes a transition: a
 // conditional UPDATE guarded by the source state (and, for owner steps, the
 // owner token and fence), and the history row, in one CTE. Parameters $1 to
-// $5 are id, from, to, actor and reason; set and guard use $6 onwards.
+// $5 are id, from, to, actor and reason; set and guard use $6 onwards. The
+// stored response is not read back: it is what the step wrote.
 func transitionSQL(set, guard string) string {
 	return `WITH up AS (
 	UPDATE idem_operations SET state = $3, updated_at = now(),
 		expires_at = now() + retention_us * interval '1 microsecond', ` + set + `
 	WHERE id = $1 AND state = $2 ` + guard + `
-	RETURNING ` + opColumns + `
+	RETURNING ` + opColumnsNoBody + `
 ), hist AS (
 	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
 	SELECT id, $2, $3, updated_at, $4, $5 FROM up
@@ -46,33 +47,46 @@ var (
 		last_error = 'approval_denied'`, ``)
 )
 
+// change is one transition to make.
+type change struct {
+	step     ledger.Step
+	to       ledger.State
+	id       string
+	actor    string
+	reason   string
+	lease    *ledger.Lease    // set for owner steps
+	response *ledger.Response // what the step stores; nil clears it
+	query    string
+	args     []any // the step's own parameters, from $6
+}
+
 // transition runs a transition statement. When the guard fails it reads the
 // operation to say why: not found, a stale owner, or an illegal move.
-func (s *Store) transition(ctx context.Context, step ledger.Step, to ledger.State, id, actor, reason string,
-	lease *ledger.Lease, query string, args ...any) (*ledger.Operation, error) {
-	from, err := ledger.Source(step, to)
+func (s *Store) transition(ctx context.Context, c change) (*ledger.Operation, error) {
+	from, err := ledger.Source(c.step, c.to)
 	if err != nil {
 		return nil, err
 	}
-	all := append([]any{id, string(from), string(to), actor, reason}, args...)
-	op, err := scanOp(s.pool.QueryRow(ctx, query, all...))
+	args := append([]any{c.id, string(from), string(c.to), c.actor, c.reason}, c.args...)
+	op, err := scanOp(s.pool.QueryRow(ctx, c.query, args...))
 	if err == nil {
+		op.Response = c.response
 		return op, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, mapErr(string(step), err)
+		return nil, mapErr(string(c.step), err)
 	}
-	current, err := s.Get(ctx, id)
+	current, err := s.Get(ctx, c.id)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", step, err)
+		return nil, fmt.Errorf("%s: %w", c.step, err)
 	}
-	if lease != nil {
-		return nil, ledger.OwnerError(step, *lease, current, to)
+	if c.lease != nil {
+		return nil, ledger.OwnerError(c.step, *c.lease, current, c.to)
 	}
-	if err := ledger.Check(step, current.State, to); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", step, id, err)
+	if err := ledger.Check(c.step, current.State, c.to); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", c.step, c.id, err)
 	}
-	return nil, fmt.Errorf("%s %s: %w: changed concurrently", step, id, ledger.ErrIllegalTransition)
+	return nil, fmt.Errorf("%s %s: %w: changed concurrently", c.step, c.id, ledger.ErrIllegalTransition)
 }
 
 // Acquire implements ledger.Store.
@@ -85,8 +99,8 @@ func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Res
 		step = ledger.StepResend
 	}
 	token := ledger.NewToken()
-	op, err := s.transition(ctx, step, ledger.Executing, p.ID, p.Actor, p.Reason, nil, acquireSQL,
-		token, micros(p.Lease))
+	op, err := s.transition(ctx, change{step: step, to: ledger.Executing, id: p.ID, actor: p.Actor,
+		reason: p.Reason, query: acquireSQL, args: []any{token, micros(p.Lease)}})
 	if err != nil {
 		return ledger.Reservation{}, err
 	}
@@ -127,20 +141,21 @@ func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) 
 	if err != nil {
 		return nil, fmt.Errorf("complete: %w", err)
 	}
-	return s.transition(ctx, ledger.StepComplete, o.State, l.OpID, l.Actor, o.Reason, &l, completeSQL,
-		l.Token, l.Fence, status, headers, body, nullable(o.ResultRef), nullable(o.ErrorCode))
+	return s.transition(ctx, change{step: ledger.StepComplete, to: o.State, id: l.OpID, actor: l.Actor,
+		reason: o.Reason, lease: &l, response: o.Response, query: completeSQL,
+		args: []any{l.Token, l.Fence, status, headers, body, nullable(o.ResultRef), nullable(o.ErrorCode)}})
 }
 
 // Release implements ledger.Store.
 func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return s.transition(ctx, ledger.StepRelease, ledger.Prepared, l.OpID, l.Actor, n.Reason, &l, leaveSQL,
-		l.Token, l.Fence, nullable(n.ErrorCode))
+	return s.transition(ctx, change{step: ledger.StepRelease, to: ledger.Prepared, id: l.OpID, actor: l.Actor,
+		reason: n.Reason, lease: &l, query: leaveSQL, args: []any{l.Token, l.Fence, nullable(n.ErrorCode)}})
 }
 
 // MarkUnknown implements ledger.Store.
 func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return s.transition(ctx, ledger.StepMarkUnknown, ledger.Unknown, l.OpID, l.Actor, n.Reason, &l, leaveSQL,
-		l.Token, l.Fence, nullable(n.ErrorCode))
+	return s.transition(ctx, change{step: ledger.StepMarkUnknown, to: ledger.Unknown, id: l.OpID, actor: l.Actor,
+		reason: n.Reason, lease: &l, query: leaveSQL, args: []any{l.Token, l.Fence, nullable(n.ErrorCode)}})
 }
 
 // Resolve implements ledger.Store.
@@ -152,8 +167,8 @@ func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Op
 	if err != nil {
 		return nil, fmt.Errorf("resolve: %w", err)
 	}
-	return s.transition(ctx, ledger.StepResolve, p.To, p.ID, p.Actor, p.Note, nil, resolveSQL,
-		status, headers, body, nullable(p.ResultRef))
+	return s.transition(ctx, change{step: ledger.StepResolve, to: p.To, id: p.ID, actor: p.Actor, reason: p.Note,
+		response: p.Response, query: resolveSQL, args: []any{status, headers, body, nullable(p.ResultRef)}})
 }
 
 // Deny implements ledger.Store.
@@ -165,6 +180,6 @@ func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operatio
 	if err != nil {
 		return nil, fmt.Errorf("deny: %w", err)
 	}
-	return s.transition(ctx, ledger.StepDeny, ledger.Failed, p.ID, p.Actor, p.Reason, nil, denySQL,
-		status, headers, body)
+	return s.transition(ctx, change{step: ledger.StepDeny, to: ledger.Failed, id: p.ID, actor: p.Actor,
+		reason: p.Reason, response: p.Response, query: denySQL, args: []any{status, headers, body}})
 }

@@ -30,18 +30,21 @@ CREATE TABLE idem_operations (
     CONSTRAINT idem_operations_lease CHECK ((state = 'executing') = (lease_until IS NOT NULL))
 );
 
--- The lease-expiry sweep reads only executing operations.
-CREATE INDEX idem_operations_lease_due ON idem_operations (lease_until)
-    WHERE state = 'executing';
--- The retention purge reads only purgeable ones.
+-- The operations that are not final. One index serves the lease-expiry
+-- sweep (state = 'executing' ordered by lease_until) and listing what needs
+-- attention (prepared, executing, unknown); final operations, the bulk of
+-- the table, stay out of it, so completing one only adds a purge entry.
+-- State leads, so the planner never takes it for a (tenant, key) lookup.
+CREATE INDEX idem_operations_live ON idem_operations (state, lease_until, tenant, id)
+    WHERE state IN ('prepared', 'executing', 'unknown');
+-- The retention purge reads only purgeable operations.
 CREATE INDEX idem_operations_purge_due ON idem_operations (expires_at)
     WHERE state IN ('prepared', 'succeeded', 'failed');
--- Listing by tenant and state, paged by id.
-CREATE INDEX idem_operations_list ON idem_operations (tenant, state, id);
 
--- One row per transition, written in the statement that makes it.
+-- One row per transition, written in the statement that makes it. It is
+-- only ever read by operation, so (op_id, seq) is its one index.
 CREATE TABLE idem_transitions (
-    seq        bigserial PRIMARY KEY,
+    seq        bigserial NOT NULL,
     op_id      text NOT NULL,
     from_state text,
     to_state   text NOT NULL,
