@@ -20,7 +20,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, "migrate", func(tx *sql.Tx) error {
+	err = s.tx(ctx, "migrate", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return mapErr("migrate: version table", err)
@@ -52,4 +52,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+	return err
 }

@@ -9,14 +9,14 @@ import (
 
 // Get implements ledger.Store.
 func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
-	op, err := scanOp(s.read.QueryRowContext(ctx, `SELECT `+opColumns+` FROM idem_operations WHERE id = ?`, id))
+	op, err := scanOp(s.readRow(ctx, selectByIDSQL, id))
 	return op, mapErr("get "+id, err)
 }
 
 // GetByKey implements ledger.Store.
 func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
-	op, err := scanOp(s.read.QueryRowContext(ctx,
-		`SELECT `+opColumns+` FROM idem_operations WHERE tenant = ? AND key = ?`, tenant, key))
+	op, err := scanOp(s.readRow(ctx,
+		selectByKeySQL, tenant, key))
 	return op, mapErr("get by key", err)
 }
 

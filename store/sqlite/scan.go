@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/ledger"
@@ -16,7 +17,17 @@ const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, 
 	response_status, response_headers, response_body, result_ref, last_error,
 	created_at, updated_at, expires_at`
 
-type row interface{ Scan(dest ...any) error }
+// The two lookups of one operation.
+const (
+	selectByIDSQL  = `SELECT ` + opColumns + ` FROM idem_operations WHERE id = ?`
+	selectByKeySQL = `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND key = ?`
+)
+
+// opColumnsNoBody returns the same columns without the stored response's
+// headers and body, for statements that wrote them and need not read them
+// back.
+var opColumnsNoBody = strings.Replace(opColumns, "response_headers, response_body",
+	"NULL AS response_headers, NULL AS response_body", 1)
 
 func scanOp(r row) (*ledger.Operation, error) {
 	var (

@@ -25,9 +25,11 @@ var _ ledger.Store = (*Store)(nil)
 
 // Store is a ledger.Store on one SQLite file.
 type Store struct {
-	write *sql.DB // one connection: SQLite has one writer anyway
-	read  *sql.DB
-	now   func() time.Time
+	write      *sql.DB // one connection: SQLite has one writer anyway
+	read       *sql.DB
+	writeStmts *stmtCache
+	readStmts  *stmtCache
+	now        func() time.Time
 }
 
 // Options tune Open.
@@ -95,7 +97,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
 	read.SetMaxOpenConns(opts.Readers)
-	s := &Store{write: write, read: read, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
+	s := &Store{write: write, read: read, writeStmts: newStmtCache(write), readStmts: newStmtCache(read),
+		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -111,13 +114,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return mapErr("ping", s.read.PingContext(ctx))
 }
 
-// Close closes both pools.
+// Close closes the statements and both pools.
 func (s *Store) Close() error {
-	return errors.Join(s.write.Close(), s.read.Close())
+	return errors.Join(s.writeStmts.close(), s.readStmts.close(), s.write.Close(), s.read.Close())
 }
 
 // tx runs fn in one IMMEDIATE transaction on the writer: all of it commits,
-// or none of it.
+// or none of it. Steps are single statements; only Migrate needs this.
 func (s *Store) tx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
