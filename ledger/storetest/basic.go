@@ -76,6 +76,22 @@ func testReserve(t *testing.T, b Backend) {
 	}
 }
 
+// testTwoCommits: the common write path, a new key executed at once, costs
+// exactly two commits: reserve-with-lease, then complete.
+func testTwoCommits(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	reserve(t, s, Params(Long)) // warm up: first statements may prepare
+	before := b.Commits()
+	r := reserve(t, s, Params(Long))
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: benchResponse}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Commits() - before; n != 2 {
+		t.Fatalf("reserve-with-lease + complete cost %d commits, want 2", n)
+	}
+}
+
 func testValidation(t *testing.T, b Backend) {
 	s := b.Fresh(t)
 	c := ctx(t)

@@ -25,11 +25,16 @@ type Backend struct {
 	// Another returns a second, independent handle on the same data as s:
 	// a second pool, as a second gateway instance would have.
 	Another func(tb testing.TB, s ledger.Store) ledger.Store
+	// Commits counts the transactions the stores of this backend have
+	// committed so far (where every statement autocommits, the statements
+	// sent), so the suite can check the cost of the common path.
+	Commits func() int64
 }
 
 // Run runs the whole suite.
 func Run(t *testing.T, b Backend) {
 	t.Run("Reserve", func(t *testing.T) { testReserve(t, b) })
+	t.Run("TwoCommits", func(t *testing.T) { testTwoCommits(t, b) })
 	t.Run("Validation", func(t *testing.T) { testValidation(t, b) })
 	t.Run("LegalTransitions", func(t *testing.T) { testLegalTransitions(t, b) })
 	t.Run("IllegalTransitions", func(t *testing.T) { testIllegalTransitions(t, b) })

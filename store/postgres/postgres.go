@@ -33,6 +33,9 @@ type Options struct {
 	Schema string
 	// MaxConns bounds the pool (default: pgxpool's, 4 per CPU at least 4).
 	MaxConns int32
+	// Tracer, if set, sees every statement (for metrics, tracing, and the
+	// test that proves the common path is two statements).
+	Tracer pgx.QueryTracer
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -56,6 +59,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

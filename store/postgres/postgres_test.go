@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -13,9 +16,22 @@ import (
 // dsns remembers which DSN each store was opened on, for Another.
 var dsns = map[ledger.Store]string{}
 
+// statements counts what the stores of these tests send; each statement of
+// the store autocommits, so it is also their commit count.
+type statements struct{ n atomic.Int64 }
+
+func (c *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+var sent statements
+
 func open(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Tracer: &sent})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -36,6 +52,7 @@ func fresh(tb testing.TB) *postgres.Store {
 var backend = storetest.Backend{
 	Fresh:   func(tb testing.TB) ledger.Store { return fresh(tb) },
 	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsns[s]) },
+	Commits: sent.n.Load,
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, backend) }

@@ -3,7 +3,10 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+
+	sqlitedrv "modernc.org/sqlite"
 
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
@@ -27,8 +30,20 @@ func open(tb testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	return s
 }
 
+// commits counts the write transactions committed by every connection the
+// driver opens in these tests.
+var commits atomic.Int64
+
+func init() {
+	sqlitedrv.RegisterConnectionHook(func(c sqlitedrv.ExecQuerierContext, _ string) error {
+		c.(sqlitedrv.HookRegisterer).RegisterCommitHook(func() int32 { commits.Add(1); return 0 })
+		return nil
+	})
+}
+
 // The conformance suite runs with the production default, synchronous=FULL.
 var backend = storetest.Backend{
+	Commits: commits.Load,
 	Fresh: func(tb testing.TB) ledger.Store {
 		return open(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{})
 	},
