@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -53,8 +53,8 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 }
 
 func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...any) (int, error) {
-	if limit <= 0 {
-		return 0, fmt.Errorf("%s: %w: limit must be positive", op, ledger.ErrInvalid)
+	if err := steps.BatchLimit(op, limit); err != nil {
+		return 0, err
 	}
 	var n int
 	if err := s.pool.QueryRow(ctx, query, append([]any{limit}, args...)...).Scan(&n); err != nil {

@@ -2,8 +2,8 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -34,8 +34,8 @@ func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
 }
 
 func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...any) (int, error) {
-	if limit <= 0 {
-		return 0, fmt.Errorf("%s: %w: limit must be positive", op, ledger.ErrInvalid)
+	if err := steps.BatchLimit(op, limit); err != nil {
+		return 0, err
 	}
 	n, err := s.writeExec(ctx, query, append([]any{s.now().UnixMicro(), limit}, args...)...)
 	return int(n), mapErr(op, err)

@@ -1,0 +1,231 @@
+// Package steps is the part of every store that does not depend on SQL:
+// which guarded transition each ledger.Store call makes, how a reservation
+// that finds its key taken is settled, and, when a guard fails, why. A store
+// supplies a Driver that runs single guarded statements; the stores then
+// differ only in their SQL.
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// ErrGuard is what a Driver returns when a guarded statement matched
+// nothing: the key is taken (Insert), or the operation is not in the state,
+// or not held by the owner, that the change requires (Apply, ExtendLease).
+var ErrGuard = errors.New("guard did not match")
+
+// Change is one guarded transition, in domain terms; a Driver turns it into
+// one statement that updates the operation and writes its history row.
+type Change struct {
+	Step   ledger.Step
+	From   ledger.State // the one legal source (ledger.Source): the guard
+	To     ledger.State
+	ID     string
+	Actor  string
+	Reason string
+	Owner  *ledger.Lease // owner steps: the guard also requires its token and fence
+
+	NewToken string        // acquire, resend: the new owner token
+	Lease    time.Duration // acquire, resend: the new lease
+
+	Response  *ledger.Response // complete, resolve, deny: what retries will get
+	ResultRef string
+	ErrorCode string
+}
+
+// Driver runs a store's statements. Each call is one atomic statement.
+type Driver interface {
+	// Insert creates the operation p describes with the given id (and, for
+	// a leased reservation, owner token) and its first history row; it
+	// returns ErrGuard if (tenant, key) is taken.
+	Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error)
+	// Existing reads the operation holding (tenant, key), and whether it is
+	// executing past its lease by the store's clock.
+	Existing(ctx context.Context, tenant, key string) (op *ledger.Operation, lapsed bool, err error)
+	// Apply makes c, or returns ErrGuard. The operation it returns need not
+	// carry the stored response: the caller knows what it wrote.
+	Apply(ctx context.Context, c Change) (*ledger.Operation, error)
+	// ExtendLease sets the owner's lease to the store's now + d.
+	ExtendLease(ctx context.Context, l ledger.Lease, d time.Duration) (time.Time, error)
+	Get(ctx context.Context, id string) (*ledger.Operation, error)
+}
+
+// Make runs c through d. When the guard fails it reads the operation to say
+// why: not found, a stale owner, or an illegal move.
+func Make(ctx context.Context, d Driver, c Change) (*ledger.Operation, error) {
+	from, err := ledger.Source(c.Step, c.To)
+	if err != nil {
+		return nil, err
+	}
+	c.From = from
+	op, err := d.Apply(ctx, c)
+	if err == nil {
+		op.Response = c.Response
+		return op, nil
+	}
+	if !errors.Is(err, ErrGuard) {
+		return nil, err
+	}
+	current, err := d.Get(ctx, c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Step, err)
+	}
+	if c.Owner != nil {
+		return nil, ledger.OwnerError(c.Step, *c.Owner, current, c.To)
+	}
+	if err := ledger.Check(c.Step, current.State, c.To); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", c.Step, c.ID, err)
+	}
+	// Legal now, but not when the statement ran: a concurrent step (or, for
+	// an expiry, a lease extended in between) got there first.
+	return nil, fmt.Errorf("%s %s: %w: changed concurrently", c.Step, c.ID, ledger.ErrIllegalTransition)
+}
+
+// Reserve implements ledger.Store.Reserve on d.
+func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reservation, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.Reservation{}, err
+	}
+	token := ledger.NewToken()
+	// A row purged between our insert and our read frees the key: try again.
+	for range 3 {
+		op, err := d.Insert(ctx, ledger.NewID(), token, p)
+		if err == nil {
+			r := ledger.Reservation{Op: op, Created: true}
+			if op.State == ledger.Executing {
+				r.Lease = &ledger.Lease{OpID: op.ID, Token: token, Fence: op.Fence, Until: op.LeaseUntil, Actor: p.Actor}
+			}
+			return r, nil
+		}
+		if !errors.Is(err, ErrGuard) {
+			return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
+		}
+		r, err := existing(ctx, d, p)
+		if errors.Is(err, ledger.ErrNotFound) {
+			continue
+		}
+		return r, err
+	}
+	return ledger.Reservation{}, fmt.Errorf("reserve: key %q keeps vanishing", p.Key)
+}
+
+// existing settles a reservation that found its key taken. A lapsed lease
+// is expired first: it is never a free key. Then a different fingerprint is
+// refused, with the operation for the caller's problem response.
+func existing(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reservation, error) {
+	op, lapsed, err := d.Existing(ctx, p.Tenant, p.Key)
+	if err != nil {
+		return ledger.Reservation{}, fmt.Errorf("reserve: read existing: %w", err)
+	}
+	if lapsed {
+		expired, err := Make(ctx, d, Change{Step: ledger.StepExpire, To: ledger.Unknown, ID: op.ID,
+			Actor: ledger.ActorLeaseExpiry, Reason: "lease expired", ErrorCode: "lease_expired"})
+		switch {
+		case err == nil:
+			op = expired
+		case errors.Is(err, ledger.ErrIllegalTransition):
+			// Someone moved it first: the owner completed, or a sweep ran.
+			if op, err = d.Get(ctx, op.ID); err != nil {
+				return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
+			}
+		default:
+			return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
+		}
+	}
+	r := ledger.Reservation{Op: op}
+	if op.Fingerprint != p.Fingerprint {
+		return r, fmt.Errorf("reserve %s: %w", op.ID, ledger.ErrFingerprintMismatch)
+	}
+	return r, nil
+}
+
+// Acquire implements ledger.Store.Acquire on d.
+func Acquire(ctx context.Context, d Driver, p ledger.AcquireParams) (ledger.Reservation, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.Reservation{}, err
+	}
+	step := ledger.StepAcquire
+	if p.Resend {
+		step = ledger.StepResend
+	}
+	token := ledger.NewToken()
+	op, err := Make(ctx, d, Change{Step: step, To: ledger.Executing, ID: p.ID, Actor: p.Actor, Reason: p.Reason,
+		NewToken: token, Lease: p.Lease})
+	if err != nil {
+		return ledger.Reservation{}, err
+	}
+	return ledger.Reservation{Op: op, Lease: &ledger.Lease{OpID: op.ID, Token: token, Fence: op.Fence,
+		Until: op.LeaseUntil, Actor: p.Actor}}, nil
+}
+
+// Heartbeat implements ledger.Store.Heartbeat on d.
+func Heartbeat(ctx context.Context, d Driver, l ledger.Lease, dur time.Duration) (ledger.Lease, error) {
+	if dur <= 0 {
+		return l, fmt.Errorf("heartbeat: %w: lease must be positive", ledger.ErrInvalid)
+	}
+	until, err := d.ExtendLease(ctx, l, dur)
+	if errors.Is(err, ErrGuard) {
+		current, err := d.Get(ctx, l.OpID)
+		if err != nil {
+			return l, fmt.Errorf("heartbeat: %w", err)
+		}
+		return l, ledger.OwnerError("heartbeat", l, current, ledger.Executing)
+	}
+	if err != nil {
+		return l, err
+	}
+	l.Until = until
+	return l, nil
+}
+
+// Complete implements ledger.Store.Complete on d.
+func Complete(ctx context.Context, d Driver, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return Make(ctx, d, Change{Step: ledger.StepComplete, To: o.State, ID: l.OpID, Actor: l.Actor, Reason: o.Reason,
+		Owner: &l, Response: o.Response, ResultRef: o.ResultRef, ErrorCode: o.ErrorCode})
+}
+
+// Release implements ledger.Store.Release on d.
+func Release(ctx context.Context, d Driver, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	return Make(ctx, d, Change{Step: ledger.StepRelease, To: ledger.Prepared, ID: l.OpID, Actor: l.Actor,
+		Reason: n.Reason, Owner: &l, ErrorCode: n.ErrorCode})
+}
+
+// MarkUnknown implements ledger.Store.MarkUnknown on d.
+func MarkUnknown(ctx context.Context, d Driver, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	return Make(ctx, d, Change{Step: ledger.StepMarkUnknown, To: ledger.Unknown, ID: l.OpID, Actor: l.Actor,
+		Reason: n.Reason, Owner: &l, ErrorCode: n.ErrorCode})
+}
+
+// Resolve implements ledger.Store.Resolve on d.
+func Resolve(ctx context.Context, d Driver, p ledger.ResolveParams) (*ledger.Operation, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return Make(ctx, d, Change{Step: ledger.StepResolve, To: p.To, ID: p.ID, Actor: p.Actor, Reason: p.Note,
+		Response: p.Response, ResultRef: p.ResultRef})
+}
+
+// Deny implements ledger.Store.Deny on d.
+func Deny(ctx context.Context, d Driver, p ledger.DenyParams) (*ledger.Operation, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return Make(ctx, d, Change{Step: ledger.StepDeny, To: ledger.Failed, ID: p.ID, Actor: p.Actor, Reason: p.Reason,
+		Response: p.Response, ErrorCode: "approval_denied"})
+}
+
+// BatchLimit refuses a non-positive batch size for the sweeps.
+func BatchLimit(op string, limit int) error {
+	if limit <= 0 {
+		return fmt.Errorf("%s: %w: limit must be positive", op, ledger.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/steps"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// reserveSQL inserts the operation and its first history row in one
+// statement. ON CONFLICT DO NOTHING makes the unique (tenant, key)
+// constraint the arbiter: of concurrent reservations exactly one inserts,
+// and the others (having waited for its commit) insert nothing. It returns
+// only what the database computed; the rest is the caller's.
+const reserveSQL = `WITH ins AS (
+	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
+		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
+		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
+		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond')
+	ON CONFLICT (tenant, key) DO NOTHING
+	RETURNING id, state, created_at, lease_until, expires_at
+), hist AS (
+	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
+	SELECT id, NULL, state, created_at, $13, $14 FROM ins
+)
+SELECT created_at, lease_until, expires_at FROM ins`
+
+// existingSQL reads the operation that holds a key, and whether its lease has
+// lapsed by the database's clock.
+const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < now())
+	FROM idem_operations WHERE tenant = $1 AND key = $2`
+
+// transitionSQL builds the one statement that makes a transition: a
+// conditional UPDATE guarded by the source state (and, for owner steps, the
+// owner token and fence), and the history row, in one CTE. Parameters $1 to
+// $5 are id, from, to, actor and reason; set and guard use $6 onwards. The
+// stored response is not read back: it is what the step wrote.
+func transitionSQL(set, guard string) string {
+	return `WITH up AS (
+	UPDATE idem_operations SET state = $3, updated_at = now(),
+		expires_at = now() + retention_us * interval '1 microsecond', ` + set + `
+	WHERE id = $1 AND state = $2 ` + guard + `
+	RETURNING ` + opColumnsNoBody + `
+), hist AS (
+	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
+	SELECT id, $2, $3, updated_at, $4, $5 FROM up
+)
+SELECT ` + opColumns + ` FROM up`
+}
+
+const ownerGuard = `AND owner_token = $6 AND fence = $7`
+
+var (
+	completeSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, response_status = $8,
+		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard)
+	leaveSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $8`, ownerGuard)
+	// acquireSQL counts an attempt and raises the fence: any earlier owner's
+	// token and fence stop working at this commit.
+	acquireSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
+		lease_until = now() + $7::bigint * interval '1 microsecond'`, ``)
+	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $6`,
+		`AND lease_until < now()`)
+	resolveSQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
+		result_ref = coalesce($9, result_ref)`, ``)
+	denySQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
+		last_error = $9`, ``)
+	heartbeatSQL = `UPDATE idem_operations
+		SET lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
+		WHERE id = $1 AND owner_token = $2 AND fence = $3 AND state = 'executing'
+		RETURNING lease_until`
+)
+
+// driver runs the store's statements for package steps.
+type driver struct{ s *Store }
+
+var _ steps.Driver = driver{}
+
+func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
+	state, attempts, reason := p.State(), 0, "reserve"
+	var tokenArg *string
+	if state == ledger.Executing {
+		attempts, reason, tokenArg = 1, "reserve with lease", &token
+	}
+	var created, expires time.Time
+	var leaseUntil *time.Time
+	err := d.s.pool.QueryRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state),
+		attempts, tokenArg, micros(p.Lease), nullable(p.BusinessKey), nullable(p.ConcurrencyKey),
+		micros(p.Retention), p.Actor, reason).Scan(&created, &leaseUntil, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, steps.ErrGuard
+	}
+	if err != nil {
+		return nil, mapErr("insert", err)
+	}
+	return p.NewOperation(id, created, deref(leaseUntil), expires), nil
+}
+
+func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
+	var lapsed bool
+	op, err := scanOp(scanExtra{d.s.pool.QueryRow(ctx, existingSQL, tenant, key), &lapsed})
+	return op, lapsed, mapErr("read existing", err)
+}
+
+func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, error) {
+	query, args, err := changeSQL(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Step, err)
+	}
+	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
+	op, err := scanOp(d.s.pool.QueryRow(ctx, query, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, steps.ErrGuard
+	}
+	return op, mapErr(string(c.Step), err)
+}
+
+// changeSQL picks the statement for a change and its own parameters ($6 on).
+func changeSQL(c steps.Change) (string, []any, error) {
+	status, headers, body, err := responseArgs(c.Response)
+	switch c.Step {
+	case ledger.StepComplete:
+		return completeSQL, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
+			nullable(c.ResultRef), nullable(c.ErrorCode)}, err
+	case ledger.StepRelease, ledger.StepMarkUnknown:
+		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, nullable(c.ErrorCode)}, nil
+	case ledger.StepAcquire, ledger.StepResend:
+		return acquireSQL, []any{c.NewToken, micros(c.Lease)}, nil
+	case ledger.StepExpire:
+		return expireOneSQL, []any{c.ErrorCode}, nil
+	case ledger.StepResolve:
+		return resolveSQL, []any{status, headers, body, nullable(c.ResultRef)}, err
+	case ledger.StepDeny:
+		return denySQL, []any{status, headers, body, nullable(c.ErrorCode)}, err
+	}
+	return "", nil, fmt.Errorf("no statement for step %s", c.Step)
+}
+
+func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
+	var until time.Time
+	err := d.s.pool.QueryRow(ctx, heartbeatSQL, l.OpID, l.Token, l.Fence, micros(dur)).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return until, steps.ErrGuard
+	}
+	return until, mapErr("heartbeat", err)
+}
+
+func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
+	return d.s.Get(ctx, id)
+}
+
+// scanExtra scans the operation columns followed by extra destinations.
+type scanExtra struct {
+	row   pgx.Row
+	extra any
+}
+
+func (r scanExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra)...) }
+
+// Reserve implements ledger.Store.
+func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
+	return steps.Reserve(ctx, driver{s}, p)
+}
+
+// Acquire implements ledger.Store.
+func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
+	return steps.Acquire(ctx, driver{s}, p)
+}
+
+// Heartbeat implements ledger.Store.
+func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	return steps.Heartbeat(ctx, driver{s}, l, d)
+}
+
+// Complete implements ledger.Store.
+func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
+	return steps.Complete(ctx, driver{s}, l, o)
+}
+
+// Release implements ledger.Store.
+func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	return steps.Release(ctx, driver{s}, l, n)
+}
+
+// MarkUnknown implements ledger.Store.
+func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	return steps.MarkUnknown(ctx, driver{s}, l, n)
+}
+
+// Resolve implements ledger.Store.
+func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
+	return steps.Resolve(ctx, driver{s}, p)
+}
+
+// Deny implements ledger.Store.
+func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
+	return steps.Deny(ctx, driver{s}, p)
+}
