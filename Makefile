@@ -9,7 +9,11 @@ vet:
 	go vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
+# go test hides the output of passing packages, so the loud line that says
+# the PostgreSQL tests are skipping is printed here too.
+PG ?= $(or $(IDEMGATE_TEST_POSTGRES),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
 race:
+	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
 	go test -race -count=1 ./...
 
 # A short coverage-guided run of the canonicalizer on every CI run.
