@@ -14,6 +14,7 @@ var (
 	ErrFingerprintMismatch = errors.New("key reused with a different request")
 	ErrInvalid             = errors.New("invalid argument")
 	ErrUnavailable         = errors.New("store unavailable")
+	ErrNoSchema            = errors.New("store has no idemgate schema (run: idemgate migrate --store DSN)")
 )
 
 // invalid wraps ErrInvalid with what is wrong.

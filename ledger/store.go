@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Store is the operations registry. Every method is one atomic step: it
@@ -90,26 +92,47 @@ type ReserveParams struct {
 // MaxKeyLen bounds an idempotency key, as the HTTP contract does.
 const MaxKeyLen = 255
 
-// Validate refuses parameters no store should write.
+// MinDuration is the finest lease or retention a store keeps: both stores
+// count time in microseconds, and a shorter one would round to nothing.
+const MinDuration = time.Microsecond
+
+// Validate refuses parameters no store should write, so that both stores
+// answer bad input alike, with ErrInvalid, before any driver sees it.
 func (p ReserveParams) Validate() error {
+	if err := texts(map[string]string{"tenant": p.Tenant, "route": p.Route, "fingerprint": p.Fingerprint,
+		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey); err != nil {
+		return err
+	}
 	switch {
-	case p.Tenant == "":
-		return invalid("tenant is empty")
-	case p.Key == "" || len(p.Key) > MaxKeyLen:
-		return invalid("key must be 1 to %d bytes", MaxKeyLen)
-	case p.Route == "":
-		return invalid("route is empty")
-	case p.Fingerprint == "":
-		return invalid("fingerprint is empty")
-	case p.Lease < 0:
-		return invalid("negative lease")
-	case p.Retention <= 0:
-		return invalid("retention must be positive")
-	case p.Actor == "":
-		return invalid("actor is empty")
+	case p.Key == "" || len(p.Key) > MaxKeyLen || !cleanText(p.Key):
+		return invalid("key must be 1 to %d bytes of UTF-8 text", MaxKeyLen)
+	case p.Lease != 0 && p.Lease < MinDuration:
+		return invalid("lease %v: want 0 (reserve only) or at least %v", p.Lease, MinDuration)
+	case p.Retention < MinDuration:
+		return invalid("retention %v: want at least %v", p.Retention, MinDuration)
 	}
 	return nil
 }
+
+// texts checks that each named field is non-empty UTF-8 text without NUL,
+// and that the optional ones, when set, are too.
+func texts(required map[string]string, optional ...string) error {
+	for name, v := range required {
+		if v == "" || !cleanText(v) {
+			return invalid("%s must be non-empty UTF-8 text", name)
+		}
+	}
+	for _, v := range optional {
+		if !cleanText(v) {
+			return invalid("a business or concurrency key must be UTF-8 text")
+		}
+	}
+	return nil
+}
+
+// cleanText reports whether s is valid UTF-8 without NUL, which PostgreSQL
+// cannot store in text and SQLite would truncate at.
+func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // State returns the state a new operation starts in.
 func (p ReserveParams) State() State {
@@ -149,10 +172,10 @@ func (p AcquireParams) Validate() error {
 	switch {
 	case p.ID == "":
 		return invalid("operation id is empty")
-	case p.Lease <= 0:
-		return invalid("lease must be positive")
-	case p.Actor == "":
-		return invalid("actor is empty")
+	case p.Lease < MinDuration:
+		return invalid("lease %v: want at least %v", p.Lease, MinDuration)
+	case p.Actor == "" || !cleanText(p.Actor) || !cleanText(p.Reason):
+		return invalid("actor must be non-empty UTF-8 text")
 	}
 	return nil
 }
@@ -166,10 +189,16 @@ type Outcome struct {
 	Reason    string
 }
 
-// Validate refuses an outcome that is not final.
+// Validate refuses an outcome that is not final, or that has no response:
+// the stored response is what every retry will be given.
 func (o Outcome) Validate() error {
-	if !o.State.Final() {
+	switch {
+	case !o.State.Final():
 		return invalid("complete needs succeeded or failed, not %s", o.State)
+	case o.Response == nil:
+		return invalid("complete needs the response to store")
+	case !cleanText(o.Reason) || !cleanText(o.ResultRef) || !cleanText(o.ErrorCode):
+		return invalid("reason, result reference and error code must be UTF-8 text")
 	}
 	return nil
 }
@@ -180,13 +209,24 @@ type Note struct {
 	ErrorCode string
 }
 
+// Validate refuses text a store cannot keep.
+func (n Note) Validate() error {
+	if !cleanText(n.Reason) || !cleanText(n.ErrorCode) {
+		return invalid("reason and error code must be UTF-8 text")
+	}
+	return nil
+}
+
 // ResolveParams is an audited decision about an unknown operation.
 type ResolveParams struct {
-	ID        string
-	To        State // Succeeded, Failed or Prepared (proven not applied)
-	Actor     string
-	Note      string
-	Response  *Response // optional, with a final state: what retries will be given
+	ID    string
+	To    State // Succeeded, Failed or Prepared (proven not applied)
+	Actor string
+	Note  string
+	// Response is optional, and only with a final state: an operator who
+	// resolves an unknown operation may not know the upstream's answer. A
+	// replay of a final operation without one answers with its status.
+	Response  *Response
 	ResultRef string
 }
 
@@ -199,10 +239,10 @@ func (p ResolveParams) Validate() error {
 		return invalid("a response can only be stored with succeeded or failed")
 	case p.ID == "":
 		return invalid("operation id is empty")
-	case p.Actor == "":
+	case p.Actor == "" || !cleanText(p.Actor):
 		return invalid("resolve needs a named actor")
-	case p.Note == "":
-		return invalid("resolve needs a note")
+	case p.Note == "" || !cleanText(p.Note) || !cleanText(p.ResultRef):
+		return invalid("resolve needs a note, in UTF-8 text")
 	}
 	return nil
 }
@@ -217,8 +257,8 @@ type DenyParams struct {
 
 // Validate requires a named actor.
 func (p DenyParams) Validate() error {
-	if p.ID == "" || p.Actor == "" {
-		return invalid("deny needs an operation id and an actor")
+	if p.ID == "" || p.Actor == "" || !cleanText(p.Actor) || !cleanText(p.Reason) {
+		return invalid("deny needs an operation id and an actor, in UTF-8 text")
 	}
 	return nil
 }
