@@ -7,6 +7,7 @@ package steps
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"time"
@@ -50,9 +51,13 @@ type Driver interface {
 	// Apply makes c, or returns ErrGuard. The operation it returns need not
 	// carry the stored response: the caller knows what it wrote.
 	Apply(ctx context.Context, c Change) (*ledger.Operation, error)
-	// ExtendLease sets the owner's lease to the store's now + d.
+	// ExtendLease sets the owner's lease to the store's now + d, unless it
+	// has lapsed.
 	ExtendLease(ctx context.Context, l ledger.Lease, d time.Duration) (time.Time, error)
 	Get(ctx context.Context, id string) (*ledger.Operation, error)
+	// OwnerToken returns the token of the operation's latest owner ("" once
+	// its lease expired): owner steps keep it.
+	OwnerToken(ctx context.Context, id string) (string, error)
 }
 
 // Make runs c through d. When the guard fails it reads the operation to say
@@ -76,6 +81,9 @@ func Make(ctx context.Context, d Driver, c Change) (*ledger.Operation, error) {
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	if c.Owner != nil {
+		if done, err := alreadyDone(ctx, d, c, current); done || err != nil {
+			return current, err
+		}
 		return nil, ledger.OwnerError(c.Step, *c.Owner, current, c.To)
 	}
 	if err := ledger.Check(c.Step, current.State, c.To); err != nil {
@@ -84,6 +92,21 @@ func Make(ctx context.Context, d Driver, c Change) (*ledger.Operation, error) {
 	// Legal now, but not when the statement ran: a concurrent step (or, for
 	// an expiry, a lease extended in between) got there first.
 	return nil, fmt.Errorf("%s %s: %w: changed concurrently", c.Step, c.ID, ledger.ErrIllegalTransition)
+}
+
+// alreadyDone reports whether an owner step that failed its guard is one
+// this owner already made, whose reply was lost (a timeout, a reset): same
+// fence, same token, and the operation in the step's target state. Its retry
+// then succeeds, with the operation as stored, instead of looking fenced out.
+func alreadyDone(ctx context.Context, d Driver, c Change, current *ledger.Operation) (bool, error) {
+	if current.State != c.To || current.Fence != c.Owner.Fence {
+		return false, nil
+	}
+	token, err := d.OwnerToken(ctx, c.ID)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", c.Step, err)
+	}
+	return subtle.ConstantTimeCompare([]byte(token), []byte(c.Owner.Token)) == 1, nil
 }
 
 // Reserve implements ledger.Store.Reserve on d.
@@ -165,14 +188,19 @@ func Acquire(ctx context.Context, d Driver, p ledger.AcquireParams) (ledger.Rese
 
 // Heartbeat implements ledger.Store.Heartbeat on d.
 func Heartbeat(ctx context.Context, d Driver, l ledger.Lease, dur time.Duration) (ledger.Lease, error) {
-	if dur <= 0 {
-		return l, fmt.Errorf("heartbeat: %w: lease must be positive", ledger.ErrInvalid)
+	if dur < ledger.MinDuration {
+		return l, fmt.Errorf("heartbeat: %w: lease %v, want at least %v", ledger.ErrInvalid, dur, ledger.MinDuration)
 	}
 	until, err := d.ExtendLease(ctx, l, dur)
 	if errors.Is(err, ErrGuard) {
 		current, err := d.Get(ctx, l.OpID)
 		if err != nil {
 			return l, fmt.Errorf("heartbeat: %w", err)
+		}
+		if current.State == ledger.Executing && current.Fence == l.Fence {
+			// A lapsed lease belongs to the expiry, swept or not: it is
+			// never extended, so it can never be a free key again.
+			return l, fmt.Errorf("heartbeat %s: lease lapsed, or not this owner's: %w", l.OpID, ledger.ErrStaleOwner)
 		}
 		return l, ledger.OwnerError("heartbeat", l, current, ledger.Executing)
 	}
@@ -194,12 +222,18 @@ func Complete(ctx context.Context, d Driver, l ledger.Lease, o ledger.Outcome) (
 
 // Release implements ledger.Store.Release on d.
 func Release(ctx context.Context, d Driver, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
 	return Make(ctx, d, Change{Step: ledger.StepRelease, To: ledger.Prepared, ID: l.OpID, Actor: l.Actor,
 		Reason: n.Reason, Owner: &l, ErrorCode: n.ErrorCode})
 }
 
 // MarkUnknown implements ledger.Store.MarkUnknown on d.
 func MarkUnknown(ctx context.Context, d Driver, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
 	return Make(ctx, d, Change{Step: ledger.StepMarkUnknown, To: ledger.Unknown, ID: l.OpID, Actor: l.Actor,
 		Reason: n.Reason, Owner: &l, ErrorCode: n.ErrorCode})
 }

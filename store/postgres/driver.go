@@ -57,9 +57,11 @@ SELECT ` + opColumns + ` FROM up`
 const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
 var (
-	completeSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, response_status = $8,
+	// Owner steps keep the owner token, so that an owner whose reply was
+	// lost can retry its step and be told it happened (see steps.Make).
+	completeSQL = transitionSQL(`lease_until = NULL, response_status = $8,
 		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard)
-	leaveSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $8`, ownerGuard)
+	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
 	// acquireSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	acquireSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
@@ -70,9 +72,11 @@ var (
 		result_ref = coalesce($9, result_ref)`, ``)
 	denySQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
 		last_error = $9`, ``)
+	// heartbeatSQL extends a lease that has not lapsed: a lapsed one belongs
+	// to the expiry, whether or not a sweep has run yet.
 	heartbeatSQL = `UPDATE idem_operations
 		SET lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND owner_token = $2 AND fence = $3 AND state = 'executing'
+		WHERE id = $1 AND owner_token = $2 AND fence = $3 AND state = 'executing' AND lease_until >= now()
 		RETURNING lease_until`
 )
 
@@ -152,6 +156,12 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 	return d.s.Get(ctx, id)
+}
+
+func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
+	var token *string
+	err := d.s.pool.QueryRow(ctx, `SELECT owner_token FROM idem_operations WHERE id = $1`, id).Scan(&token)
+	return deref(token), mapErr("owner token", err)
 }
 
 // scanExtra scans the operation columns followed by extra destinations.

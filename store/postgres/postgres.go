@@ -38,7 +38,9 @@ type Options struct {
 	Tracer pgx.QueryTracer
 }
 
-var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// identifier is a schema name that needs no quoting: search_path would fold
+// any capital to lower case, and the schema would not be found.
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to dsn (postgres://…) and checks that the server answers.
 // It does not migrate; call Migrate.
@@ -53,7 +55,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if schema != "" {
 		if !identifier.MatchString(schema) {
-			return nil, fmt.Errorf("postgres: schema %q: want a plain identifier", schema)
+			return nil, fmt.Errorf("postgres: schema %q: want a lower-case identifier", schema)
 		}
 		cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	}
@@ -102,8 +104,15 @@ func mapErr(op string, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.As(err, &pgErr):
-		if pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P03" || pgErr.Code == "53300" {
+		switch {
+		case pgErr.Code[:2] == "08", pgErr.Code == "57P01", pgErr.Code == "57P03", pgErr.Code == "53300":
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+		case pgErr.Code == "42P01": // undefined_table
+			return fmt.Errorf("%s: %w", op, ledger.ErrNoSchema)
+		case pgErr.Code[:2] == "22", pgErr.Code[:2] == "23":
+			// Data exceptions and integrity violations: values the checks
+			// in ledger should have refused, refused by the database instead.
+			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err):

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -10,46 +11,64 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
+// nowUS is the store's clock, in Unix microseconds, read inside each
+// statement: after the write lock is taken (another process may hold it for
+// a while), and the same for every use within the statement. SQLite's clock
+// has millisecond resolution.
+const nowUS = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
+
 // reserveSQL inserts the operation unless (tenant, key) is taken: the unique
 // constraint is the arbiter. The insert trigger writes the history row in
-// the same statement.
+// the same statement. ?9 is the lease in microseconds (0: reserve only) and
+// ?12 the retention.
 const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token,
 	fence, lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
 	last_actor, last_reason)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9, ?10, ?11, ?12, ?13, ?13, ?13 + ?12, ?14, ?15)
-ON CONFLICT (tenant, key) DO NOTHING`
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN n + ?9 END, ?10, ?11, ?12, n, n, n + ?12, ?13, ?14
+FROM (SELECT ` + nowUS + ` AS n) WHERE true
+ON CONFLICT (tenant, key) DO NOTHING
+RETURNING created_at, lease_until, expires_at`
+
+// existingSQL reads the operation that holds a key, and whether its lease has
+// lapsed by the store's clock.
+const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < ` + nowUS + `)
+	FROM idem_operations WHERE tenant = ? AND key = ?`
 
 // transitionSQL builds the conditional UPDATE that makes a transition,
 // guarded by the source state (and, for owner steps, the owner token and
 // fence); a trigger writes the history row from last_actor and last_reason.
-// Parameters ?1 to ?6 are id, from, to, now, actor and reason; set and guard
-// use ?7 onwards. The stored response is not read back: it is what the step
+// Parameters ?1 to ?5 are id, from, to, actor and reason; set and guard use
+// ?6 onwards. The stored response is not read back: it is what the step
 // wrote.
 func transitionSQL(set, guard string) string {
-	return `UPDATE idem_operations SET state = ?3, updated_at = ?4, expires_at = ?4 + retention_us,
-		last_actor = ?5, last_reason = ?6, ` + set + `
+	return `UPDATE idem_operations SET state = ?3, updated_at = ` + nowUS + `,
+		expires_at = ` + nowUS + ` + retention_us, last_actor = ?4, last_reason = ?5, ` + set + `
 	WHERE id = ?1 AND state = ?2 ` + guard + `
 	RETURNING ` + opColumnsNoBody
 }
 
-const ownerGuard = `AND owner_token = ?7 AND fence = ?8`
+const ownerGuard = `AND owner_token = ?6 AND fence = ?7`
 
 var (
-	completeSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, response_status = ?9,
-		response_headers = ?10, response_body = ?11, result_ref = ?12, last_error = ?13`, ownerGuard)
-	leaveSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?9`, ownerGuard)
+	// Owner steps keep the owner token, so that an owner whose reply was
+	// lost can retry its step and be told it happened (see steps.Make).
+	completeSQL = transitionSQL(`lease_until = NULL, response_status = ?8,
+		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12`, ownerGuard)
+	leaveSQL = transitionSQL(`lease_until = NULL, last_error = ?8`, ownerGuard)
 	// acquireSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
-	acquireSQL = transitionSQL(`owner_token = ?7, fence = fence + 1, attempts = attempts + 1,
-		lease_until = ?4 + ?8`, ``)
-	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?7`,
-		`AND lease_until < ?4`)
-	resolveSQL = transitionSQL(`response_status = ?7, response_headers = ?8, response_body = ?9,
-		result_ref = coalesce(?10, result_ref)`, ``)
-	denySQL = transitionSQL(`response_status = ?7, response_headers = ?8, response_body = ?9,
-		last_error = ?10`, ``)
-	heartbeatSQL = `UPDATE idem_operations SET lease_until = ?1 + ?2, updated_at = ?1
-		WHERE id = ?3 AND owner_token = ?4 AND fence = ?5 AND state = 'executing'
+	acquireSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
+		lease_until = `+nowUS+` + ?7`, ``)
+	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?6`,
+		`AND lease_until < `+nowUS)
+	resolveSQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
+		result_ref = coalesce(?9, result_ref)`, ``)
+	denySQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
+		last_error = ?9`, ``)
+	// heartbeatSQL extends a lease that has not lapsed: a lapsed one belongs
+	// to the expiry, whether or not a sweep has run yet.
+	heartbeatSQL = `UPDATE idem_operations SET lease_until = ` + nowUS + ` + ?1, updated_at = ` + nowUS + `
+		WHERE id = ?2 AND owner_token = ?3 AND fence = ?4 AND state = 'executing' AND lease_until >= ` + nowUS + `
 		RETURNING lease_until`
 )
 
@@ -60,38 +79,45 @@ type driver struct{ s *Store }
 var _ steps.Driver = driver{}
 
 func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
-	now := d.s.now()
 	state, attempts, reason := p.State(), 0, "reserve"
-	var tokenArg, leaseArg any
+	var tokenArg any
 	if state == ledger.Executing {
-		attempts, reason, tokenArg, leaseArg = 1, "reserve with lease", token, now.Add(p.Lease).UnixMicro()
+		attempts, reason, tokenArg = 1, "reserve with lease", token
 	}
-	n, err := d.s.writeExec(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
-		tokenArg, leaseArg, null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
-		now.UnixMicro(), p.Actor, reason)
+	var created, expires int64
+	var leaseUntil sql.NullInt64
+	err := d.s.writeRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
+		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
+		p.Actor, reason).Scan(&created, &leaseUntil, &expires)
 	switch {
+	case errors.Is(err, errNoRows):
+		return nil, steps.ErrGuard
 	case err != nil:
 		return nil, mapErr("insert", err)
-	case n == 0:
-		return nil, steps.ErrGuard
 	}
-	return p.NewOperation(id, now, now.Add(p.Lease), now.Add(p.Retention)), nil
+	return p.NewOperation(id, fromMicro(created), micro(leaseUntil), fromMicro(expires)), nil
 }
 
 func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
-	op, err := d.s.GetByKey(ctx, tenant, key)
-	if err != nil {
-		return nil, false, err
-	}
-	return op, op.State == ledger.Executing && op.LeaseUntil.Before(d.s.now()), nil
+	var lapsed bool
+	op, err := scanOp(scanExtra{d.s.readRow(ctx, existingSQL, tenant, key), &lapsed})
+	return op, lapsed, mapErr("read existing", err)
 }
+
+// scanExtra scans the operation columns followed by extra destinations.
+type scanExtra struct {
+	row   row
+	extra any
+}
+
+func (r scanExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra)...) }
 
 func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, error) {
 	query, args, err := changeSQL(c)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
-	args = append([]any{c.ID, string(c.From), string(c.To), d.s.now().UnixMicro(), c.Actor, c.Reason}, args...)
+	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
 	op, err := scanOp(d.s.writeRow(ctx, query, args...))
 	if errors.Is(err, errNoRows) {
 		return nil, steps.ErrGuard
@@ -99,7 +125,7 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 	return op, mapErr(string(c.Step), err)
 }
 
-// changeSQL picks the statement for a change and its own parameters (?7 on).
+// changeSQL picks the statement for a change and its own parameters (?6 on).
 func changeSQL(c steps.Change) (string, []any, error) {
 	status, headers, body, err := responseArgs(c.Response)
 	switch c.Step {
@@ -122,8 +148,7 @@ func changeSQL(c steps.Change) (string, []any, error) {
 
 func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
 	var until int64
-	err := d.s.writeRow(ctx, heartbeatSQL, d.s.now().UnixMicro(), dur.Microseconds(), l.OpID, l.Token, l.Fence).
-		Scan(&until)
+	err := d.s.writeRow(ctx, heartbeatSQL, dur.Microseconds(), l.OpID, l.Token, l.Fence).Scan(&until)
 	if errors.Is(err, errNoRows) {
 		return time.Time{}, steps.ErrGuard
 	}
@@ -132,6 +157,12 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 	return d.s.Get(ctx, id)
+}
+
+func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
+	var token sql.NullString
+	err := d.s.readRow(ctx, `SELECT owner_token FROM idem_operations WHERE id = ?`, id).Scan(&token)
+	return token.String, mapErr("owner token", err)
 }
 
 // Reserve implements ledger.Store.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,8 @@ type Options struct {
 	// BusyTimeout is how long a writer waits for another process's write
 	// lock (default 10s).
 	BusyTimeout time.Duration
+	// MustExist refuses to create the file: for commands that only read.
+	MustExist bool
 }
 
 // ParseDSN reads "sqlite:PATH[?synchronous=MODE]" (a bare path is accepted).
@@ -77,13 +80,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if !slices.Contains(synchronousModes, sync) {
 		return nil, fmt.Errorf("sqlite: synchronous %q: want one of %v", opts.Synchronous, synchronousModes)
 	}
+	if opts.MustExist {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("sqlite: no store at %s: %w", path, ledger.ErrNoSchema)
+		}
+	}
 	if opts.Readers <= 0 {
 		opts.Readers = 4
 	}
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 10 * time.Second
 	}
-	base := "file:" + path + "?_pragma=busy_timeout(" + fmt.Sprint(opts.BusyTimeout.Milliseconds()) + ")" +
+	base := "file:" + uriPath.Replace(path) + "?_pragma=busy_timeout(" + fmt.Sprint(opts.BusyTimeout.Milliseconds()) + ")" +
 		"&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
 	write, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
@@ -105,6 +113,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// uriPath escapes what a file: URI would read as syntax in a path.
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Ping checks that both the writer and a reader answer.
 func (s *Store) Ping(ctx context.Context) error {
@@ -144,11 +155,15 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ledger.ErrNotFound)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", op, err)
+	case errors.As(err, &se) && strings.Contains(se.Error(), "no such table"):
+		return fmt.Errorf("%s: %w", op, ledger.ErrNoSchema)
 	case errors.As(err, &se):
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
 			sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY:
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+		case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_RANGE:
+			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)

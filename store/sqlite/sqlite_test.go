@@ -2,9 +2,11 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sqlitedrv "modernc.org/sqlite"
 
@@ -72,4 +74,16 @@ func TestMain(m *testing.M) {
 // for the same keys at the same moment.
 func TestRaceProcesses(t *testing.T) {
 	storetest.RaceProcesses(t, filepath.Join(t.TempDir(), "shared.db"), 2)
+}
+
+// TestOddPath: a file name with the characters a URI reads as syntax.
+func TestOddPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a?b#c%20d.db")
+	s := open(t, path, sqlite.Options{})
+	if _, err := s.Reserve(context.Background(), storetest.Params(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the store is not at the path given: %v", err)
+	}
 }

@@ -11,17 +11,17 @@ import (
 // records each in the history. The write lock serializes sweepers, in this
 // process or another, so each lapsed lease is expired once.
 const expireSQL = `UPDATE idem_operations SET state = 'unknown', owner_token = NULL, lease_until = NULL,
-	last_error = 'lease_expired', updated_at = ?1, expires_at = ?1 + retention_us,
-	last_actor = ?3, last_reason = 'lease expired'
-WHERE id IN (SELECT id FROM idem_operations WHERE state = 'executing' AND lease_until < ?1
-	ORDER BY lease_until LIMIT ?2)`
+	last_error = 'lease_expired', updated_at = ` + nowUS + `, expires_at = ` + nowUS + ` + retention_us,
+	last_actor = ?2, last_reason = 'lease expired'
+WHERE id IN (SELECT id FROM idem_operations WHERE state = 'executing' AND lease_until < ` + nowUS + `
+	ORDER BY lease_until LIMIT ?1)`
 
 // purgeSQL deletes a batch of prepared and final operations past their
 // retention; the delete trigger takes their history with them.
 const purgeSQL = `DELETE FROM idem_operations WHERE id IN (
 	SELECT id FROM idem_operations
-	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < ?1
-	ORDER BY expires_at LIMIT ?2)`
+	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < ` + nowUS + `
+	ORDER BY expires_at LIMIT ?1)`
 
 // ExpireLeases implements ledger.Store.
 func (s *Store) ExpireLeases(ctx context.Context, limit int) (int, error) {
@@ -37,6 +37,6 @@ func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...
 	if err := steps.BatchLimit(op, limit); err != nil {
 		return 0, err
 	}
-	n, err := s.writeExec(ctx, query, append([]any{s.now().UnixMicro(), limit}, args...)...)
+	n, err := s.writeExec(ctx, query, append([]any{limit}, args...)...)
 	return int(n), mapErr(op, err)
 }

@@ -1,0 +1,38 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/steps"
+	"github.com/idemgate/idemgate/ledger"
+	"path/filepath"
+)
+
+// TestExpireNeedsALapsedLease: the reserve path decides to expire a lease it
+// read as lapsed; if the lease is live by the time the statement runs, the
+// statement's own guard must refuse.
+func TestExpireNeedsALapsedLease(t *testing.T) {
+	c := context.Background()
+	dsn := filepath.Join(t.TempDir(), "l.db")
+	s, err := Open(c, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(c); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
+		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = driver{s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
+		ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
+	if !errors.Is(err, steps.ErrGuard) {
+		t.Fatalf("expiring a live lease: %v", err)
+	}
+}
