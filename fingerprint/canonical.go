@@ -54,26 +54,60 @@ func (w *writer) value(v any) error {
 	case float64:
 		return w.float(x)
 	case float32:
-		return w.float(float64(x))
-	case int:
-		return w.integer(int64(x))
-	case int64:
-		return w.integer(x)
-	case int32:
-		return w.integer(int64(x))
-	case uint64:
-		if x > MaxSafeInteger {
-			return w.fail(ErrUnsafeInteger, strconv.FormatUint(x, 10))
-		}
-		return w.integer(int64(x))
+		// The decimal a float32 stands for (0.1), not its binary
+		// expansion as a double (0.10000000149011612).
+		f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+		return w.float(f)
 	case map[string]any:
-		return w.object(x)
+		return w.nested(func() error { return w.object(x) })
 	case []any:
-		return w.array(x)
+		return w.nested(func() error { return w.array(x) })
 	default:
+		if n, ok := asInt64(v); ok {
+			return w.integer(n)
+		}
+		if u, ok := v.(uint64); ok {
+			return w.fail(ErrUnsafeInteger, strconv.FormatUint(u, 10))
+		}
 		return w.fail(ErrUnsupported, fmt.Sprintf("type %T", v))
 	}
 	return nil
+}
+
+// asInt64 widens Go's integer types; a uint64 beyond int64 is not one.
+func asInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint:
+		return int64(x), uint64(x) <= math.MaxInt64
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), x <= math.MaxInt64
+	}
+	return 0, false
+}
+
+// nested writes a container one level deeper, within the same depth limit
+// Parse applies, so that values built by code cannot recurse without end.
+func (w *writer) nested(write func() error) error {
+	if len(w.path) >= DefaultMaxDepth {
+		return w.fail(ErrTooDeep, fmt.Sprintf("limit %d", DefaultMaxDepth))
+	}
+	return write()
 }
 
 func (w *writer) integer(n int64) error {
@@ -105,6 +139,9 @@ func (w *writer) numberLiteral(lit string) error {
 func (w *writer) float(f float64) error {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return w.fail(ErrNumberRange, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	if unsafeInteger(f) {
+		return w.fail(ErrUnsafeInteger, strconv.FormatFloat(f, 'f', -1, 64))
 	}
 	w.buf = AppendNumber(w.buf, f)
 	return nil

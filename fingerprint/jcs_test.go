@@ -78,11 +78,23 @@ func TestES6Numbers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("line %d: %v", lines, err)
 		}
-		buf = fingerprint.AppendNumber(buf[:0], math.Float64frombits(bits))
+		f := math.Float64frombits(bits)
+		buf = fingerprint.AppendNumber(buf[:0], f)
 		if string(buf) != want {
 			failures++
 			if failures <= 10 {
 				t.Errorf("line %d: %s: got %s, want %s", lines, hexBits, buf, want)
+			}
+		}
+		// Through the parser too: the expected form canonicalizes to itself,
+		// except where the parser refuses integers beyond 2^53.
+		if abs := math.Abs(f); abs > fingerprint.MaxSafeInteger && abs < 1e21 {
+			continue
+		}
+		if got, err := fingerprint.Canonicalize([]byte(want), fingerprint.Limits{}); err != nil || string(got) != want {
+			failures++
+			if failures <= 10 {
+				t.Errorf("line %d: parsing %s: got %s, %v", lines, want, got, err)
 			}
 		}
 	}

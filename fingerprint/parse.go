@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -26,11 +28,12 @@ const (
 )
 
 // MaxSafeInteger is 2^53, the largest magnitude up to which every integer is
-// exactly representable as an IEEE-754 double. Integer literals beyond it are
-// refused rather than rounded: an amount of money must never change silently.
-// Only literals written as integers are checked: 1e20 is a float by its
-// writer's choice and is accepted, even though its canonical form is the
-// integer literal 100000000000000000000, which Parse would refuse.
+// exactly representable as an IEEE-754 double. Integers beyond it are refused
+// rather than rounded, however they are written (9007199254740993,
+// 9007199254740993.0, 90071992547409930e-1): an amount of money must never
+// change silently. From 1e21 on, ECMAScript writes numbers in exponent form
+// (1e+30), which says plainly that they are approximate, so those pass.
+// Numbers that underflow (1e-400) become 0, as in ECMAScript.
 const MaxSafeInteger = 1 << 53
 
 // The kinds of Error; test with errors.Is.
@@ -362,6 +365,7 @@ func (p *parser) escape() (rune, error) {
 		return r, nil
 	}
 	if r >= 0xDC00 {
+		p.pos -= 6
 		return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("lone low surrogate \\u%04x", r))
 	}
 	if p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
@@ -375,6 +379,7 @@ func (p *parser) escape() (rune, error) {
 		}
 		p.pos = at
 	}
+	p.pos -= 6 // point at the high surrogate itself
 	return 0, p.fail(ErrInvalidEscape, fmt.Sprintf("lone high surrogate \\u%04x", r))
 }
 
@@ -454,8 +459,27 @@ func checkNumber(lit string, integer bool) error {
 		}
 		return nil
 	}
-	if _, err := strconv.ParseFloat(lit, 64); err != nil {
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
 		return ErrNumberRange
 	}
+	if unsafeInteger(f) || (math.Abs(f) == MaxSafeInteger && !exact(lit, f)) {
+		return ErrUnsafeInteger
+	}
 	return nil
+}
+
+// exact reports whether the decimal literal lit is exactly f. Only asked at
+// 2^53, where 9007199254740993.0 lands after rounding.
+func exact(lit string, f float64) bool {
+	r, ok := new(big.Rat).SetString(lit)
+	return ok && r.Cmp(new(big.Rat).SetFloat64(f)) == 0
+}
+
+// unsafeInteger reports whether f lies beyond 2^53 but below 1e21, where
+// every double is an integer that ECMAScript prints in full, digits that
+// may not be the ones written.
+func unsafeInteger(f float64) bool {
+	abs := math.Abs(f)
+	return abs > MaxSafeInteger && abs < 1e21
 }

@@ -12,11 +12,12 @@ import (
 func TestCanonicalizeExamples(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{`{"b":1e30,"a":[333333333.33333329]}`, `{"a":[333333333.3333333],"b":1e+30}`},
-		{` [ 1 , 2.50 , -0 , 0.0 , 1E-7, 1e-6, 1e21, 1.2345678901234568e20, 1000000000000000 ] `, `[1,2.5,0,0,1e-7,0.000001,1e+21,123456789012345680000,1000000000000000]`},
+		{` [ 1 , 2.50 , -0 , 0.0 , 1E-7, 1e-6, 1e21, 1000000000000000 ] `, `[1,2.5,0,0,1e-7,0.000001,1e+21,1000000000000000]`},
 		{`9007199254740992`, `9007199254740992`},
 		{`-9007199254740992`, `-9007199254740992`},
-		{`9007199254740993.0`, `9007199254740992`}, // a float literal is a float: rounding is its nature
+		{`9007199254740992.0`, `9007199254740992`},
 		{`1e-400`, `0`},
+		{`[1e21,-1e21,1.5e300]`, `[1e+21,-1e+21,1.5e+300]`},
 		{`"\u00e9\ud83d\ude00\u2028/\u001f"`, "\"é😀\u2028/\\u001f\""},
 		{`{"\ue000":1,"\ud800\udc00":2}`, "{\"\U00010000\":2,\"\ue000\":1}"},
 		{`{"aa":1,"a":2,"b":{"z":null,"y":[true,false]}}`, `{"a":2,"aa":1,"b":{"y":[true,false],"z":null}}`},
@@ -66,6 +67,11 @@ func TestParseRefuses(t *testing.T) {
 		{"unsafe integer", `{"amount":9007199254740993}`, fingerprint.ErrUnsafeInteger, "path /amount"},
 		{"unsafe negative", `[-12345678901234567890]`, fingerprint.ErrUnsafeInteger, "path /0"},
 		{"huge", `[1e400]`, fingerprint.ErrNumberRange, "1e400"},
+		{"unsafe with fraction", `{"a":9007199254740993.0}`, fingerprint.ErrUnsafeInteger, "path /a"},
+		{"unsafe with exponent", `[90071992547409930e-1]`, fingerprint.ErrUnsafeInteger, "path /0"},
+		{"unsafe, exact but large", `[1.5e16]`, fingerprint.ErrUnsafeInteger, "path /0"},
+		{"unsafe float", `[1e20]`, fingerprint.ErrUnsafeInteger, "1e20"},
+		{"lone high offset", `["\ud800x"]`, fingerprint.ErrInvalidEscape, "offset 2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,12 +119,20 @@ func TestParseKeepsNumberLiterals(t *testing.T) {
 }
 
 func TestCanonicalOfBuiltValues(t *testing.T) {
-	got, err := fingerprint.Canonical(map[string]any{"n": 3, "f": 0.5, "u": uint64(7), "s": []any{"x", nil}})
+	got, err := fingerprint.Canonical(map[string]any{"n": 3, "f": 0.5, "u": uint64(7), "s": []any{"x", nil},
+		"i8": int8(-8), "u16": uint16(16), "f32": float32(0.1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(got) != `{"f":0.5,"n":3,"s":["x",null],"u":7}` {
+	if string(got) != `{"f":0.5,"f32":0.1,"i8":-8,"n":3,"s":["x",null],"u":7,"u16":16}` {
 		t.Fatalf("got %s", got)
+	}
+	var deep any = "x"
+	for range 100 {
+		deep = []any{deep}
+	}
+	if _, err := fingerprint.Canonical(deep); !errors.Is(err, fingerprint.ErrTooDeep) {
+		t.Fatalf("100 levels built in code: %v", err)
 	}
 	refused := []any{
 		map[string]any{"x": int64(1) << 60},
@@ -127,6 +141,8 @@ func TestCanonicalOfBuiltValues(t *testing.T) {
 		struct{}{},
 		json.Number("1e999"),
 		json.Number("18014398509481984"),
+		1e20,
+		uint64(1) << 63,
 	}
 	for _, v := range refused {
 		if _, err := fingerprint.Canonical(v); err == nil {

@@ -32,6 +32,7 @@ func (s State) Valid() bool { return slices.Contains(States, s) }
 // replayed, and nothing moves it again.
 func (s State) Final() bool { return s == Succeeded || s == Failed }
 
+// String names the state; None reads "(none)" in messages.
 func (s State) String() string {
 	if s == None {
 		return "(none)"
@@ -131,9 +132,13 @@ type TransitionError struct {
 	Step     Step
 }
 
+// Error says which move was refused.
 func (e *TransitionError) Error() string {
-	if e.To == None {
+	switch {
+	case e.To == None:
 		return fmt.Sprintf("illegal transition: %s from %s", e.Step, e.From)
+	case e.From == None && e.Step != StepReserve:
+		return fmt.Sprintf("illegal transition: %s cannot lead to %s", e.Step, e.To)
 	}
 	return fmt.Sprintf("illegal transition: %s from %s to %s", e.Step, e.From, e.To)
 }

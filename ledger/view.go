@@ -3,24 +3,30 @@ package ledger
 import "time"
 
 // View is an operation as the control API and the CLI render it (DESIGN.md,
-// "The HTTP contract"). It leaves out the stored body and headers (they may
-// hold personal data; the replay is the way to get them) and the owner token.
+// "The HTTP contract"), with its history. It leaves out the stored body and
+// headers (they may hold personal data; the replay is the way to get them)
+// and the owner token.
 type View struct {
-	ID          string         `json:"id"`
-	Key         string         `json:"key"`
-	Tenant      string         `json:"tenant"`
-	Route       string         `json:"route"`
-	State       State          `json:"state"`
-	Fingerprint string         `json:"fingerprint"`
-	Attempts    int            `json:"attempts"`
-	CreatedAt   time.Time      `json:"created_at"`
-	UpdatedAt   time.Time      `json:"updated_at"`
-	LeaseUntil  *time.Time     `json:"lease_until"`
-	ExpiresAt   time.Time      `json:"expires_at"`
-	Response    *ResponseView  `json:"response"`
-	Approval    *ApprovalView  `json:"approval"`
-	LastError   string         `json:"last_error,omitempty"`
-	History     []HistoryEntry `json:"history,omitempty"`
+	Summary
+	History []HistoryEntry `json:"history"`
+}
+
+// Summary is an operation without its history, as lists render it.
+type Summary struct {
+	ID          string        `json:"id"`
+	Key         string        `json:"key"`
+	Tenant      string        `json:"tenant"`
+	Route       string        `json:"route"`
+	State       State         `json:"state"`
+	Fingerprint string        `json:"fingerprint"`
+	Attempts    int           `json:"attempts"`
+	CreatedAt   time.Time     `json:"created_at"`
+	UpdatedAt   time.Time     `json:"updated_at"`
+	LeaseUntil  *time.Time    `json:"lease_until"`
+	ExpiresAt   time.Time     `json:"expires_at"`
+	Response    *ResponseView `json:"response"`
+	Approval    *ApprovalView `json:"approval"`
+	LastError   string        `json:"last_error,omitempty"`
 }
 
 // ResponseView is the part of a stored response a view shows.
@@ -46,13 +52,27 @@ type HistoryEntry struct {
 
 // ListView is a page of operations in a view.
 type ListView struct {
-	Operations []View  `json:"operations"`
-	Next       *string `json:"next"`
+	Operations []Summary `json:"operations"`
+	Next       *string   `json:"next"`
 }
 
-// NewView renders op, with its history when given.
+// NewView renders op with its history.
 func NewView(op *Operation, history []Event) View {
-	v := View{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, State: op.State,
+	v := View{Summary: NewSummary(op), History: []HistoryEntry{}}
+	for _, e := range history {
+		h := HistoryEntry{To: e.To, At: e.At.UTC(), Actor: e.Actor, Reason: e.Reason}
+		if e.From != None {
+			from := e.From
+			h.From = &from
+		}
+		v.History = append(v.History, h)
+	}
+	return v
+}
+
+// NewSummary renders op without its history.
+func NewSummary(op *Operation) Summary {
+	v := Summary{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, State: op.State,
 		Fingerprint: op.Fingerprint, Attempts: op.Attempts, CreatedAt: op.CreatedAt.UTC(),
 		UpdatedAt: op.UpdatedAt.UTC(), ExpiresAt: op.ExpiresAt.UTC(), LastError: op.LastError}
 	if !op.LeaseUntil.IsZero() {
@@ -65,22 +85,14 @@ func NewView(op *Operation, history []Event) View {
 	if op.Approval != nil {
 		v.Approval = &ApprovalView{ID: op.Approval.ID, Status: op.Approval.Status, ExpiresAt: op.Approval.ExpiresAt.UTC()}
 	}
-	for _, e := range history {
-		h := HistoryEntry{To: e.To, At: e.At.UTC(), Actor: e.Actor, Reason: e.Reason}
-		if e.From != None {
-			from := e.From
-			h.From = &from
-		}
-		v.History = append(v.History, h)
-	}
 	return v
 }
 
 // NewListView renders a page.
 func NewListView(p Page) ListView {
-	lv := ListView{Operations: make([]View, 0, len(p.Operations))}
+	lv := ListView{Operations: make([]Summary, 0, len(p.Operations))}
 	for _, op := range p.Operations {
-		lv.Operations = append(lv.Operations, NewView(op, nil))
+		lv.Operations = append(lv.Operations, NewSummary(op))
 	}
 	if p.Next != "" {
 		next := p.Next

@@ -1,23 +1,14 @@
 // Command idemgate makes API writes safe to retry. Each subcommand lives in
-// its own file; this one only assembles them and turns errors into exit codes.
+// its own file; this one only assembles them and turns an error into exit
+// status 1 with the reason on stderr.
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 )
-
-// exitError carries a specific exit code out of a subcommand.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
@@ -37,10 +28,6 @@ nobody knows what happened.`,
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "idemgate:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
 		os.Exit(1)
 	}
 }

@@ -150,7 +150,7 @@ func TestOps(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dsn := fresh(t)
 			c := context.Background()
-			s, err := openStore(c, dsn)
+			s, err := openStore(c, dsn, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,6 +221,16 @@ func TestOps(t *testing.T) {
 			}
 			if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 				t.Fatalf("ops show missing: %+v", r)
+			}
+			if name == "sqlite" {
+				missing := "sqlite:" + filepath.Join(t.TempDir(), "typo.db")
+				r := run(t, "", "ops", "list", "--store", missing)
+				if r.code != 1 || !strings.Contains(r.stderr, "idemgate migrate") {
+					t.Fatalf("ops list on a missing file: %+v", r)
+				}
+				if _, err := os.Stat(strings.TrimPrefix(missing, "sqlite:")); err == nil {
+					t.Fatal("ops list created the missing file")
+				}
 			}
 		})
 	}

@@ -15,7 +15,7 @@ func newMigrateCmd() *cobra.Command {
 to run twice, and from several processes at once: each migration is applied once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := openStore(cmd.Context(), dsn)
+			s, err := openStore(cmd.Context(), dsn, false)
 			if err != nil {
 				return err
 			}

@@ -39,7 +39,7 @@ func newOpsListCmd() *cobra.Command {
 				}
 				p.State = st
 			}
-			s, err := openStore(cmd.Context(), dsn)
+			s, err := openStore(cmd.Context(), dsn, true)
 			if err != nil {
 				return err
 			}
@@ -74,7 +74,7 @@ func newOpsShowCmd() *cobra.Command {
 		Short: "Show one operation and its history",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore(cmd.Context(), dsn)
+			s, err := openStore(cmd.Context(), dsn, true)
 			if err != nil {
 				return err
 			}

@@ -21,14 +21,17 @@ type migratingStore interface {
 	Migrate(ctx context.Context) error
 }
 
-// openStore opens the store a DSN names: sqlite:PATH or postgres://….
-func openStore(ctx context.Context, dsn string) (migratingStore, error) {
+// openStore opens the store a DSN names: sqlite:PATH or postgres://…. A
+// command that only reads passes readOnly, so that a mistyped path is an
+// error rather than a new, empty database.
+func openStore(ctx context.Context, dsn string, readOnly bool) (migratingStore, error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path, opts, err := sqlite.ParseDSN(dsn)
 		if err != nil {
 			return nil, err
 		}
+		opts.MustExist = readOnly
 		return sqlite.Open(ctx, path, opts)
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return postgres.Open(ctx, dsn, postgres.Options{})

@@ -104,6 +104,12 @@ func testValidation(t *testing.T, b Backend) {
 		"no retention":   func(p *ledger.ReserveParams) { p.Retention = 0 },
 		"negative lease": func(p *ledger.ReserveParams) { p.Lease = -time.Second },
 		"no actor":       func(p *ledger.ReserveParams) { p.Actor = "" },
+		"sub-µs lease":   func(p *ledger.ReserveParams) { p.Lease = time.Nanosecond },
+		"sub-µs retain":  func(p *ledger.ReserveParams) { p.Retention = time.Nanosecond },
+		"NUL in tenant":  func(p *ledger.ReserveParams) { p.Tenant = "ac\x00me" },
+		"bad UTF-8 key":  func(p *ledger.ReserveParams) { p.Key = "k\xff" },
+		"NUL in key":     func(p *ledger.ReserveParams) { p.Key = "k\x00" },
+		"bad UTF-8 bkey": func(p *ledger.ReserveParams) { p.BusinessKey = "\xfe" },
 	}
 	for name, mutate := range bad {
 		p := Params(Long)
@@ -116,8 +122,12 @@ func testValidation(t *testing.T, b Backend) {
 		t.Fatalf("invalid reservations left rows: %v %v", states(page.Operations), err)
 	}
 	op, l := reach(t, s, ledger.Executing)
-	_, err = s.Complete(c, l, ledger.Outcome{State: ledger.Unknown})
+	_, err = s.Complete(c, l, ledger.Outcome{State: ledger.Unknown, Response: &ledger.Response{Status: 200}})
 	wantErr(t, "complete to unknown", err, ledger.ErrInvalid)
+	_, err = s.Complete(c, l, ledger.Outcome{State: ledger.Succeeded})
+	wantErr(t, "complete without a response", err, ledger.ErrInvalid)
+	_, err = s.Release(c, l, ledger.Note{Reason: "bad\x00text"})
+	wantErr(t, "release with a NUL in its reason", err, ledger.ErrInvalid)
 	_, err = s.Heartbeat(c, l, 0)
 	wantErr(t, "zero heartbeat", err, ledger.ErrInvalid)
 	_, err = s.Acquire(c, ledger.AcquireParams{ID: op.ID, Actor: "x"})
@@ -174,6 +184,15 @@ func testTenants(t *testing.T, b Backend) {
 	page, err := s.List(c, ledger.ListParams{Tenant: "globex"})
 	if err != nil || len(page.Operations) != 1 || page.Operations[0].ID != g.Op.ID {
 		t.Fatalf("list globex: %v %v", ids(page.Operations), err)
+	}
+	// Retries in each tenant find their own operation: no replay across
+	// tenants, and no fingerprint mismatch against the other's request.
+	for _, want := range []ledger.Reservation{a, g} {
+		p.Tenant, p.Fingerprint = want.Op.Tenant, want.Op.Fingerprint
+		r, err := s.Reserve(c, p)
+		if err != nil || r.Op.ID != want.Op.ID || r.Created {
+			t.Fatalf("retry in %s: %+v %v", p.Tenant, r.Op, err)
+		}
 	}
 }
 

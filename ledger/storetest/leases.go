@@ -30,7 +30,7 @@ func testLeases(t *testing.T, b Backend) {
 	forged.Token = ledger.NewToken()
 	_, err = s.Heartbeat(c, forged, Long)
 	wantErr(t, "heartbeat with a forged token", err, ledger.ErrStaleOwner)
-	_, err = s.Complete(c, forged, ledger.Outcome{State: ledger.Succeeded})
+	_, err = s.Complete(c, forged, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 200}})
 	wantErr(t, "complete with a forged token", err, ledger.ErrStaleOwner)
 	if op := get(t, s, r.Op.ID); op.State != ledger.Executing {
 		t.Fatalf("forged token moved the operation to %s", op.State)
@@ -52,15 +52,18 @@ func testLeases(t *testing.T, b Backend) {
 	if len(h) != 2 || h[1].From != ledger.Executing || h[1].To != ledger.Unknown || h[1].Actor != ledger.ActorLeaseExpiry {
 		t.Fatalf("history of an expired lease: %+v", h)
 	}
-	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded})
+	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 200}})
 	wantErr(t, "complete after the lease expired", err, ledger.ErrStaleOwner, ledger.ErrIllegalTransition)
 	_, err = s.Heartbeat(c, *r.Lease, Long)
 	wantErr(t, "heartbeat after the lease expired", err, ledger.ErrStaleOwner)
 
-	// Until someone expires it, a lapsed lease's owner still owns the
-	// operation: its answer is the truth and is recorded.
+	// A lapsed lease is never extended, swept or not: it belongs to the
+	// expiry. But until someone expires it, its owner's answer is the truth
+	// and is recorded.
 	r = reserve(t, s, Params(Lapsing))
 	lapse()
+	_, err = s.Heartbeat(c, *r.Lease, Long)
+	wantErr(t, "heartbeat of a lapsed lease", err, ledger.ErrStaleOwner)
 	op, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
 	if err != nil || op.State != ledger.Succeeded {
 		t.Fatalf("late complete before any expiry: %v", err)
@@ -97,11 +100,18 @@ func testFencing(t *testing.T, b Backend) {
 	} {
 		wantErr(t, "stale owner "+name, call(), ledger.ErrStaleOwner)
 	}
-	// The stale token with the new fence is refused too: both must match.
+	// Both must match: the old token with the new fence is refused, and so
+	// is the new token with the old fence.
 	mixed := *nr.Lease
 	mixed.Token = old.Token
-	_, err = s.Complete(c, mixed, ledger.Outcome{State: ledger.Succeeded})
+	_, err = s.Complete(c, mixed, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 200}})
 	wantErr(t, "old token, new fence", err, ledger.ErrStaleOwner)
+	mixed = *nr.Lease
+	mixed.Fence = old.Fence
+	_, err = s.Complete(c, mixed, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 200}})
+	wantErr(t, "new token, old fence", err, ledger.ErrStaleOwner)
+	_, err = s.Heartbeat(c, mixed, Long)
+	wantErr(t, "heartbeat with new token, old fence", err, ledger.ErrStaleOwner)
 	op, err := s.Complete(c, *nr.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
 	if err != nil || op.State != ledger.Succeeded || op.Response.Status != 201 {
 		t.Fatalf("current owner's complete: %v", err)
@@ -116,7 +126,7 @@ func testFencing(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Failed})
+	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Failed, Response: &ledger.Response{Status: 422}})
 	wantErr(t, "complete after release and re-acquire", err, ledger.ErrStaleOwner)
 	if got := get(t, s, r.Op.ID); got.State != ledger.Executing || got.Fence != nr.Lease.Fence {
 		t.Fatalf("stale complete changed the operation: %s fence %d", got.State, got.Fence)

@@ -20,7 +20,11 @@ type modelOp struct {
 	attempts int
 	lapsed   bool           // executing under a lease that has run out
 	leases   []ledger.Lease // every lease ever issued, the current one last
+	owner    string         // the latest owner's token; cleared by an expiry
 }
+
+// expire is what the lease expiry does to op.
+func (op *modelOp) expire() { op.state, op.lapsed, op.owner = ledger.Unknown, false, "" }
 
 // model is a few lines of obvious code that says what the store must do.
 type model struct {
@@ -48,6 +52,7 @@ func testModel(t *testing.T, b Backend) {
 			"resolve":   m.resolve,
 			"deny":      m.deny,
 			"heartbeat": m.heartbeat,
+			"purge":     m.purge,
 			"":          m.check,
 		})
 	})
@@ -99,14 +104,14 @@ func (m *model) reserve(rt *rapid.T) {
 		}
 		op = &modelOp{id: res.Op.ID, fp: fp, state: p.State(), lapsed: lapsing}
 		if leased {
-			op.fence, op.attempts = 1, 1
+			op.fence, op.attempts, op.owner = 1, 1, res.Lease.Token
 			op.leases = append(op.leases, *res.Lease)
 		}
 		m.ops[key] = op
 		return
 	}
 	if op.state == ledger.Executing && op.lapsed {
-		op.state, op.lapsed = ledger.Unknown, false
+		op.expire()
 	}
 	if res.Op == nil || res.Op.ID != op.id || res.Created || res.Owned() {
 		rt.Fatalf("reserve of an existing key: %+v", res)
@@ -144,7 +149,7 @@ func (m *model) acquire(rt *rapid.T) {
 	if err != nil || res.Lease == nil {
 		rt.Fatalf("acquire from %s: %v", op.state, err)
 	}
-	op.state, op.lapsed = ledger.Executing, lapsing
+	op.state, op.lapsed, op.owner = ledger.Executing, lapsing, res.Lease.Token
 	op.fence++
 	op.attempts++
 	op.leases = append(op.leases, *res.Lease)
@@ -163,6 +168,12 @@ func (m *model) ownerStep(rt *rapid.T) {
 		to = rapid.SampledFrom([]ledger.State{ledger.Succeeded, ledger.Failed}).Draw(rt, "to")
 	}
 	got, err := attempt{step: step, to: to}.do(ctx(rt), m.s, &ledger.Operation{ID: op.id}, l)
+	if op.state == to && l.Fence == op.fence && l.Token == op.owner {
+		if err != nil || got.State != to {
+			rt.Fatalf("%s retried by its owner: %v", step, err)
+		}
+		return // the owner's retry of a step it made: nothing changes
+	}
 	if op.state != ledger.Executing || l.Fence != op.fence {
 		expectErr(rt, string(step)+" by a stale owner", err, ledger.ErrStaleOwner)
 		return
@@ -180,27 +191,34 @@ func (m *model) heartbeat(rt *rapid.T) {
 	}
 	l := rapid.SampledFrom(op.leases).Draw(rt, "lease")
 	_, err := m.s.Heartbeat(ctx(rt), l, Long)
-	if op.state != ledger.Executing || l.Fence != op.fence {
-		expectErr(rt, "heartbeat by a stale owner", err, ledger.ErrStaleOwner)
+	if op.state != ledger.Executing || l.Fence != op.fence || op.lapsed {
+		expectErr(rt, "heartbeat by a stale owner or of a lapsed lease", err, ledger.ErrStaleOwner)
 		return
 	}
 	if err != nil {
 		rt.Fatalf("heartbeat by the owner: %v", err)
 	}
-	op.lapsed = false
 }
 
 func (m *model) expire(rt *rapid.T) {
 	want := 0
 	for _, op := range m.ops {
 		if op.state == ledger.Executing && op.lapsed {
-			op.state, op.lapsed = ledger.Unknown, false
+			op.expire()
 			want++
 		}
 	}
 	n, err := m.s.ExpireLeases(ctx(rt), 100)
 	if err != nil || n != want {
 		rt.Fatalf("expire: %d, model %d, err %v", n, want, err)
+	}
+}
+
+// purge never touches anything here: every operation is inside its
+// retention, and executing or unknown ones would be kept anyway.
+func (m *model) purge(rt *rapid.T) {
+	if n, err := m.s.Purge(ctx(rt), 100); err != nil || n != 0 {
+		rt.Fatalf("purge inside retention: %d %v", n, err)
 	}
 }
 
@@ -229,6 +247,10 @@ func (m *model) nonOwner(rt *rapid.T, op *modelOp, step ledger.Step, to ledger.S
 }
 
 func (m *model) check(rt *rapid.T) {
+	page, err := m.s.List(ctx(rt), ledger.ListParams{Tenant: "acme"})
+	if err != nil || len(page.Operations) != len(m.ops) {
+		rt.Fatalf("list: %d operations, model %d, err %v", len(page.Operations), len(m.ops), err)
+	}
 	for key, want := range m.ops {
 		got, err := m.s.GetByKey(ctx(rt), "acme", key)
 		if err != nil {

@@ -103,6 +103,54 @@ func testLegalTransitions(t *testing.T, b Backend) {
 	}
 }
 
+// testOwnerRetry: an owner whose step committed but whose reply was lost
+// retries it with the same lease and is told it happened, with the operation
+// as stored; a different step, or any step once another owner has the
+// operation, is still refused.
+func testOwnerRetry(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, Params(Long))
+	first := &ledger.Response{Status: 201, Body: []byte(`{"id":"T-1"}`)}
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: first}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded,
+		Response: &ledger.Response{Status: 201, Body: []byte(`{"id":"T-2"}`)}})
+	if err != nil || string(again.Response.Body) != `{"id":"T-1"}` {
+		t.Fatalf("retried complete: %v, stored %+v", err, again)
+	}
+	if n := len(history(t, s, r.Op.ID)); n != 2 {
+		t.Fatalf("a retried complete wrote history: %d rows", n)
+	}
+	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Failed, Response: first})
+	wantErr(t, "complete retried with another outcome", err, ledger.ErrStaleOwner)
+
+	// Marked unknown, swept or resolved, re-sent by another owner: the first
+	// owner's retries are stale.
+	r = reserve(t, s, Params(Long))
+	if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "timeout"}); err != nil {
+		t.Fatalf("retried mark unknown: %v", err)
+	}
+	if _, err := s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "w2", Resend: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "timeout"})
+	wantErr(t, "retry after another owner took over", err, ledger.ErrStaleOwner)
+
+	// An expired lease's owner is not the owner of what the expiry did.
+	r = reserve(t, s, Params(Lapsing))
+	lapse()
+	if n, err := s.ExpireLeases(c, 10); err != nil || n != 1 {
+		t.Fatalf("expire: %d %v", n, err)
+	}
+	_, err = s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "timeout"})
+	wantErr(t, "mark unknown after the expiry did", err, ledger.ErrStaleOwner)
+}
+
 // testIllegalTransitions tries every other (state, step, target) and checks
 // that each is an error and changes nothing.
 func testIllegalTransitions(t *testing.T, b Backend) {
@@ -117,6 +165,9 @@ func testIllegalTransitions(t *testing.T, b Backend) {
 			tried++
 			name := fmt.Sprintf("%s %s→%s", a.step, from, a.to)
 			op, l := reach(t, s, from)
+			// Not the owner's own token: the owner's retry of a step it
+			// already made succeeds (see testOwnerRetry).
+			l.Token = ledger.NewToken()
 			before := get(t, s, op.ID)
 			hist := len(history(t, s, op.ID))
 			_, err := a.do(c, s, op, l)
@@ -145,6 +196,7 @@ func testIllegalTransitions(t *testing.T, b Backend) {
 	// Acquire on an operation that does not exist.
 	_, err := s.Acquire(c, ledger.AcquireParams{ID: "op_nope", Lease: time.Second, Actor: "w"})
 	wantErr(t, "acquire missing", err, ledger.ErrNotFound)
-	_, err = s.Complete(c, ledger.Lease{OpID: "op_nope", Token: "t", Fence: 1}, ledger.Outcome{State: ledger.Succeeded})
+	_, err = s.Complete(c, ledger.Lease{OpID: "op_nope", Token: "t", Fence: 1},
+		ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 200}})
 	wantErr(t, "complete missing", err, ledger.ErrNotFound)
 }
