@@ -26,13 +26,8 @@ const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerp
 	last_actor, last_reason)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN ` + nowUS + ` + ?9 END, ?10, ?11, ?12,
 	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14)
-ON CONFLICT (tenant, key) DO NOTHING`
-
-// insertedSQL reads back what reserveSQL computed. (INSERT … RETURNING
-// would save this read, but through the driver it keeps the WAL from ever
-// being reset, so that the log and every commit grow without bound: see
-// TestWALStaysBounded.)
-const insertedSQL = `SELECT created_at, lease_until, expires_at FROM idem_operations WHERE id = ?`
+ON CONFLICT (tenant, key) DO NOTHING
+RETURNING created_at, lease_until, expires_at`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the store's clock.
@@ -89,19 +84,16 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	if state == ledger.Executing {
 		attempts, reason, tokenArg = 1, "reserve with lease", token
 	}
-	n, err := d.s.writeExec(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
-		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
-		p.Actor, reason)
-	switch {
-	case err != nil:
-		return nil, mapErr("insert", err)
-	case n == 0:
-		return nil, steps.ErrGuard
-	}
 	var created, expires int64
 	var leaseUntil sql.NullInt64
-	if err := d.s.readRow(ctx, insertedSQL, id).Scan(&created, &leaseUntil, &expires); err != nil {
-		return nil, mapErr("insert: read back", err)
+	err := d.s.writeRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
+		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
+		p.Actor, reason).Scan(&created, &leaseUntil, &expires)
+	switch {
+	case errors.Is(err, errNoRows):
+		return nil, steps.ErrGuard
+	case err != nil:
+		return nil, mapErr("insert", err)
 	}
 	return p.NewOperation(id, fromMicro(created), micro(leaseUntil), fromMicro(expires)), nil
 }

@@ -88,9 +88,10 @@ func TestOddPath(t *testing.T) {
 	}
 }
 
-// TestWALStaysBounded: checkpoints keep resetting the write-ahead log. A
-// statement the driver leaves half-open (INSERT … RETURNING did) pins the
-// log, which then grows with every commit, and commits slow down with it.
+// TestWALStaysBounded: checkpoints keep resetting the write-ahead log. An
+// INSERT … RETURNING reset before it is stepped to the end (as QueryRow
+// does) pins the log, which then grows with every commit, and commits slow
+// down with it.
 func TestWALStaysBounded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wal.db")
 	s := open(t, path, sqlite.Options{Synchronous: "OFF"})

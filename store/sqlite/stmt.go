@@ -52,14 +52,44 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
-// writeRow runs one statement, in its own implicit transaction, on the
-// writer and returns its first row.
+// writeRow runs one statement with RETURNING, in its own implicit
+// transaction, on the writer and returns its first row.
 func (s *Store) writeRow(ctx context.Context, query string, args ...any) row {
 	st, err := s.writeStmts.get(ctx, query)
 	if err != nil {
 		return errRow{err}
 	}
-	return st.QueryRowContext(ctx, args...)
+	return drainedRow{ctx: ctx, st: st, args: args}
+}
+
+// drainedRow steps its statement to the end before closing it. Reset early,
+// as QueryRow does after the first row, an INSERT … RETURNING leaves the
+// WAL pinned: it is never reset, and grows by every commit (see
+// TestWALStaysBounded).
+type drainedRow struct {
+	ctx  context.Context
+	st   *sql.Stmt
+	args []any
+}
+
+func (r drainedRow) Scan(dest ...any) error {
+	rows, err := r.st.QueryContext(r.ctx, r.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	return rows.Close()
 }
 
 // writeExec runs one statement on the writer and returns the rows it changed.
