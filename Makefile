@@ -16,9 +16,10 @@ race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
 	go test -race -count=1 ./...
 
-# A short coverage-guided run of the canonicalizer on every CI run.
+# Short coverage-guided runs of the parsers on every CI run.
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fingerprint
+	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime 5s -fuzzminimizetime 2s ./httpidem
 
 # Benchmarks with the raw-SQL floor side by side (see README.md).
 bench:

@@ -1,0 +1,220 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// execute runs the handler for an operation this request owns, records its
+// outcome, and only then answers: a client never sees an answer that is not
+// stored, so its retry gets the same bytes.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *request, lease ledger.Lease, next http.Handler) {
+	// The outcome is recorded even if the client has gone: its retry must
+	// find it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
+	defer cancel()
+	defer m.waiters.signal(lease.OpID)
+	hb := m.heartbeat(ctx, lease, req.route.Lease)
+	defer hb.stop()
+	c := newCapture(w, m.opts.MaxResponse)
+	c.Header().Set(HeaderOperation, lease.OpID)
+	defer func() {
+		if p := recover(); p != nil {
+			// The handler may have done anything before it panicked.
+			m.leave(ctx, hb.stop(), "handler_panic", "the handler panicked", true)
+			panic(p)
+		}
+	}()
+	next.ServeHTTP(c, r)
+	lease = hb.stop()
+	if c.streamed {
+		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
+		return
+	}
+	m.finish(ctx, w, c, req, lease)
+}
+
+// recordTimeout bounds the store writes after a handler ran.
+const recordTimeout = 30 * time.Second
+
+// finish records the outcome the handler's status means, then answers.
+func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, c *capture, req *request, lease ledger.Lease) {
+	resp := c.response()
+	code := "http_" + strconv.Itoa(resp.Status)
+	var err error
+	switch req.route.Classify(resp.Status) {
+	case FateSucceeded:
+		_, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
+	case FateFailed:
+		_, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Failed, Response: resp,
+			Reason: code, ErrorCode: code})
+	case FateReleased:
+		_, err = m.opts.Store.Release(ctx, lease, ledger.Note{Reason: "not applied: " + code, ErrorCode: code})
+	case FateUnknown:
+		_, err = m.opts.Store.MarkUnknown(ctx, lease, ledger.Note{Reason: "handler answered " + code, ErrorCode: code})
+	}
+	if err != nil {
+		// The effect happened and this client deserves its answer; the
+		// operation stays executing, and its lease will make it unknown.
+		m.log(ctx, "record outcome", lease.OpID, err)
+	}
+	c.flush()
+}
+
+// leave marks the operation unknown (or releases it) when no outcome can be
+// recorded.
+func (m *Middleware) leave(ctx context.Context, lease ledger.Lease, code, reason string, unknown bool) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if unknown {
+		_, err = m.opts.Store.MarkUnknown(ctx, lease, ledger.Note{Reason: reason, ErrorCode: code})
+	} else {
+		_, err = m.opts.Store.Release(ctx, lease, ledger.Note{Reason: reason, ErrorCode: code})
+	}
+	if err != nil {
+		m.log(ctx, "record "+code, lease.OpID, err)
+	}
+}
+
+// heartbeater extends the lease while the handler runs longer than half
+// of it.
+type heartbeater struct {
+	mu      sync.Mutex
+	lease   ledger.Lease
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
+	hb := &heartbeater{lease: l, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(hb.stopped)
+		t := time.NewTicker(d / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-hb.done:
+				return
+			case <-t.C:
+			}
+			hb.mu.Lock()
+			next, err := m.opts.Store.Heartbeat(context.WithoutCancel(ctx), hb.lease, d)
+			if err == nil {
+				hb.lease = next
+			}
+			hb.mu.Unlock()
+			if errors.Is(err, ledger.ErrStaleOwner) {
+				m.log(ctx, "lease lost", l.OpID, err)
+				return
+			} else if err != nil {
+				m.log(ctx, "heartbeat", l.OpID, err)
+			}
+		}
+	}()
+	return hb
+}
+
+// stop ends the heartbeats and returns the latest lease.
+func (hb *heartbeater) stop() ledger.Lease {
+	hb.once.Do(func() { close(hb.done) })
+	<-hb.stopped
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.lease
+}
+
+// capture holds the handler's response until its outcome is recorded. A
+// response larger than max, or one the handler flushes, is streamed instead.
+type capture struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	buf      bytes.Buffer
+	max      int64
+	streamed bool
+}
+
+func newCapture(w http.ResponseWriter, max int64) *capture {
+	return &capture{w: w, header: http.Header{}, max: max}
+}
+
+func (c *capture) Header() http.Header { return c.header }
+
+func (c *capture) WriteHeader(status int) {
+	if c.status == 0 && status >= 200 {
+		c.status = status
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.streamed {
+		return c.w.Write(p)
+	}
+	if int64(c.buf.Len()+len(p)) > c.max {
+		c.stream()
+		return c.w.Write(p)
+	}
+	return c.buf.Write(p)
+}
+
+// Flush gives up capturing: a handler that streams cannot be replayed.
+func (c *capture) Flush() {
+	if !c.streamed {
+		c.stream()
+	}
+	if f, ok := c.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+func (c *capture) stream() {
+	c.streamed = true
+	c.flush()
+}
+
+// flush sends what is held.
+func (c *capture) flush() {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	h := c.w.Header()
+	for k, v := range c.header {
+		h[k] = v
+	}
+	c.w.WriteHeader(c.status)
+	_, _ = c.w.Write(c.buf.Bytes())
+	c.buf.Reset()
+}
+
+// hopByHop are the headers that describe one connection, not the response.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
+	"Trailer", "Transfer-Encoding", "Upgrade", HeaderOperation}
+
+// response is what is stored: status, headers minus hop-by-hop, body.
+func (c *capture) response() *ledger.Response {
+	h := c.header.Clone()
+	for _, name := range h.Values("Connection") {
+		h.Del(name)
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return &ledger.Response{Status: c.status, Header: h, Body: bytes.Clone(c.buf.Bytes())}
+}

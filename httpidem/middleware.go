@@ -1,0 +1,178 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Options configure the middleware. Store, Routes and Tenant are required.
+type Options struct {
+	Store  ledger.Store
+	Routes []Route
+	// Tenant names the caller's tenant; an error answers 401. Keys are
+	// scoped by tenant: the same key in two tenants is two operations.
+	Tenant func(r *http.Request) (string, error)
+	// Actor is recorded in each operation's history (default "httpidem").
+	Actor string
+	// Defaults for the routes: Lease 30s, Retention 24h, MaxBody 1 MiB.
+	Lease     time.Duration
+	Retention time.Duration
+	MaxBody   int64
+	// MaxResponse bounds a stored response (default 1 MiB). A larger one
+	// is streamed to the client and its operation left unknown: an answer
+	// that cannot be replayed must not look replayable.
+	MaxResponse int64
+	// MaxWait caps Prefer: wait (default 60s).
+	MaxWait time.Duration
+	// StatusBase, if set, is the control API prefix whose status resource
+	// problems link to (e.g. "/_idem/v1").
+	StatusBase string
+	Logger     *slog.Logger
+}
+
+// Middleware puts the idempotency contract in front of handlers.
+type Middleware struct {
+	opts    Options
+	routes  *router
+	waiters *waiters
+}
+
+// New checks opts and builds the middleware.
+func New(opts Options) (*Middleware, error) {
+	if opts.Store == nil || opts.Tenant == nil {
+		return nil, errors.New("httpidem: Store and Tenant are required")
+	}
+	setDefaults(&opts)
+	var routes []*route
+	for _, r := range opts.Routes {
+		c, err := compileRoute(r, &opts)
+		if err != nil {
+			return nil, fmt.Errorf("httpidem: %w", err)
+		}
+		routes = append(routes, c)
+	}
+	rt, err := newRouter(routes)
+	if err != nil {
+		return nil, fmt.Errorf("httpidem: %w", err)
+	}
+	return &Middleware{opts: opts, routes: rt, waiters: newWaiters()}, nil
+}
+
+func setDefaults(o *Options) {
+	if o.Actor == "" {
+		o.Actor = "httpidem"
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Retention <= 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = 1 << 20
+	}
+	if o.MaxResponse <= 0 {
+		o.MaxResponse = 1 << 20
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Handler wraps next: configured write routes get the contract, every other
+// request passes through untouched.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt := m.routes.match(r)
+		if rt == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.serve(w, r, rt, next)
+	})
+}
+
+// Wrap is Handler as a func(http.Handler) http.Handler, for middleware
+// chains.
+func (m *Middleware) Wrap() func(http.Handler) http.Handler { return m.Handler }
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, next http.Handler) {
+	req, p := m.readRequest(r, rt)
+	if p != nil {
+		p.Write(w)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(req.body))
+	if req.key == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	res, err := m.opts.Store.Reserve(r.Context(), m.reserveParams(req))
+	switch {
+	case err != nil:
+		m.problem(w, ProblemFor(err), res.Op)
+	case res.Owned():
+		m.execute(w, r, req, *res.Lease, next)
+	default:
+		m.existing(w, r, req, res.Op, next)
+	}
+}
+
+// existing answers a request whose key already has an operation.
+func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
+	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
+		op = m.wait(r.Context(), op, wait)
+	}
+	switch op.State {
+	case ledger.Succeeded, ledger.Failed:
+		m.replay(w, op)
+	case ledger.Executing:
+		p := NewProblem(CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")
+		p.RetryAfter = 1
+		m.problem(w, p, op)
+	case ledger.Unknown:
+		m.problem(w, NewProblem(CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
+			"re-sent; check the status resource, or ask an operator to resolve it"), op)
+	case ledger.Prepared:
+		m.acquire(w, r, req, op, next)
+	}
+}
+
+// acquire executes a prepared operation: one released after a definite
+// non-delivery (or a rate limit) is safe to run again.
+func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
+	res, err := m.opts.Store.Acquire(r.Context(), ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
+		Actor: m.opts.Actor, Reason: "retry after release"})
+	if errors.Is(err, ledger.ErrIllegalTransition) {
+		// Another retry took it first: answer as for any existing one.
+		if op, err = m.opts.Store.Get(r.Context(), op.ID); err == nil && op.State != ledger.Prepared {
+			m.existing(w, r, req, op, next)
+			return
+		}
+	}
+	if err != nil {
+		m.problem(w, ProblemFor(err), op)
+		return
+	}
+	m.execute(w, r, req, *res.Lease, next)
+}
+
+func (m *Middleware) problem(w http.ResponseWriter, p *Problem, op *ledger.Operation) {
+	p.For(op, m.opts.StatusBase).Write(w)
+}
+
+// log reports a store failure that the response cannot carry.
+func (m *Middleware) log(ctx context.Context, msg string, op string, err error) {
+	m.opts.Logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("operation_id", op), slog.String("error", err.Error()))
+}

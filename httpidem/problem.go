@@ -1,0 +1,143 @@
+// Package httpidem is the HTTP contract of idemgate (DESIGN.md, "The HTTP
+// contract") as net/http middleware: a Go service wraps its write handlers
+// and gets keyed reservation, fingerprint binding, replay, in-progress and
+// unknown answers, and problem responses. The gateway is built on it.
+package httpidem
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/idemgate/idemgate/fingerprint"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Problem codes, DESIGN.md's table, plus store_unavailable.
+const (
+	CodeMissingKey          = "missing_key"
+	CodeInvalidKey          = "invalid_key"
+	CodeInvalidCommand      = "invalid_command"
+	CodeFingerprintMismatch = "fingerprint_mismatch"
+	CodeInProgress          = "in_progress"
+	CodeOutcomeUnknown      = "outcome_unknown"
+	CodeConcurrencyLocked   = "concurrency_locked"
+	CodeApprovalDenied      = "approval_denied"
+	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeUpstreamUnavailable = "upstream_unavailable"
+	// CodeStoreUnavailable is not in DESIGN.md's table: when the ledger
+	// cannot be reached nothing is reserved and nothing is forwarded, and
+	// the client may retry with the same key.
+	CodeStoreUnavailable = "store_unavailable"
+	CodeNotFound         = "not_found"
+)
+
+// problemKinds is the one map from a problem code to its status and title.
+var problemKinds = map[string]struct {
+	status int
+	title  string
+}{
+	CodeMissingKey:          {http.StatusBadRequest, "Idempotency-Key required"},
+	CodeInvalidKey:          {http.StatusBadRequest, "Invalid Idempotency-Key"},
+	CodeInvalidCommand:      {http.StatusUnprocessableEntity, "Invalid command"},
+	CodeFingerprintMismatch: {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeInProgress:          {http.StatusConflict, "Operation in progress"},
+	CodeOutcomeUnknown:      {http.StatusConflict, "Outcome unknown"},
+	CodeConcurrencyLocked:   {http.StatusConflict, "Concurrency group locked"},
+	CodeApprovalDenied:      {http.StatusForbidden, "Approval denied"},
+	CodeUnauthorized:        {http.StatusUnauthorized, "Unauthorized"},
+	CodeForbidden:           {http.StatusForbidden, "Forbidden"},
+	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
+	CodeUpstreamUnavailable: {http.StatusBadGateway, "Upstream unavailable"},
+	CodeStoreUnavailable:    {http.StatusServiceUnavailable, "Idempotency store unavailable"},
+	CodeNotFound:            {http.StatusNotFound, "Not found"},
+}
+
+// Problem is an RFC 9457 problem detail with idemgate's members.
+type Problem struct {
+	Type        string       `json:"type"`
+	Title       string       `json:"title"`
+	Status      int          `json:"status"`
+	Detail      string       `json:"detail"`
+	Code        string       `json:"code"`
+	OperationID string       `json:"operation_id,omitempty"`
+	State       ledger.State `json:"state,omitempty"`
+	StatusURL   string       `json:"status_url,omitempty"`
+	RetryAfter  int          `json:"-"` // seconds; sent as Retry-After when set
+}
+
+// NewProblem returns the problem for code, with its status and title.
+func NewProblem(code, detail string) *Problem {
+	k, ok := problemKinds[code]
+	if !ok {
+		k.status, k.title = http.StatusInternalServerError, "Internal error"
+	}
+	return &Problem{Type: "urn:idemgate:problem:" + code, Title: k.title, Status: k.status, Detail: detail, Code: code}
+}
+
+// Error makes a Problem an error.
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// For attaches an operation: its id, state and status resource.
+func (p *Problem) For(op *ledger.Operation, statusBase string) *Problem {
+	if op != nil {
+		p.OperationID, p.State = op.ID, op.State
+		if statusBase != "" {
+			p.StatusURL = statusBase + "/operations/" + op.ID
+		}
+	}
+	return p
+}
+
+// WithStatus overrides the status (outcome_unknown is 502 or 504 on the
+// attempt that lost the answer, 409 on retries).
+func (p *Problem) WithStatus(status int) *Problem {
+	p.Status = status
+	return p
+}
+
+// Write sends the problem.
+func (p *Problem) Write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.OperationID != "" {
+		h.Set(HeaderOperation, p.OperationID)
+	}
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// ProblemFor maps an error to its problem: the one place where domain and
+// parser errors meet HTTP statuses.
+func ProblemFor(err error) *Problem {
+	var p *Problem
+	var fe *fingerprint.Error
+	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.Is(err, fingerprint.ErrTooLarge):
+		return NewProblem(CodePayloadTooLarge, err.Error())
+	case errors.As(err, &fe):
+		return NewProblem(CodeInvalidCommand, err.Error())
+	case errors.Is(err, ledger.ErrFingerprintMismatch):
+		return NewProblem(CodeFingerprintMismatch,
+			"this Idempotency-Key was first used with a different request; use a new key for a new request")
+	case errors.Is(err, ledger.ErrNotFound):
+		return NewProblem(CodeNotFound, "no such operation")
+	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, ledger.ErrNoSchema):
+		p := NewProblem(CodeStoreUnavailable, "the idempotency store cannot be reached; nothing was done, retry with the same key")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, ledger.ErrInvalid):
+		return NewProblem(CodeInvalidCommand, err.Error())
+	}
+	p = NewProblem("internal", "internal error")
+	return p
+}

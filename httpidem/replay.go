@@ -1,0 +1,141 @@
+package httpidem
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// replay sends a final operation's stored response, byte for byte, marked
+// as a replay.
+func (m *Middleware) replay(w http.ResponseWriter, op *ledger.Operation) {
+	if op.Response == nil {
+		m.replayWithoutResponse(w, op)
+		return
+	}
+	h := w.Header()
+	for k, v := range op.Response.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set(HeaderReplayed, "true")
+	h.Set(HeaderOperation, op.ID)
+	w.WriteHeader(op.Response.Status)
+	_, _ = w.Write(op.Response.Body)
+}
+
+// replayWithoutResponse answers for an operation that ended without a stored
+// answer: denied, or resolved by an operator who did not know it.
+func (m *Middleware) replayWithoutResponse(w http.ResponseWriter, op *ledger.Operation) {
+	if op.State == ledger.Failed && op.LastError == "approval_denied" {
+		m.problem(w, NewProblem(CodeApprovalDenied, "the approval for this operation was denied"), op)
+		return
+	}
+	status := http.StatusOK
+	if op.State == ledger.Failed {
+		status = http.StatusUnprocessableEntity
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(HeaderReplayed, "true")
+	w.Header().Set(HeaderOperation, op.ID)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(ledger.NewSummary(op))
+}
+
+// preferWait reads "Prefer: wait=N" (RFC 7240), capped at max.
+func preferWait(r *http.Request, max time.Duration) (time.Duration, bool) {
+	for _, v := range r.Header.Values(HeaderPrefer) {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			secs, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || secs <= 0 {
+				continue
+			}
+			return min(time.Duration(secs)*time.Second, max), true
+		}
+	}
+	return 0, false
+}
+
+// wait waits for an executing operation to leave executing, bounded by d,
+// the request and the lease: a lease that lapses will not end well, and the
+// answer then is the state the operation is in.
+func (m *Middleware) wait(ctx context.Context, op *ledger.Operation, d time.Duration) *ledger.Operation {
+	deadline := time.Now().Add(d)
+	if !op.LeaseUntil.IsZero() && op.LeaseUntil.Before(deadline) {
+		deadline = op.LeaseUntil.Add(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	done := m.waiters.wait(op.ID)
+	defer m.waiters.forget(op.ID, done)
+	poll := 10 * time.Millisecond
+	for op.State == ledger.Executing {
+		select {
+		case <-ctx.Done():
+			return op
+		case <-done: // finished in this process
+		case <-time.After(poll): // or in another one
+			poll = min(poll*2, 250*time.Millisecond)
+		}
+		latest, err := m.opts.Store.Get(context.WithoutCancel(ctx), op.ID)
+		if err != nil {
+			return op
+		}
+		op = latest
+	}
+	return op
+}
+
+// waiters lets requests waiting for an operation hear at once that this
+// process finished it; other processes' completions are found by polling.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string]*waiter
+}
+
+type waiter struct {
+	ch    chan struct{}
+	count int
+}
+
+func newWaiters() *waiters { return &waiters{m: map[string]*waiter{}} }
+
+func (w *waiters) wait(id string) chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt := w.m[id]
+	if wt == nil {
+		wt = &waiter{ch: make(chan struct{})}
+		w.m[id] = wt
+	}
+	wt.count++
+	return wt.ch
+}
+
+func (w *waiters) forget(id string, ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt := w.m[id]; wt != nil && wt.ch == ch {
+		if wt.count--; wt.count == 0 {
+			delete(w.m, id)
+		}
+	}
+}
+
+func (w *waiters) signal(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt := w.m[id]; wt != nil {
+		close(wt.ch)
+		delete(w.m, id)
+	}
+}

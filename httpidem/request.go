@@ -1,0 +1,170 @@
+package httpidem
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/idemgate/idemgate/fingerprint"
+	"github.com/idemgate/idemgate/internal/jsonptr"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// request is a keyed write, read and checked, ready to be reserved.
+type request struct {
+	route       *route
+	tenant      string
+	key         string // "" when absent and not required
+	body        []byte // as received, forwarded unchanged
+	command     any    // parsed and validated
+	fingerprint string
+}
+
+// readRequest reads and checks everything about r before anything is
+// reserved: a refusal here changes nothing.
+func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem) {
+	req := &request{route: rt}
+	var present bool
+	var err error
+	if rt.keyHeader != "" {
+		if req.key, present, err = keyFromHeader(r, rt.keyHeader); err != nil {
+			return nil, NewProblem(CodeInvalidKey, err.Error())
+		}
+		if !present && rt.requireKey {
+			return nil, NewProblem(CodeMissingKey, "this route requires an "+rt.keyHeader+" header: "+
+				"one value per intended action, reused on every retry of it")
+		}
+	}
+	if req.body, err = readBody(r, rt.MaxBody); err != nil {
+		return nil, ProblemFor(err)
+	}
+	if !present && rt.keyPointer == nil {
+		return req, nil // keyless, not required: passes through unrecorded
+	}
+	if req.tenant, err = m.opts.Tenant(r); err != nil {
+		return nil, NewProblem(CodeUnauthorized, err.Error())
+	}
+	if p := req.parseCommand(); p != nil {
+		return nil, p
+	}
+	if rt.keyPointer != nil {
+		if p := req.keyFromBody(); p != nil {
+			return nil, p
+		}
+	}
+	if req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template,
+		Tenant: req.tenant, Command: req.command, Headers: fingerprintHeaders(r, rt.Headers)}); err != nil {
+		return nil, NewProblem(CodeInvalidCommand, err.Error())
+	}
+	return req, nil
+}
+
+// readBody reads at most max bytes; a larger body is ErrTooLarge.
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, tooLarge(r.ContentLength, max)
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, NewProblem(CodeInvalidCommand, "reading the body: "+err.Error())
+	}
+	if int64(len(data)) > max {
+		return nil, tooLarge(-1, max)
+	}
+	return data, nil
+}
+
+func tooLarge(size, max int64) error {
+	if size < 0 {
+		return fmt.Errorf("%w: body over %d bytes", fingerprint.ErrTooLarge, max)
+	}
+	return fmt.Errorf("%w: body of %d bytes, limit %d", fingerprint.ErrTooLarge, size, max)
+}
+
+// parseCommand parses the body (none is a null command), validates it and
+// removes the ignored members.
+func (req *request) parseCommand() *Problem {
+	rt := req.route
+	if len(bytes.TrimSpace(req.body)) > 0 {
+		cmd, err := fingerprint.Parse(req.body, fingerprint.Limits{MaxBytes: int(rt.MaxBody)})
+		if err != nil {
+			return ProblemFor(err)
+		}
+		req.command = cmd
+	}
+	if rt.Validate != nil {
+		cmd, err := rt.Validate(req.command)
+		if err != nil {
+			return NewProblem(CodeInvalidCommand, err.Error())
+		}
+		req.command = cmd
+	}
+	for _, toks := range rt.ignore {
+		jsonptr.Remove(req.command, toks)
+	}
+	return nil
+}
+
+// keyFromBody takes the key from a JSON Pointer (a webhook's delivery id).
+func (req *request) keyFromBody() *Problem {
+	v, ok := jsonptr.Get(req.command, req.route.keyPointer)
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	}
+	if !ok || s == "" {
+		return NewProblem(CodeMissingKey, "the body has no key at "+req.route.KeyFrom)
+	}
+	key, err := ParseKey(s)
+	if err != nil {
+		return NewProblem(CodeInvalidKey, err.Error())
+	}
+	req.key = key
+	return nil
+}
+
+// fingerprintHeaders picks the route's named headers; one that is absent is
+// fingerprinted as empty.
+func fingerprintHeaders(r *http.Request, names []string) map[string]string {
+	if len(names) == 0 {
+		return nil
+	}
+	h := make(map[string]string, len(names))
+	for _, n := range names {
+		h[n] = strings.Join(r.Header.Values(n), ", ")
+	}
+	return h
+}
+
+// pointerValue returns the value at toks as a key string ("" if absent).
+func pointerValue(doc any, toks []string) string {
+	if toks == nil {
+		return ""
+	}
+	v, ok := jsonptr.Get(doc, toks)
+	if !ok || v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := fingerprint.Canonical(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// reserveParams is what the ledger is asked to reserve for req.
+func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
+	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.Method + " " + req.route.template,
+		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
+		BusinessKey: pointerValue(req.command, req.route.business), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
+		Actor: m.opts.Actor}
+}

@@ -1,0 +1,182 @@
+package httpidem
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/jsonptr"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Route is one idempotent write: a method and a path template in
+// net/http's pattern syntax ("/v1/tickets/{id}"), and its policies. Zero
+// fields take the middleware's defaults.
+type Route struct {
+	Method  string
+	Pattern string
+	// RequireKey defaults to true for POST and PATCH, false otherwise; a
+	// keyless request to a route that does not require one passes through
+	// unrecorded.
+	RequireKey *bool
+	// KeyFrom takes the key from elsewhere: "header:X-Delivery-Id" or
+	// "body:/event_id" (webhooks, alerts). Default: Idempotency-Key.
+	KeyFrom string
+	// Headers are fingerprinted with the body; Ignore lists JSON Pointers
+	// removed from the command before it is fingerprinted.
+	Headers []string
+	Ignore  []string
+	// Validate checks the command and may return it changed (schema
+	// defaults applied) before it is fingerprinted; an error is 422
+	// invalid_command and nothing is reserved.
+	Validate func(command any) (any, error)
+	// BusinessKey and ConcurrencyKey are JSON Pointers into the command.
+	BusinessKey, ConcurrencyKey string
+	// Classify maps the handler's status to the operation's fate; default
+	// DefaultClassify.
+	Classify  func(status int) Fate
+	Lease     time.Duration
+	Retention time.Duration
+	MaxBody   int64
+}
+
+// Fate is what a response means for its operation.
+type Fate int
+
+// The fates of DESIGN.md's outcome mapping.
+const (
+	FateSucceeded Fate = iota // stored, replayed
+	FateFailed                // a definite refusal: stored, replayed
+	FateReleased              // definitely not applied (e.g. 429): safe to retry
+	FateUnknown               // may have been applied: never silently re-run
+)
+
+// DefaultClassify is DESIGN.md's mapping: 2xx (and 3xx) succeeded; 4xx
+// failed, except 408, 409, 425 and 429, which say "not now" and release the
+// operation; 5xx unknown.
+func DefaultClassify(status int) Fate {
+	switch {
+	case status < 400:
+		return FateSucceeded
+	case status == 408, status == 409, status == 425, status == 429:
+		return FateReleased
+	case status < 500:
+		return FateFailed
+	}
+	return FateUnknown
+}
+
+// route is a Route ready to serve.
+type route struct {
+	Route
+	template   string // the fingerprinted route: Pattern
+	keyHeader  string
+	keyPointer []string
+	ignore     [][]string
+	business   []string
+	concurrent []string
+	requireKey bool
+}
+
+func compileRoute(r Route, o *Options) (*route, error) {
+	if r.Method == "" || !strings.HasPrefix(r.Pattern, "/") {
+		return nil, fmt.Errorf("route %q %q: want a method and a path starting with /", r.Method, r.Pattern)
+	}
+	c := &route{Route: r, template: r.Pattern, keyHeader: HeaderKey}
+	c.Method = strings.ToUpper(r.Method)
+	c.requireKey = c.Method == http.MethodPost || c.Method == http.MethodPatch
+	if r.RequireKey != nil {
+		c.requireKey = *r.RequireKey
+	}
+	if err := c.compileKeyFrom(); err != nil {
+		return nil, err
+	}
+	var err error
+	for _, p := range r.Ignore {
+		toks, perr := jsonptr.Parse(p)
+		if perr != nil || len(toks) == 0 {
+			return nil, fmt.Errorf("route %s %s: fingerprint.ignore %q: %v", c.Method, c.Pattern, p, perr)
+		}
+		c.ignore = append(c.ignore, toks)
+	}
+	if c.business, err = jsonptr.Parse(r.BusinessKey); err != nil {
+		return nil, err
+	}
+	if c.concurrent, err = jsonptr.Parse(r.ConcurrencyKey); err != nil {
+		return nil, err
+	}
+	c.defaults(o)
+	return c, nil
+}
+
+func (c *route) compileKeyFrom() error {
+	switch kind, ref, _ := strings.Cut(c.KeyFrom, ":"); kind {
+	case "":
+	case "header":
+		if ref == "" {
+			return fmt.Errorf("route %s %s: key_from header: needs a name", c.Method, c.Pattern)
+		}
+		c.keyHeader = http.CanonicalHeaderKey(ref)
+	case "body":
+		toks, err := jsonptr.Parse(ref)
+		if err != nil || len(toks) == 0 {
+			return fmt.Errorf("route %s %s: key_from %q: want body:/pointer", c.Method, c.Pattern, c.KeyFrom)
+		}
+		c.keyHeader, c.keyPointer = "", toks
+	default:
+		return fmt.Errorf("route %s %s: key_from %q: want header:NAME or body:/pointer", c.Method, c.Pattern, c.KeyFrom)
+	}
+	return nil
+}
+
+func (c *route) defaults(o *Options) {
+	if c.Classify == nil {
+		c.Classify = DefaultClassify
+	}
+	if c.Lease <= 0 {
+		c.Lease = o.Lease
+	}
+	if c.Retention <= 0 {
+		c.Retention = o.Retention
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = o.MaxBody
+	}
+	if c.Lease < ledger.MinDuration {
+		c.Lease = 30 * time.Second
+	}
+}
+
+// router finds the route of a request with net/http's own pattern matching.
+type router struct {
+	mux    *http.ServeMux
+	routes map[string]*route // by "METHOD pattern"
+}
+
+type marker struct{}
+
+func (marker) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+func newRouter(routes []*route) (rt *router, err error) {
+	rt = &router{mux: http.NewServeMux(), routes: map[string]*route{}}
+	defer func() {
+		if p := recover(); p != nil { // ServeMux panics on conflicting patterns
+			rt, err = nil, fmt.Errorf("routes: %v", p)
+		}
+	}()
+	for _, r := range routes {
+		pattern := r.Method + " " + r.Pattern
+		rt.mux.Handle(pattern, marker{})
+		rt.routes[pattern] = r
+	}
+	return rt, nil
+}
+
+func (rt *router) match(r *http.Request) *route {
+	h, pattern := rt.mux.Handler(r)
+	if _, ok := h.(marker); !ok {
+		return nil
+	}
+	return rt.routes[pattern]
+}
