@@ -25,6 +25,8 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	defer hb.stop()
 	c := newCapture(w, m.opts.MaxResponse)
 	c.Header().Set(HeaderOperation, lease.OpID)
+	exec := &Execution{key: req.key, lease: lease}
+	r = r.WithContext(withExecution(r.Context(), exec))
 	defer func() {
 		if p := recover(); p != nil {
 			// The handler may have done anything before it panicked.
@@ -38,18 +40,22 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
 		return
 	}
-	m.finish(ctx, w, c, req, lease)
+	m.finish(ctx, c, req, exec, lease)
 }
 
 // recordTimeout bounds the store writes after a handler ran.
 const recordTimeout = 30 * time.Second
 
 // finish records the outcome the handler's status means, then answers.
-func (m *Middleware) finish(ctx context.Context, w http.ResponseWriter, c *capture, req *request, lease ledger.Lease) {
+func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec *Execution, lease ledger.Lease) {
 	resp := c.response()
 	code := "http_" + strconv.Itoa(resp.Status)
+	fate := req.route.Classify(resp.Status)
+	if f, settledCode, ok := exec.settled(); ok {
+		fate, code = f, settledCode
+	}
 	var err error
-	switch req.route.Classify(resp.Status) {
+	switch fate {
 	case FateSucceeded:
 		_, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
 	case FateFailed:

@@ -142,6 +142,10 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 		p.RetryAfter = 1
 		m.problem(w, p, op)
 	case ledger.Unknown:
+		if req.route.Resend {
+			m.acquire(w, r, req, op, next)
+			return
+		}
 		m.problem(w, NewProblem(CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
 			"re-sent; check the status resource, or ask an operator to resolve it"), op)
 	case ledger.Prepared:
@@ -149,17 +153,31 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 	}
 }
 
-// acquire executes a prepared operation: one released after a definite
-// non-delivery (or a rate limit) is safe to run again.
+// acquire executes a prepared operation (one released after a definite
+// non-delivery or a rate limit is safe to run again), or re-sends an unknown
+// one where the route allows it.
 func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
+	resend := op.State == ledger.Unknown
+	reason := "retry after release"
+	if resend {
+		reason = "re-sent with the same key: the upstream honours it"
+	}
 	res, err := m.opts.Store.Acquire(r.Context(), ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
-		Actor: m.opts.Actor, Reason: "retry after release"})
+		Actor: m.opts.Actor, Reason: reason, Resend: resend})
 	if errors.Is(err, ledger.ErrIllegalTransition) {
 		// Another retry took it first: answer as for any existing one.
-		if op, err = m.opts.Store.Get(r.Context(), op.ID); err == nil && op.State != ledger.Prepared {
-			m.existing(w, r, req, op, next)
-			return
+		latest, gerr := m.opts.Store.Get(r.Context(), op.ID)
+		switch {
+		case gerr != nil:
+			m.problem(w, ProblemFor(gerr), op)
+		case latest.State == ledger.Prepared || latest.State == ledger.Unknown:
+			p := NewProblem(CodeInProgress, "another retry is taking this operation; retry with the same key")
+			p.RetryAfter = 1
+			m.problem(w, p, latest)
+		default:
+			m.existing(w, r, req, latest, next)
 		}
+		return
 	}
 	if err != nil {
 		m.problem(w, ProblemFor(err), op)

@@ -34,8 +34,11 @@ type Route struct {
 	// BusinessKey and ConcurrencyKey are JSON Pointers into the command.
 	BusinessKey, ConcurrencyKey string
 	// Classify maps the handler's status to the operation's fate; default
-	// DefaultClassify.
-	Classify  func(status int) Fate
+	// DefaultClassify. A handler may instead Settle it (see Execution).
+	Classify func(status int) Fate
+	// Resend allows running an unknown operation again, for upstreams that
+	// honour the key (they deduplicate the re-sent request themselves).
+	Resend    bool
 	Lease     time.Duration
 	Retention time.Duration
 	MaxBody   int64

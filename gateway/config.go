@@ -1,0 +1,413 @@
+// Package gateway is `idemgate serve`: a reverse proxy that puts the
+// idempotency contract (package httpidem) in front of any HTTP API, holds
+// the upstream credentials, authenticates agents by bearer token, and
+// serves the control API.
+package gateway
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the YAML of DESIGN.md, "Configuration".
+type Config struct {
+	Listen     string               `yaml:"listen"`
+	Store      string               `yaml:"store"`
+	Upstreams  map[string]*Upstream `yaml:"upstreams"`
+	Principals []*Principal         `yaml:"principals"`
+	Routes     []*RouteConfig       `yaml:"routes"`
+	// Instance names this gateway in operation histories (default: host name).
+	Instance string `yaml:"instance"`
+	// SweepInterval and PurgeInterval pace the background work (1s, 1m);
+	// ShutdownTimeout bounds a graceful stop (20s).
+	SweepInterval   time.Duration `yaml:"sweep_interval"`
+	PurgeInterval   time.Duration `yaml:"purge_interval"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MaxResponse bounds a stored upstream answer (1MiB).
+	MaxResponse Size `yaml:"max_response"`
+
+	file string
+}
+
+// Upstream is an API behind the gateway, with the credentials the gateway
+// adds for it.
+type Upstream struct {
+	URL        string            `yaml:"url"`
+	Timeout    time.Duration     `yaml:"timeout"`
+	Headers    map[string]string `yaml:"headers"`
+	ForwardKey bool              `yaml:"forward_key"`
+	HonoursKey bool              `yaml:"honours_key"`
+	// MaxConns sizes the idle connection pool to the expected concurrency.
+	MaxConns int `yaml:"max_conns"`
+
+	line   int
+	target *url.URL
+}
+
+// Principal is a caller: a bearer token (stored as its SHA-256) mapped to a
+// name, a tenant and roles.
+type Principal struct {
+	Name        string   `yaml:"name"`
+	Tenant      string   `yaml:"tenant"`
+	Roles       []string `yaml:"roles"`
+	TokenSHA256 string   `yaml:"token_sha256"`
+
+	line int
+	hash []byte
+}
+
+// RouteConfig is one configured method and path.
+type RouteConfig struct {
+	Match       string        `yaml:"match"`
+	Upstream    string        `yaml:"upstream"`
+	RequireKey  *bool         `yaml:"require_key"`
+	Retention   time.Duration `yaml:"retention"`
+	Lease       time.Duration `yaml:"lease"`
+	MaxBody     Size          `yaml:"max_body"`
+	Fingerprint struct {
+		Headers []string `yaml:"headers"`
+		Ignore  []string `yaml:"ignore"`
+	} `yaml:"fingerprint"`
+	Schema         string `yaml:"schema"`
+	BusinessKey    string `yaml:"business_key"`
+	KeyFrom        string `yaml:"key_from"`
+	ConcurrencyKey string `yaml:"concurrency_key"`
+	// Outcomes lists upstream statuses known to mean "not applied" (the
+	// operation is released) or "final" (stored and replayed), beyond
+	// DESIGN.md's defaults.
+	Outcomes struct {
+		NotApplied []int `yaml:"not_applied"`
+		Final      []int `yaml:"final"`
+	} `yaml:"outcomes"`
+	// Roles, if set, are the roles allowed to call the route.
+	Roles    []string  `yaml:"roles"`
+	Approval yaml.Node `yaml:"approval"`
+
+	line    int
+	method  string
+	pattern string
+}
+
+// Size is a byte count written as 1024, 64KiB, 1MiB, 2MB...
+type Size int64
+
+// UnmarshalYAML reads a Size.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*s = Size(v)
+	return nil
+}
+
+var sizeUnits = map[string]int64{"": 1, "B": 1, "KB": 1000, "KiB": 1 << 10, "MB": 1000 * 1000, "MiB": 1 << 20,
+	"GB": 1000 * 1000 * 1000, "GiB": 1 << 30}
+
+var sizePattern = regexp.MustCompile(`^\s*(\d+)\s*([A-Za-z]*)\s*$`)
+
+// ParseSize reads "1MiB" and its kin.
+func ParseSize(s string) (int64, error) {
+	m := sizePattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("size %q: want a number of bytes, e.g. 1MiB", s)
+	}
+	unit, ok := sizeUnits[m[2]]
+	if !ok {
+		return 0, fmt.Errorf("size %q: unknown unit %q (B, KB, KiB, MB, MiB, GB, GiB)", s, m[2])
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number", s)
+	}
+	return n * unit, nil
+}
+
+// LoadConfig reads, expands and checks a configuration file. Every mistake
+// is an error naming the file and line.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig is LoadConfig on data already read; name is used in errors
+// and to resolve relative schema paths.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(name, err)
+	}
+	if len(root.Content) == 0 {
+		return nil, fmt.Errorf("%s: empty configuration", name)
+	}
+	if err := expandEnv(name, &root); err != nil {
+		return nil, err
+	}
+	if err := checkKnown(name, root.Content[0], reflect.TypeOf(Config{})); err != nil {
+		return nil, err
+	}
+	cfg := &Config{file: name}
+	if err := root.Decode(cfg); err != nil {
+		return nil, yamlError(name, err)
+	}
+	recordLines(&root, cfg)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// checkKnown refuses any mapping key that names no field, at its line. (The
+// decoder's own check is lost once the tree has been expanded, and a typo in
+// a policy must not silently turn it off.)
+func checkKnown(file string, n *yaml.Node, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case n.Kind == yaml.AliasNode:
+		return checkKnown(file, n.Alias, t)
+	case t == reflect.TypeOf(yaml.Node{}):
+		return nil
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			f, ok := yamlField(t, n.Content[i].Value)
+			if !ok {
+				return fmt.Errorf("%s:%d: unknown key %q", file, n.Content[i].Line, n.Content[i].Value)
+			}
+			if err := checkKnown(file, n.Content[i+1], f.Type); err != nil {
+				return err
+			}
+		}
+	case (t.Kind() == reflect.Slice) && n.Kind == yaml.SequenceNode:
+		for _, c := range n.Content {
+			if err := checkKnown(file, c, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			if err := checkKnown(file, n.Content[i], t.Elem()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// yamlField finds the struct field a YAML key names.
+func yamlField(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.IsExported() && name == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${NAME} in every scalar; an unset variable is an error.
+func expandEnv(name string, n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+		var missing string
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			v, ok := os.LookupEnv(ref[2 : len(ref)-1])
+			if !ok && missing == "" {
+				missing = ref
+			}
+			return v
+		})
+		if missing != "" {
+			return fmt.Errorf("%s:%d: %s is not set in the environment", name, n.Line, missing)
+		}
+	}
+	for _, c := range n.Content {
+		if err := expandEnv(name, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var yamlLine = regexp.MustCompile(`^line (\d+): `)
+
+// yamlError rewrites the decoder's errors as FILE:LINE: message.
+func yamlError(name string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, e := range te.Errors {
+			msgs[i] = name + ":" + yamlLine.ReplaceAllString(e, "$1: ")
+		}
+		return errors.New(strings.Join(msgs, "\n"))
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return fmt.Errorf("%s:%s", name, yamlLine.ReplaceAllString(strings.TrimPrefix(msg, "unmarshal errors:\n  "), "$1: "))
+}
+
+// recordLines notes where each upstream, principal and route is defined.
+func recordLines(root *yaml.Node, cfg *Config) {
+	doc := root.Content[0]
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		key, val := doc.Content[i].Value, doc.Content[i+1]
+		switch key {
+		case "upstreams":
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				if u := cfg.Upstreams[val.Content[j].Value]; u != nil {
+					u.line = val.Content[j].Line
+				}
+			}
+		case "principals":
+			for j, n := range val.Content {
+				if j < len(cfg.Principals) {
+					cfg.Principals[j].line = n.Line
+				}
+			}
+		case "routes":
+			for j, n := range val.Content {
+				if j < len(cfg.Routes) {
+					cfg.Routes[j].line = n.Line
+				}
+			}
+		}
+	}
+}
+
+func (c *Config) errorf(line int, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", c.file, line, fmt.Sprintf(format, args...))
+}
+
+// check validates everything start-up depends on, and fills defaults.
+func (c *Config) check() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Store == "" {
+		return fmt.Errorf("%s: store is required (sqlite:PATH or postgres://…)", c.file)
+	}
+	c.defaults()
+	for name, u := range c.Upstreams {
+		if err := c.checkUpstream(name, u); err != nil {
+			return err
+		}
+	}
+	if err := c.checkPrincipals(); err != nil {
+		return err
+	}
+	if len(c.Routes) == 0 {
+		return fmt.Errorf("%s: no routes: the gateway would refuse everything", c.file)
+	}
+	mux := http.NewServeMux()
+	for _, r := range c.Routes {
+		if err := c.checkRoute(r, mux); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) defaults() {
+	if c.Instance == "" {
+		c.Instance, _ = os.Hostname()
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.PurgeInterval <= 0 {
+		c.PurgeInterval = time.Minute
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.MaxResponse <= 0 {
+		c.MaxResponse = 1 << 20
+	}
+}
+
+func (c *Config) checkUpstream(name string, u *Upstream) error {
+	if u == nil {
+		return fmt.Errorf("%s: upstream %q is empty", c.file, name)
+	}
+	t, err := url.Parse(u.URL)
+	if err != nil || (t.Scheme != "http" && t.Scheme != "https") || t.Host == "" {
+		return c.errorf(u.line, "upstream %q: url %q: want http(s)://host[:port][/prefix]", name, u.URL)
+	}
+	u.target = t
+	if u.Timeout <= 0 {
+		u.Timeout = 30 * time.Second
+	}
+	if u.MaxConns <= 0 {
+		u.MaxConns = 64
+	}
+	return nil
+}
+
+func (c *Config) checkPrincipals() error {
+	seen := map[string]bool{}
+	for _, p := range c.Principals {
+		h, err := hex.DecodeString(p.TokenSHA256)
+		switch {
+		case p.Name == "" || p.Tenant == "":
+			return c.errorf(p.line, "principal needs a name and a tenant")
+		case err != nil || len(h) != 32:
+			return c.errorf(p.line, "principal %q: token_sha256 must be 64 hex digits (sha256 of the token)", p.Name)
+		case seen[p.TokenSHA256]:
+			return c.errorf(p.line, "principal %q: the same token as another principal", p.Name)
+		}
+		seen[p.TokenSHA256], p.hash = true, h
+	}
+	return nil
+}
+
+func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
+	method, pattern, ok := strings.Cut(strings.TrimSpace(r.Match), " ")
+	pattern = strings.TrimSpace(pattern)
+	if !ok || method == "" || !strings.HasPrefix(pattern, "/") || strings.ToUpper(method) != method {
+		return c.errorf(r.line, "route %q: want match: METHOD /path/{param}", r.Match)
+	}
+	r.method, r.pattern = method, pattern
+	if _, ok := c.Upstreams[r.Upstream]; !ok {
+		return c.errorf(r.line, "route %s: upstream %q is not defined", r.Match, r.Upstream)
+	}
+	if !r.Approval.IsZero() {
+		return c.errorf(r.line, "route %s: approval is not supported yet; refusing to run it unapproved", r.Match)
+	}
+	if r.Schema != "" && !filepath.IsAbs(r.Schema) {
+		r.Schema = filepath.Join(filepath.Dir(c.file), r.Schema)
+	}
+	defer func() {
+		if p := recover(); p != nil { // ServeMux panics on bad or conflicting patterns
+			err = c.errorf(r.line, "route %s: %v", r.Match, p)
+		}
+	}()
+	mux.Handle(r.method+" "+r.pattern, http.NotFoundHandler())
+	return nil
+}
+
+// IsWrite reports whether the route records operations: every method but
+// GET, HEAD and OPTIONS.
+func (r *RouteConfig) IsWrite() bool {
+	switch r.method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+const goodConfig = `listen: 127.0.0.1:0
+store: sqlite:/tmp/x.db
+upstreams:
+  ops:
+    url: http://127.0.0.1:9090
+    timeout: 10s
+    headers: {Authorization: "Bearer ${IDEMGATE_TEST_OPS_TOKEN}"}
+    forward_key: true
+principals:
+  - {name: support-agent, tenant: acme, roles: [agent], token_sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+routes:
+  - match: POST /v1/tickets
+    upstream: ops
+    retention: 24h
+    lease: 30s
+    max_body: 1MiB
+    fingerprint: {headers: [], ignore: [/client_request_time]}
+  - match: GET /v1/deployments/{id}
+    upstream: ops
+`
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
+	cfg, err := ParseConfig("gw.yaml", []byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Upstreams["ops"]
+	if u.Headers["Authorization"] != "Bearer s3cret" || !u.ForwardKey || u.Timeout.Seconds() != 10 {
+		t.Fatalf("upstream %+v", u)
+	}
+	r := cfg.Routes[0]
+	if r.method != "POST" || r.pattern != "/v1/tickets" || int64(r.MaxBody) != 1<<20 || r.Lease.Seconds() != 30 ||
+		r.Fingerprint.Ignore[0] != "/client_request_time" || !r.IsWrite() || cfg.Routes[1].IsWrite() {
+		t.Fatalf("route %+v", r)
+	}
+}
+
+func TestConfigMistakesNameFileAndLine(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
+	cases := map[string]struct{ from, to, want string }{
+		"unknown key":        {"    lease: 30s", "    lease: 30s\n    leese: 10s", `gw.yaml:16: unknown key "leese"`},
+		"unknown nested key": {"fingerprint: {headers: []", "fingerprint: {header: []", `gw.yaml:17: unknown key "header"`},
+		"unknown top key":    {"listen:", "lissen:", `gw.yaml:1: unknown key "lissen"`},
+		"bad route":          {"match: POST /v1/tickets", "match: POST v1/tickets", `gw.yaml:12: route "POST v1/tickets"`},
+		"bad wildcard":       {"/v1/deployments/{id}", "/v1/deployments/{id", "gw.yaml:18: route GET /v1/deployments/{id"},
+		"missing upstream":   {"  - match: GET /v1/deployments/{id}\n    upstream: ops", "  - match: GET /v1/deployments/{id}\n    upstream: opz", `gw.yaml:18: route GET /v1/deployments/{id}: upstream "opz" is not defined`},
+		"unset env":          {"${IDEMGATE_TEST_OPS_TOKEN}", "${IDEMGATE_TEST_UNSET_VAR}", "gw.yaml:7: ${IDEMGATE_TEST_UNSET_VAR} is not set"},
+		"bad size":           {"max_body: 1MiB", "max_body: 1 furlong", `gw.yaml:16: size "1 furlong"`},
+		"bad duration":       {"lease: 30s", "lease: soon", "gw.yaml:15: cannot unmarshal !!str `soon` into time.Duration"},
+		"bad token hash":     {`token_sha256: "9f86`, `token_sha256: "zz86`, "gw.yaml:10: principal \"support-agent\": token_sha256"},
+		"bad url":            {"url: http://127.0.0.1:9090", "url: 127.0.0.1:9090", `gw.yaml:4: upstream "ops": url`},
+		"approval":           {"    upstream: ops\n    retention", "    upstream: ops\n    approval: {when: 'true'}\n    retention", "gw.yaml:12: route POST /v1/tickets: approval is not supported yet"},
+		"bad yaml":           {"routes:", "routes: [", "gw.yaml:"},
+		"no store":           {"store: sqlite:/tmp/x.db\n", "", "gw.yaml: store is required"},
+	}
+	for name, c := range cases {
+		text := strings.Replace(goodConfig, c.from, c.to, 1)
+		if text == goodConfig {
+			t.Fatalf("%s: the mistake was not made", name)
+		}
+		_, err := ParseConfig("gw.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", name, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// control serves the control API (DESIGN.md): operations by id, by key, by
+// state, and their resolution by an admin. Everything is scoped to the
+// caller's tenant: another tenant's operation is a 404, never a 403, so its
+// existence is not revealed.
+func (g *Gateway) control() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+ControlPrefix+"/operations/{id}", g.getOperation)
+	mux.HandleFunc("GET "+ControlPrefix+"/operations", g.listOperations)
+	mux.HandleFunc("POST "+ControlPrefix+"/operations/{id}/resolve", g.resolve)
+	mux.HandleFunc(ControlPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		httpidem.NewProblem(httpidem.CodeNotFound, "no such control resource").Write(w)
+	})
+	return mux
+}
+
+// operation reads an operation of the caller's tenant.
+func (g *Gateway) operation(r *http.Request, id string) (*ledger.Operation, error) {
+	op, err := g.store.Get(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if op.Tenant != PrincipalFrom(r.Context()).Tenant {
+		return nil, ledger.ErrNotFound
+	}
+	return op, nil
+}
+
+func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request) {
+	op, err := g.operation(r, r.PathValue("id"))
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	g.writeView(w, r, op)
+}
+
+func (g *Gateway) writeView(w http.ResponseWriter, r *http.Request, op *ledger.Operation) {
+	history, err := g.store.History(r.Context(), op.ID)
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, ledger.NewView(op, history))
+}
+
+func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
+	q, tenant := r.URL.Query(), PrincipalFrom(r.Context()).Tenant
+	if key := q.Get("key"); key != "" {
+		op, err := g.store.GetByKey(r.Context(), tenant, key)
+		if err != nil {
+			httpidem.ProblemFor(err).Write(w)
+			return
+		}
+		g.writeView(w, r, op)
+		return
+	}
+	p := ledger.ListParams{Tenant: tenant, After: q.Get("after")}
+	if s := q.Get("state"); s != "" {
+		st, err := ledger.ParseState(s)
+		if err != nil {
+			httpidem.NewProblem(httpidem.CodeInvalidCommand, err.Error()).Write(w)
+			return
+		}
+		p.State = st
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			httpidem.NewProblem(httpidem.CodeInvalidCommand, "limit must be a positive number").Write(w)
+			return
+		}
+		p.Limit = n
+	}
+	page, err := g.store.List(r.Context(), p)
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, ledger.NewListView(page))
+}
+
+// resolveRequest is the body of POST …/resolve.
+type resolveRequest struct {
+	State string `json:"state"`
+	Note  string `json:"note"`
+}
+
+// resolve settles an unknown operation on an admin's word, recorded in its
+// history with the admin's name and note.
+func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalFrom(r.Context())
+	if !p.HasRole("admin") {
+		httpidem.NewProblem(httpidem.CodeForbidden, "resolving an operation needs the admin role").Write(w)
+		return
+	}
+	op, err := g.operation(r, r.PathValue("id"))
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	var body resolveRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		httpidem.NewProblem(httpidem.CodeInvalidCommand, "body: "+err.Error()).Write(w)
+		return
+	}
+	to, err := ledger.ParseState(body.State)
+	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
+		httpidem.NewProblem(httpidem.CodeInvalidCommand, `state must be "succeeded", "failed" or "prepared"`).Write(w)
+		return
+	}
+	resolved, err := g.store.Resolve(r.Context(), ledger.ResolveParams{ID: op.ID, To: to, Actor: p.Name, Note: body.Note})
+	if errors.Is(err, ledger.ErrIllegalTransition) {
+		httpidem.NewProblem("conflict", "only an unknown operation can be resolved").For(op, ControlPrefix).
+			WithStatus(http.StatusConflict).Write(w)
+		return
+	}
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	g.writeView(w, r, resolved)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

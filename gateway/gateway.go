@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// ControlPrefix is where the control API lives, on the same listener.
+const ControlPrefix = "/_idem/v1"
+
+// Gateway serves one configuration over one store.
+type Gateway struct {
+	cfg     *Config
+	store   ledger.Store
+	log     *slog.Logger
+	handler http.Handler
+}
+
+// New builds the gateway. The store must be migrated.
+func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, store: store, log: log}
+	routes, err := g.routes()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", g.ready)
+	mux.Handle(ControlPrefix+"/", g.authenticated(g.control()))
+	mux.Handle("/", g.authenticated(routes))
+	g.handler = g.logged(mux)
+	return g, nil
+}
+
+// Handler is the gateway's whole HTTP surface.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := g.store.Ping(ctx); err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// routes builds the configured routes: writes behind the idempotency
+// middleware, reads proxied as they are, and 404 for everything else. Roles
+// are checked first, so a forbidden request reserves nothing.
+func (g *Gateway) routes() (http.Handler, error) {
+	clients := map[string]*upstreamClient{}
+	for name, u := range g.cfg.Upstreams {
+		clients[name] = newUpstreamClient(name, u)
+	}
+	var writes []httpidem.Route
+	for _, rc := range g.cfg.Routes {
+		if rc.IsWrite() {
+			route, err := g.writeRoute(rc, clients[rc.Upstream])
+			if err != nil {
+				return nil, err
+			}
+			writes = append(writes, route)
+		}
+	}
+	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf,
+		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
+		Logger: g.log})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", g.cfg.file, err)
+	}
+	mux := http.NewServeMux()
+	for _, rc := range g.cfg.Routes {
+		uc := clients[rc.Upstream]
+		var h http.Handler = uc.plain
+		if rc.IsWrite() {
+			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse)})
+		}
+		mux.Handle(rc.method+" "+rc.pattern, g.allowed(rc, h))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpidem.NewProblem(httpidem.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
+	})
+	return mux, nil
+}
+
+func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
+	route := httpidem.Route{Method: rc.method, Pattern: rc.pattern, RequireKey: rc.RequireKey, KeyFrom: rc.KeyFrom,
+		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, BusinessKey: rc.BusinessKey,
+		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
+		Resend: uc.cfg.HonoursKey, Classify: classifier(rc)}
+	if rc.Schema != "" {
+		v, err := loadSchema(rc.Schema)
+		if err != nil {
+			return route, g.cfg.errorf(rc.line, "route %s: schema: %v", rc.Match, err)
+		}
+		route.Validate = v
+	}
+	return route, nil
+}
+
+// classifier is DESIGN.md's mapping with the route's own exceptions.
+func classifier(rc *RouteConfig) func(int) httpidem.Fate {
+	notApplied, final := rc.Outcomes.NotApplied, rc.Outcomes.Final
+	return func(status int) httpidem.Fate {
+		switch {
+		case slices.Contains(notApplied, status):
+			return httpidem.FateReleased
+		case slices.Contains(final, status):
+			return httpidem.FateFailed
+		}
+		return httpidem.DefaultClassify(status)
+	}
+}
+
+func tenantOf(r *http.Request) (string, error) {
+	if p := PrincipalFrom(r.Context()); p != nil {
+		return p.Tenant, nil
+	}
+	return "", errors.New("no principal")
+}
+
+// authenticated refuses requests without a known bearer token.
+func (g *Gateway) authenticated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := g.authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+			httpidem.NewProblem(httpidem.CodeUnauthorized, err.Error()).Write(w)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// allowed applies a route's roles.
+func (g *Gateway) allowed(rc *RouteConfig, next http.Handler) http.Handler {
+	if len(rc.Roles) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := PrincipalFrom(r.Context())
+		if !slices.ContainsFunc(rc.Roles, p.HasRole) {
+			httpidem.NewProblem(httpidem.CodeForbidden, "this route needs one of the roles "+fmt.Sprint(rc.Roles)).Write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,455 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// upstream is a counting test API. Effects are counted by what it did, not
+// by what anyone was told.
+type upstream struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	effects map[string]int    // by path
+	byKey   map[string]string // honours-key dedup: key -> ticket
+	seen    []http.Header
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{effects: map[string]int{}, byKey: map[string]string{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tickets", func(w http.ResponseWriter, r *http.Request) {
+		n := u.effect(r)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"id":"T-%d"}`, n)
+	})
+	mux.HandleFunc("POST /v1/lost", func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r) // applied, then the answer is lost
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	})
+	mux.HandleFunc("POST /v1/slow", func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r)
+		time.Sleep(400 * time.Millisecond)
+		w.WriteHeader(201)
+	})
+	mux.HandleFunc("POST /v1/honours", func(w http.ResponseWriter, r *http.Request) {
+		// This upstream deduplicates by Idempotency-Key itself; its first
+		// answer is lost on the way back.
+		key := r.Header.Get("Idempotency-Key")
+		u.mu.Lock()
+		ticket, dup := u.byKey[key]
+		if !dup {
+			u.effects[r.URL.Path]++
+			ticket = fmt.Sprintf("H-%d", u.effects[r.URL.Path])
+			u.byKey[key] = ticket
+		}
+		u.mu.Unlock()
+		if !dup {
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.Close()
+			return
+		}
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"id":%q}`, ticket)
+	})
+	mux.HandleFunc("GET /v1/tickets/{id}", func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r)
+		fmt.Fprintf(w, `{"id":%q}`, r.PathValue("id"))
+	})
+	u.srv = httptest.NewServer(mux)
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) effect(r *http.Request) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.effects[r.URL.Path]++
+	u.seen = append(u.seen, r.Header.Clone())
+	return u.effects[r.URL.Path]
+}
+
+func (u *upstream) count(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.effects[path]
+}
+
+func (u *upstream) lastHeaders() http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[len(u.seen)-1]
+}
+
+func sha(token string) string {
+	s := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(s[:])
+}
+
+// deadAddress is a local port where nothing listens.
+func deadAddress(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+type env struct {
+	t     *testing.T
+	up    *upstream
+	store ledger.Store
+	gw    *httptest.Server
+}
+
+var stores = map[string]func(t *testing.T) (ledger.Store, string){
+	"sqlite": func(t *testing.T) (ledger.Store, string) {
+		path := filepath.Join(t.TempDir(), "gw.db")
+		s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s, "sqlite:" + path
+	},
+	"postgres": func(t *testing.T) (ledger.Store, string) {
+		dsn, _ := testenv.PostgresSchema(t)
+		s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s, dsn
+	},
+}
+
+func forEachStore(t *testing.T, test func(t *testing.T, e *env)) {
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			store, dsn := open(t)
+			test(t, newEnv(t, store, dsn, ""))
+		})
+	}
+}
+
+const configTemplate = `store: %s
+upstreams:
+  ops:
+    url: %s
+    timeout: 300ms
+    headers: {Authorization: "Bearer upstream-secret"}
+    forward_key: true
+  dedup:
+    url: %s
+    honours_key: true
+    forward_key: true
+  down:
+    url: http://%s
+principals:
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
+  - {name: alice, tenant: acme, roles: [admin], token_sha256: %s}
+  - {name: other, tenant: globex, roles: [agent], token_sha256: %s}
+routes:
+  - {match: POST /v1/tickets, upstream: ops, fingerprint: {ignore: [/client_time]}}
+  - {match: POST /v1/lost, upstream: ops}
+  - {match: POST /v1/slow, upstream: ops}
+  - {match: POST /v1/honours, upstream: dedup}
+  - {match: POST /v1/down, upstream: down}
+  - {match: "GET /v1/tickets/{id}", upstream: ops}
+  - {match: POST /v1/admin-only, upstream: ops, roles: [admin]}
+%s`
+
+func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
+	up := newUpstream(t)
+	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t),
+		sha("agent-token"), sha("alice-token"), sha("globex-token"), extraRoutes)
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gateway.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(cfg, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(g.Handler())
+	t.Cleanup(gw.Close)
+	return &env{t: t, up: up, store: store, gw: gw}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends a request as the holder of token, with headers in pairs.
+func (e *env) do(method, path, token, body string, headers ...string) reply {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.gw.URL+path, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func code(r reply) string {
+	var p httpidem.Problem
+	_ = json.Unmarshal([]byte(r.body), &p)
+	return p.Code
+}
+
+func (e *env) operations() []*ledger.Operation {
+	page, err := e.store.List(context.Background(), ledger.ListParams{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return page.Operations
+}
+
+func TestAuthenticationAndDenyByDefault(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		checks := []struct {
+			name, method, path, token string
+			status                    int
+			code                      string
+		}{
+			{"no token", "POST", "/v1/tickets", "", 401, "unauthorized"},
+			{"unknown token", "POST", "/v1/tickets", "guess", 401, "unauthorized"},
+			{"unconfigured path", "POST", "/v1/other", "agent-token", 404, "not_found"},
+			{"unconfigured method", "DELETE", "/v1/tickets", "agent-token", 404, "not_found"},
+			{"missing role", "POST", "/v1/admin-only", "agent-token", 403, "forbidden"},
+			{"control API without token", "GET", "/_idem/v1/operations", "", 401, "unauthorized"},
+		}
+		for _, c := range checks {
+			r := e.do(c.method, c.path, c.token, `{}`, "Idempotency-Key", "k1")
+			if r.status != c.status || code(r) != c.code {
+				t.Errorf("%s: %d %s", c.name, r.status, r.body)
+			}
+		}
+		if len(e.operations()) != 0 || e.up.count("/v1/tickets")+e.up.count("/v1/admin-only") != 0 {
+			t.Fatal("a refused request reached the store or the upstream")
+		}
+		// A read route is proxied, never recorded; the agent's credentials
+		// stay at the gateway and the upstream's are added.
+		r := e.do("GET", "/v1/tickets/T-9", "agent-token", "")
+		if r.status != 200 || r.body != `{"id":"T-9"}` || len(e.operations()) != 0 {
+			t.Fatalf("read route: %+v", r)
+		}
+		if got := e.up.lastHeaders().Get("Authorization"); got != "Bearer upstream-secret" {
+			t.Fatalf("upstream saw Authorization %q", got)
+		}
+	})
+}
+
+func TestWritesAreForwardedOnceAndReplayed(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		first := e.do("POST", "/v1/tickets", "agent-token", `{"title":"Disk full","client_time":"1"}`,
+			"Idempotency-Key", "task-42/create-ticket")
+		again := e.do("POST", "/v1/tickets", "agent-token", `{"client_time":"2","title":"Disk full"}`,
+			"Idempotency-Key", "task-42/create-ticket")
+		if first.status != 201 || again.status != 201 || again.body != first.body ||
+			again.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotency-Operation") == "" {
+			t.Fatalf("first %+v again %+v", first, again)
+		}
+		h := e.up.lastHeaders()
+		if h.Get("Authorization") != "Bearer upstream-secret" || h.Get("Idempotency-Key") != "task-42/create-ticket" {
+			t.Fatalf("upstream saw %v", h)
+		}
+		if e.up.count("/v1/tickets") != 1 {
+			t.Fatalf("%d effects", e.up.count("/v1/tickets"))
+		}
+		// The same key in another tenant is another operation.
+		other := e.do("POST", "/v1/tickets", "globex-token", `{"title":"Disk full"}`, "Idempotency-Key", "task-42/create-ticket")
+		if other.status != 201 || other.body == first.body || e.up.count("/v1/tickets") != 2 {
+			t.Fatalf("globex: %+v", other)
+		}
+		changed := e.do("POST", "/v1/tickets", "agent-token", `{"title":"Disk on fire"}`, "Idempotency-Key", "task-42/create-ticket")
+		if changed.status != 422 || code(changed) != "fingerprint_mismatch" || strings.Contains(changed.body, "Disk full") ||
+			e.up.count("/v1/tickets") != 2 {
+			t.Fatalf("changed payload: %+v", changed)
+		}
+	})
+}
+
+func TestLostResponseIsUnknownAndNeverResent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		r := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", "pay-1")
+		if r.status != 502 || code(r) != "outcome_unknown" {
+			t.Fatalf("lost answer: %+v", r)
+		}
+		retry := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", "pay-1")
+		if retry.status != 409 || code(retry) != "outcome_unknown" {
+			t.Fatalf("retry: %+v", retry)
+		}
+		op, _ := e.store.GetByKey(context.Background(), "acme", "pay-1")
+		if op.State != ledger.Unknown || op.LastError != "upstream_reset" || e.up.count("/v1/lost") != 1 {
+			t.Fatalf("operation %s (%s), %d effects", op.State, op.LastError, e.up.count("/v1/lost"))
+		}
+	})
+}
+
+func TestTimeoutAfterSendingIsUnknown(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		r := e.do("POST", "/v1/slow", "agent-token", `{}`, "Idempotency-Key", "slow-1")
+		op, _ := e.store.GetByKey(context.Background(), "acme", "slow-1")
+		if r.status != 504 || code(r) != "outcome_unknown" || op.State != ledger.Unknown || op.LastError != "upstream_timeout" {
+			t.Fatalf("timeout: %+v, operation %s %s", r, op.State, op.LastError)
+		}
+	})
+}
+
+func TestNothingSentIsReleased(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		for i := 1; i <= 2; i++ {
+			r := e.do("POST", "/v1/down", "agent-token", `{}`, "Idempotency-Key", "down-1")
+			if r.status != 502 || code(r) != "upstream_unavailable" || r.header.Get("Retry-After") == "" {
+				t.Fatalf("attempt %d: %+v", i, r)
+			}
+		}
+		op, _ := e.store.GetByKey(context.Background(), "acme", "down-1")
+		if op.State != ledger.Prepared || op.Attempts != 2 || op.LastError != "upstream_unreachable" {
+			t.Fatalf("after two dial errors: %s, %d attempts, %s", op.State, op.Attempts, op.LastError)
+		}
+	})
+}
+
+func TestUnknownIsResentWhereTheUpstreamHonoursTheKey(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		first := e.do("POST", "/v1/honours", "agent-token", `{}`, "Idempotency-Key", "dedup-1")
+		if first.status != 502 || code(first) != "outcome_unknown" {
+			t.Fatalf("first: %+v", first)
+		}
+		retry := e.do("POST", "/v1/honours", "agent-token", `{}`, "Idempotency-Key", "dedup-1")
+		op, _ := e.store.GetByKey(context.Background(), "acme", "dedup-1")
+		if retry.status != 201 || retry.body != `{"id":"H-1"}` || op.State != ledger.Succeeded || op.Attempts != 2 {
+			t.Fatalf("re-sent: %+v, operation %s after %d attempts", retry, op.State, op.Attempts)
+		}
+		if e.up.count("/v1/honours") != 1 {
+			t.Fatalf("%d effects", e.up.count("/v1/honours"))
+		}
+	})
+}
+
+func TestControlAPI(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1")
+		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "ok-1")
+		lost, _ := e.store.GetByKey(context.Background(), "acme", "lost-1")
+
+		r := e.do("GET", "/_idem/v1/operations/"+lost.ID, "agent-token", "")
+		var v ledger.View
+		if err := json.Unmarshal([]byte(r.body), &v); err != nil || r.status != 200 || v.State != ledger.Unknown ||
+			len(v.History) != 2 || strings.Contains(r.body, "amount") {
+			t.Fatalf("get: %d %s", r.status, r.body)
+		}
+		if r := e.do("GET", "/_idem/v1/operations/"+lost.ID, "globex-token", ""); r.status != 404 {
+			t.Fatalf("another tenant's operation: %d %s", r.status, r.body)
+		}
+		if r := e.do("GET", "/_idem/v1/operations?key=lost-1", "globex-token", ""); r.status != 404 {
+			t.Fatalf("another tenant's key: %d", r.status)
+		}
+		r = e.do("GET", "/_idem/v1/operations?state=unknown", "agent-token", "")
+		var lv ledger.ListView
+		if json.Unmarshal([]byte(r.body), &lv); len(lv.Operations) != 1 || lv.Operations[0].ID != lost.ID {
+			t.Fatalf("list unknown: %s", r.body)
+		}
+		resolve := `{"state":"succeeded","note":"payment found in the PSP dashboard"}`
+		if r := e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "agent-token", resolve); r.status != 403 {
+			t.Fatalf("resolve by an agent: %d", r.status)
+		}
+		r = e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve)
+		if json.Unmarshal([]byte(r.body), &v); r.status != 200 || v.State != ledger.Succeeded {
+			t.Fatalf("resolve: %d %s", r.status, r.body)
+		}
+		last := v.History[len(v.History)-1]
+		if last.Actor != "alice" || last.Reason != "payment found in the PSP dashboard" || *last.From != ledger.Unknown {
+			t.Fatalf("resolution not audited: %+v", last)
+		}
+		if r := e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve); r.status != 409 {
+			t.Fatalf("resolving twice: %d", r.status)
+		}
+		// The retry now gets the resolution, not "unknown".
+		if r := e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1"); r.status != 200 ||
+			r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry after resolution: %+v", r)
+		}
+	})
+}
+
+func TestSchemaPolicy(t *testing.T) {
+	dir := t.TempDir()
+	schema := `{"type":"object","properties":{"title":{"type":"string"},"priority":{"type":"integer","default":3}},
+		"required":["title"]}`
+	path := filepath.Join(dir, "ticket.json")
+	if err := os.WriteFile(path, []byte(schema), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			store, dsn := open(t)
+			e := newEnv(t, store, dsn, "  - {match: POST /v1/typed, upstream: ops, schema: "+path+"}\n")
+			e.up.srv.Config.Handler.(*http.ServeMux).HandleFunc("POST /v1/typed", func(w http.ResponseWriter, r *http.Request) {
+				n := e.up.effect(r)
+				w.WriteHeader(201)
+				fmt.Fprintf(w, "typed %d", n)
+			})
+			for _, bad := range []string{`{"title":"x","surprise":1}`, `{"priority":1}`, `{"title":5}`} {
+				if r := e.do("POST", "/v1/typed", "agent-token", bad, "Idempotency-Key", "s-bad"); r.status != 422 ||
+					code(r) != "invalid_command" {
+					t.Fatalf("%s: %+v", bad, r)
+				}
+			}
+			if len(e.operations()) != 0 {
+				t.Fatal("an invalid command was reserved")
+			}
+			a := e.do("POST", "/v1/typed", "agent-token", `{"title":"x"}`, "Idempotency-Key", "s-1")
+			b := e.do("POST", "/v1/typed", "agent-token", `{"title":"x","priority":3}`, "Idempotency-Key", "s-1")
+			if a.status != 201 || b.status != 201 || b.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("a default sent or omitted is one command: %+v %+v", a, b)
+			}
+		})
+	}
+}

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// hopByHop are the headers of one connection, never forwarded.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
+	"Trailer", "Transfer-Encoding", "Upgrade"}
+
+// upstreamClient is one upstream's tuned transport and its settings.
+type upstreamClient struct {
+	name   string
+	cfg    *Upstream
+	client *http.Client
+	plain  *httputil.ReverseProxy // for routes that are not recorded
+}
+
+func newUpstreamClient(name string, u *Upstream) *upstreamClient {
+	t := &http.Transport{
+		Proxy:                 nil, // the upstream is addressed directly
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          u.MaxConns,
+		MaxIdleConnsPerHost:   u.MaxConns,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: u.Timeout,
+		ExpectContinueTimeout: time.Second,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+	uc := &upstreamClient{name: name, cfg: u, client: &http.Client{Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	uc.plain = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u.target)
+			pr.SetXForwarded()
+			uc.setHeaders(pr.Out.Header, "")
+		},
+		Transport:  t,
+		BufferPool: bufferPool{},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+": "+err.Error()).Write(w)
+		},
+	}
+	return uc
+}
+
+// setHeaders removes what must not reach the upstream (the agent's
+// credentials) and adds the gateway's own for it.
+func (uc *upstreamClient) setHeaders(h http.Header, key string) {
+	h.Del("Authorization")
+	h.Del(httpidem.HeaderKey)
+	h.Del(httpidem.HeaderPrefer)
+	if key != "" && uc.cfg.ForwardKey {
+		h.Set(httpidem.HeaderKey, key)
+	}
+	for k, v := range uc.cfg.Headers {
+		h.Set(k, v)
+	}
+}
+
+// bufferPool shares copy buffers between proxied responses.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *(buffers.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// writeProxy forwards a recorded write and tells the middleware what its
+// outcome means, which the status alone cannot: whether anything was sent.
+type writeProxy struct {
+	uc          *upstreamClient
+	maxResponse int64
+}
+
+func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	exec := httpidem.Current(r)
+	if exec == nil { // a keyless request to a route that does not require one
+		p.uc.plain.ServeHTTP(w, r)
+		return
+	}
+	out, sent := p.outbound(r, exec.Key())
+	ctx, cancel := context.WithTimeout(out.Context(), p.uc.cfg.Timeout)
+	defer cancel()
+	resp, err := p.uc.client.Do(out.WithContext(ctx))
+	if err != nil {
+		p.failed(w, exec, err, sent.Load())
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
+	if err != nil { // the status came, the rest was cut: the effect may be done
+		exec.Settle(httpidem.FateUnknown, "upstream_body_cut")
+		prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
+			"the request may have been applied").WithStatus(http.StatusBadGateway)
+		prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
+		prob.Write(w)
+		return
+	}
+	h := w.Header()
+	for k, v := range resp.Header {
+		if !slices.Contains(hopByHop, k) {
+			h[k] = v
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+	if int64(len(body)) > p.maxResponse { // too large to store: streamed, left unknown
+		_, _ = io.Copy(w, resp.Body)
+	}
+}
+
+// outbound builds the upstream request, and a flag that turns true once
+// its headers have been written: from then on the upstream may act on it.
+func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomic.Bool) {
+	sent := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
+	out.RequestURI = ""
+	target := p.uc.cfg.target
+	out.URL.Scheme, out.URL.Host = target.Scheme, target.Host
+	out.URL.Path = singleJoin(target.Path, r.URL.Path)
+	out.URL.RawPath = ""
+	out.Host = target.Host
+	for _, k := range hopByHop {
+		out.Header.Del(k)
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	p.uc.setHeaders(out.Header, key)
+	return out, sent
+}
+
+func singleJoin(a, b string) string {
+	switch {
+	case a == "" || a == "/":
+		return b
+	case a[len(a)-1] == '/' && b != "" && b[0] == '/':
+		return a + b[1:]
+	}
+	return a + b
+}
+
+// failed answers a request the upstream did not answer. Nothing written:
+// released, safe to retry. Written and then lost: unknown, never resent.
+func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err error, sent bool) {
+	if !sent {
+		exec.Settle(httpidem.FateReleased, "upstream_unreachable")
+		prob := httpidem.NewProblem(httpidem.CodeUpstreamUnavailable,
+			"the upstream could not be reached and nothing was sent; retry with the same key")
+		prob.RetryAfter, prob.OperationID, prob.State = 1, exec.OperationID(), ledger.Prepared
+		prob.Write(w)
+		return
+	}
+	code, status := "upstream_reset", http.StatusBadGateway
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
+		code, status = "upstream_timeout", http.StatusGatewayTimeout
+	}
+	exec.Settle(httpidem.FateUnknown, code)
+	prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
+		"it may have been applied, and will not be re-sent").WithStatus(status)
+	prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
+	prob.Write(w)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

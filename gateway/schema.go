@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemgate/idemgate/fingerprint"
+)
+
+// loadSchema compiles a route's JSON Schema (2020-12 unless it says
+// otherwise). Object schemas that do not say what to do with properties
+// they do not list refuse them: an unknown field would otherwise pass
+// unchecked and, worse, change the fingerprint of the same command.
+func loadSchema(path string) (func(any) (any, error), error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	closeObjects(doc)
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	url, _ := filepath.Abs(path)
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, err
+	}
+	return func(cmd any) (any, error) {
+		cmd = applyDefaults(doc, cmd)
+		if err := sch.Validate(cmd); err != nil {
+			return nil, fmt.Errorf("%v", err)
+		}
+		return cmd, nil
+	}, nil
+}
+
+// closeObjects sets additionalProperties: false on every object schema with
+// properties that sets neither it nor unevaluatedProperties.
+func closeObjects(s any) {
+	switch x := s.(type) {
+	case map[string]any:
+		_, hasProps := x["properties"]
+		_, hasAdd := x["additionalProperties"]
+		_, hasUneval := x["unevaluatedProperties"]
+		if hasProps && !hasAdd && !hasUneval {
+			x["additionalProperties"] = false
+		}
+		for _, v := range x {
+			closeObjects(v)
+		}
+	case []any:
+		for _, v := range x {
+			closeObjects(v)
+		}
+	}
+}
+
+// applyDefaults fills absent object members that the schema gives a
+// default, before validation and fingerprinting: sending the default and
+// omitting it are the same command.
+func applyDefaults(schema, v any) any {
+	s, ok := schema.(map[string]any)
+	if !ok {
+		return v
+	}
+	obj, ok := v.(map[string]any)
+	props, _ := s["properties"].(map[string]any)
+	if !ok || props == nil {
+		return v
+	}
+	for name, ps := range props {
+		p, _ := ps.(map[string]any)
+		if cur, present := obj[name]; present {
+			obj[name] = applyDefaults(p, cur)
+		} else if def, has := p["default"]; has {
+			if b, err := fingerprint.Canonical(def); err == nil {
+				obj[name], _ = fingerprint.Parse(b, fingerprint.Limits{})
+			}
+		}
+	}
+	return obj
+}

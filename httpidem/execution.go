@@ -1,0 +1,61 @@
+package httpidem
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Execution is the operation a handler runs under the middleware. A
+// handler that knows more than its status code says (a proxy that knows
+// nothing reached the upstream) settles the operation's fate itself.
+type Execution struct {
+	key     string
+	lease   ledger.Lease
+	attempt int
+	mu      sync.Mutex
+	fate    *Fate
+	code    string
+}
+
+type executionKey struct{}
+
+// Current returns the execution of r, or nil outside the middleware.
+func Current(r *http.Request) *Execution {
+	e, _ := r.Context().Value(executionKey{}).(*Execution)
+	return e
+}
+
+func withExecution(ctx context.Context, e *Execution) context.Context {
+	return context.WithValue(ctx, executionKey{}, e)
+}
+
+// OperationID is the id of the operation being run.
+func (e *Execution) OperationID() string { return e.lease.OpID }
+
+// Key is the operation's idempotency key (to forward to an upstream that
+// honours it).
+func (e *Execution) Key() string { return e.key }
+
+// Lease is the lease held while the handler runs (for a handler that
+// completes the operation in its own transaction).
+func (e *Execution) Lease() ledger.Lease { return e.lease }
+
+// Settle decides the operation's fate instead of its status code, with a
+// short error code for the history (e.g. "upstream_dial").
+func (e *Execution) Settle(f Fate, code string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fate, e.code = &f, code
+}
+
+func (e *Execution) settled() (Fate, string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fate == nil {
+		return 0, "", false
+	}
+	return *e.fate, e.code, true
+}
