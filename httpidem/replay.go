@@ -66,19 +66,16 @@ func preferWait(r *http.Request, max time.Duration) (time.Duration, bool) {
 }
 
 // wait waits for an executing operation to leave executing, bounded by d,
-// the request and the lease: a lease that lapses will not end well, and the
-// answer then is the state the operation is in.
+// the request, and the lease: once the lease has lapsed (heartbeats extend
+// it while the owner works), the operation will not end well, and the
+// answer is the state it is in.
 func (m *Middleware) wait(ctx context.Context, op *ledger.Operation, d time.Duration) *ledger.Operation {
-	deadline := time.Now().Add(d)
-	if !op.LeaseUntil.IsZero() && op.LeaseUntil.Before(deadline) {
-		deadline = op.LeaseUntil.Add(100 * time.Millisecond)
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	done := m.waiters.wait(op.ID)
 	defer m.waiters.forget(op.ID, done)
 	poll := 10 * time.Millisecond
-	for op.State == ledger.Executing {
+	for op.State == ledger.Executing && time.Now().Before(op.LeaseUntil.Add(leaseGrace)) {
 		select {
 		case <-ctx.Done():
 			return op
@@ -94,6 +91,10 @@ func (m *Middleware) wait(ctx context.Context, op *ledger.Operation, d time.Dura
 	}
 	return op
 }
+
+// leaseGrace allows for clock skew between this process and the store
+// before a lease counts as lapsed for a waiter.
+const leaseGrace = 500 * time.Millisecond
 
 // waiters lets requests waiting for an operation hear at once that this
 // process finished it; other processes' completions are found by polling.

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// gatewayProc is `idemgate serve` as a real process.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+}
+
+// startGateway starts serve on config and waits for it to listen.
+func startGateway(t *testing.T, config string) *gatewayProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "serve", "--config", config)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatewayProc{cmd: cmd, done: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+			}
+		}
+		g.done <- cmd.Wait()
+	}()
+	select {
+	case a := <-addr:
+		g.url = "http://" + a
+	case err := <-g.done:
+		t.Fatalf("gateway exited: %v", err)
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("gateway did not start")
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return g
+}
+
+// slowUpstream applies each write, counting it, then answers after hold;
+// requests with the same Idempotency-Key are one effect when dedup is on.
+type slowUpstream struct {
+	srv     *httptest.Server
+	effects atomic.Int64
+	started chan struct{}
+	hold    time.Duration
+	mu      sync.Mutex
+	keys    map[string]bool
+}
+
+func newSlowUpstream(t *testing.T, hold time.Duration) *slowUpstream {
+	u := &slowUpstream{started: make(chan struct{}, 1000), hold: hold, keys: map[string]bool{}}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		u.mu.Lock()
+		dup := strings.HasPrefix(r.URL.Path, "/dedup") && u.keys[key]
+		u.keys[key] = true
+		u.mu.Unlock()
+		if !dup {
+			u.effects.Add(1)
+		}
+		u.started <- struct{}{}
+		time.Sleep(u.hold)
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"done":%q}`, key)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func hashOf(token string) string {
+	s := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(s[:])
+}
+
+func writeConfig(t *testing.T, store, upstream string, extra string) string {
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	text := fmt.Sprintf(`listen: 127.0.0.1:0
+store: %s
+sweep_interval: 100ms
+shutdown_timeout: 5s
+upstreams:
+  app: {url: %s, timeout: 10s, forward_key: true}
+  dedup: {url: %s, timeout: 10s, forward_key: true, honours_key: true}
+principals:
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
+routes:
+  - {match: POST /v1/writes, upstream: app, lease: 1s}
+  - {match: POST /dedup/writes, upstream: dedup, lease: 1s}
+%s`, store, upstream, upstream, hashOf("agent-token"), extra)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func post(t *testing.T, base, path, key string, headers ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(`{"n":1}`))
+	req.Header.Set("Authorization", "Bearer agent-token")
+	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServeRefusesABadConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("store: sqlite:/tmp/x.db\nroutes:\n  - {match: POST /x, upstream: nowhere}\n"), 0o600)
+	r := run(t, "", "serve", "--config", path)
+	if r.code != 1 || !strings.Contains(r.stderr, path+`:3: route POST /x: upstream "nowhere" is not defined`) {
+		t.Fatalf("bad config: %+v", r)
+	}
+}
+
+// TestCrashMidRequest: the gateway is killed (SIGKILL) while the upstream
+// applies a write. After a restart the operation turns unknown once its
+// lease lapses, and is never re-sent, except, with the same key, to an
+// upstream that honours it.
+func TestCrashMidRequest(t *testing.T) {
+	up := newSlowUpstream(t, 1500*time.Millisecond)
+	config := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, "")
+	g := startGateway(t, config)
+	for _, path := range []string{"/v1/writes", "/dedup/writes"} {
+		go post(t, g.url, path, "crash-"+path)
+		<-up.started
+	}
+	g.cmd.Process.Signal(syscall.SIGKILL)
+	<-g.done
+	g = startGateway(t, config)
+	time.Sleep(1500 * time.Millisecond) // leases lapse; the sweep runs every 100ms
+	status, body := post(t, g.url, "/v1/writes", "crash-/v1/writes")
+	if status != 409 || !strings.Contains(body, "outcome_unknown") {
+		t.Fatalf("retry after the crash: %d %s", status, body)
+	}
+	status, body = post(t, g.url, "/dedup/writes", "crash-/dedup/writes")
+	if status != 201 || !strings.Contains(body, "crash-/dedup/writes") {
+		t.Fatalf("retry to an upstream that honours the key: %d %s", status, body)
+	}
+	if n := up.effects.Load(); n != 2 {
+		t.Fatalf("%d effects, want one per key", n)
+	}
+}
+
+// TestGracefulShutdown: SIGTERM lets the request in flight finish.
+func TestGracefulShutdown(t *testing.T) {
+	up := newSlowUpstream(t, 500*time.Millisecond)
+	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
+	result := make(chan int)
+	go func() { s, _ := post(t, g.url, "/v1/writes", "graceful"); result <- s }()
+	<-up.started
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	if s := <-result; s != 201 {
+		t.Fatalf("the request in flight got %d", s)
+	}
+	if err := <-g.done; err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+// TestTwoInstancesOneEffect: two gateway processes on one PostgreSQL share a
+// storm of 200 copies of one request: one effect.
+func TestTwoInstancesOneEffect(t *testing.T) {
+	dsn, _ := testenv.PostgresSchema(t)
+	up := newSlowUpstream(t, 100*time.Millisecond)
+	config := writeConfig(t, dsn, up.srv.URL, "")
+	a, b := startGateway(t, config), startGateway(t, config)
+	var wg sync.WaitGroup
+	var ok, other atomic.Int64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base := a.url
+			if i%2 == 1 {
+				base = b.url
+			}
+			status, _ := post(t, base, "/v1/writes", "storm", "Prefer", "wait=10")
+			if status == 201 {
+				ok.Add(1)
+			} else {
+				other.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := up.effects.Load(); n != 1 || ok.Load() != 200 {
+		t.Fatalf("%d effects; %d got the answer, %d did not", n, ok.Load(), other.Load())
+	}
+}
