@@ -72,3 +72,19 @@ func TestConfigMistakesNameFileAndLine(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleConfig keeps examples/gateway.yaml and its schemas valid.
+func TestExampleConfig(t *testing.T) {
+	t.Setenv("OPS_API_TOKEN", "example")
+	cfg, err := LoadConfig("../examples/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cfg.Routes {
+		if r.Schema != "" {
+			if _, err := loadSchema(r.Schema); err != nil {
+				t.Errorf("%s: %v", r.Schema, err)
+			}
+		}
+	}
+}

@@ -14,6 +14,9 @@ const (
 	HeaderOperation = "Idempotency-Operation"
 	HeaderReplayed  = "Idempotent-Replayed"
 	HeaderPrefer    = "Prefer"
+	// HeaderDuplicateOf names the operation whose answer a request with the
+	// same business key (and another idempotency key) was given.
+	HeaderDuplicateOf = "Idempotency-Duplicate-Of"
 )
 
 // ParseKey reads an Idempotency-Key value: a bare token, or a quoted

@@ -124,8 +124,30 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
 		m.execute(w, r, req, *res.Lease, next)
+	case res.Duplicate:
+		m.duplicate(w, r, res.Op)
 	default:
 		m.existing(w, r, req, res.Op, next)
+	}
+}
+
+// duplicate answers a new key whose business key belongs to another
+// operation: that operation's answer, marked as such, and nothing forwarded.
+func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, op *ledger.Operation) {
+	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
+		op = m.wait(r.Context(), op, wait)
+	}
+	w.Header().Set(HeaderDuplicateOf, op.ID)
+	switch op.State {
+	case ledger.Succeeded, ledger.Failed:
+		m.replay(w, op)
+	case ledger.Unknown:
+		m.problem(w, NewProblem(CodeOutcomeUnknown, "an operation with the same business identity has an "+
+			"unknown outcome; check its status resource"), op)
+	default:
+		p := NewProblem(CodeInProgress, "an operation with the same business identity is in progress")
+		p.RetryAfter = 1
+		m.problem(w, p, op)
 	}
 }
 

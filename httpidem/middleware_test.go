@@ -497,3 +497,42 @@ func TestKeyFromAndPassThrough(t *testing.T) {
 		}
 	})
 }
+
+func TestBusinessAndConcurrencyKeys(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets",
+			BusinessKey: "/source_event_id", ConcurrencyKey: "/environment"}}})
+		release := make(chan struct{})
+		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+			if r.Header.Get("Idempotency-Key") == "deploy-1" {
+				<-release
+			}
+			w.WriteHeader(201)
+			fmt.Fprintf(w, "T-%d", n)
+		}
+		first := a.post("alert-a", "acme", `{"source_event_id":"evt-9","title":"DB down"}`)
+		dup := a.post("alert-b", "acme", `{"source_event_id":"evt-9","title":"Database is down!"}`)
+		if dup.status != 201 || dup.body != first.body || dup.header.Get("Idempotency-Duplicate-Of") !=
+			first.header.Get("Idempotency-Operation") {
+			t.Fatalf("duplicate alert: %+v, first %+v", dup, first)
+		}
+		done := make(chan reply)
+		go func() { done <- a.post("deploy-1", "acme", `{"environment":"production"}`) }()
+		waitFor(t, func() bool { return a.effects.Load() == 2 })
+		locked := a.post("deploy-2", "acme", `{"environment":"production"}`)
+		if locked.status != 409 || problemCode(t, locked) != "concurrency_locked" || !strings.Contains(locked.body, `"operation_id":"op_`) {
+			t.Fatalf("second deployment to production: %+v", locked)
+		}
+		if r := a.post("deploy-3", "acme", `{"environment":"staging"}`); r.status != 201 {
+			t.Fatalf("another environment: %+v", r)
+		}
+		close(release)
+		<-done
+		if r := a.post("deploy-2", "acme", `{"environment":"production"}`); r.status != 201 {
+			t.Fatalf("after the first deployment ended: %+v", r)
+		}
+		if a.effects.Load() != 4 {
+			t.Fatalf("%d effects", a.effects.Load())
+		}
+	})
+}

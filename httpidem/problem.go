@@ -129,6 +129,11 @@ func ProblemFor(err error) *Problem {
 	case errors.Is(err, ledger.ErrFingerprintMismatch):
 		return NewProblem(CodeFingerprintMismatch,
 			"this Idempotency-Key was first used with a different request; use a new key for a new request")
+	case errors.Is(err, ledger.ErrConcurrencyLocked):
+		p := NewProblem(CodeConcurrencyLocked, "another live operation holds this route's concurrency group "+
+			"(see operation_id); retry once it has ended")
+		p.RetryAfter = 1
+		return p
 	case errors.Is(err, ledger.ErrNotFound):
 		return NewProblem(CodeNotFound, "no such operation")
 	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, ledger.ErrNoSchema):

@@ -15,6 +15,7 @@ var (
 	ErrInvalid             = errors.New("invalid argument")
 	ErrUnavailable         = errors.New("store unavailable")
 	ErrNoSchema            = errors.New("store has no idemgate schema (run: idemgate migrate --store DSN)")
+	ErrConcurrencyLocked   = errors.New("another live operation holds the concurrency key")
 )
 
 // invalid wraps ErrInvalid with what is wrong.

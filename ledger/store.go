@@ -19,11 +19,16 @@ type Store interface {
 	// key it returns the existing operation and no lease; if that one is
 	// executing past its lease, it is first made unknown. A different
 	// fingerprint returns the existing operation and ErrFingerprintMismatch.
+	// A business key already used on the route returns that operation as a
+	// Duplicate. A concurrency key held by a live operation (executing,
+	// unknown, or prepared awaiting approval) returns the holder and
+	// ErrConcurrencyLocked.
 	Reserve(ctx context.Context, p ReserveParams) (Reservation, error)
 
 	// Acquire takes a lease on a prepared operation (or, with p.Resend, an
 	// unknown one whose upstream honours the key), with a new owner token and
-	// a larger fence, and counts an attempt.
+	// a larger fence, and counts an attempt. ErrConcurrencyLocked if another
+	// operation holds its concurrency key meanwhile.
 	Acquire(ctx context.Context, p AcquireParams) (Reservation, error)
 
 	// Heartbeat extends the owner's lease to the store's now + d.
@@ -75,6 +80,10 @@ type Reservation struct {
 	Op      *Operation
 	Lease   *Lease // set when the caller holds the executing operation
 	Created bool   // this call created the operation
+	// Duplicate is set when the operation returned is another key's with
+	// the same business key (tenant, route, value): one action, however
+	// many keys name it.
+	Duplicate bool
 }
 
 // Owned reports whether the caller holds the operation.

@@ -55,6 +55,9 @@ type Driver interface {
 	// has lapsed.
 	ExtendLease(ctx context.Context, l ledger.Lease, d time.Duration) (time.Time, error)
 	Get(ctx context.Context, id string) (*ledger.Operation, error)
+	// Holder returns the operation holding a business key (business) or,
+	// among live operations, a concurrency key, on the route.
+	Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error)
 	// OwnerToken returns the token of the operation's latest owner ("" once
 	// its lease expired): owner steps keep it.
 	OwnerToken(ctx context.Context, id string) (string, error)
@@ -129,12 +132,40 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 			return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
 		}
 		r, err := existing(ctx, d, p)
-		if errors.Is(err, ledger.ErrNotFound) {
-			continue
+		if !errors.Is(err, ledger.ErrNotFound) {
+			return r, err
 		}
-		return r, err
+		// Not the key: the business key or the concurrency key, then.
+		if r, found, err := holder(ctx, d, p); found {
+			return r, err
+		}
 	}
 	return ledger.Reservation{}, fmt.Errorf("reserve: key %q keeps vanishing", p.Key)
+}
+
+// holder settles a reservation refused for its business or concurrency key.
+// Found is false when the holder has gone meanwhile: the caller tries again.
+func holder(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reservation, bool, error) {
+	if p.BusinessKey != "" {
+		op, err := d.Holder(ctx, p.Tenant, p.Route, true, p.BusinessKey)
+		if err == nil {
+			return ledger.Reservation{Op: op, Duplicate: true}, true, nil
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
+			return ledger.Reservation{}, true, fmt.Errorf("reserve: %w", err)
+		}
+	}
+	if p.ConcurrencyKey != "" {
+		op, err := d.Holder(ctx, p.Tenant, p.Route, false, p.ConcurrencyKey)
+		if err == nil {
+			return ledger.Reservation{Op: op}, true, fmt.Errorf("reserve: %s holds %q: %w", op.ID, p.ConcurrencyKey,
+				ledger.ErrConcurrencyLocked)
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
+			return ledger.Reservation{}, true, fmt.Errorf("reserve: %w", err)
+		}
+	}
+	return ledger.Reservation{}, false, nil
 }
 
 // existing settles a reservation that found its key taken. A lapsed lease

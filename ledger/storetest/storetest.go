@@ -41,6 +41,8 @@ func Run(t *testing.T, b Backend) {
 	t.Run("OwnerRetry", func(t *testing.T) { testOwnerRetry(t, b) })
 	t.Run("FingerprintMismatch", func(t *testing.T) { testFingerprintMismatch(t, b) })
 	t.Run("Tenants", func(t *testing.T) { testTenants(t, b) })
+	t.Run("BusinessKey", func(t *testing.T) { testBusinessKey(t, b) })
+	t.Run("ConcurrencyKey", func(t *testing.T) { testConcurrencyKey(t, b) })
 	t.Run("StoredResponse", func(t *testing.T) { testStoredResponse(t, b) })
 	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, b) })

@@ -13,17 +13,18 @@ import (
 )
 
 // reserveSQL inserts the operation and its first history row in one
-// statement. ON CONFLICT DO NOTHING makes the unique (tenant, key)
-// constraint the arbiter: of concurrent reservations exactly one inserts,
-// and the others (having waited for its commit) insert nothing. It returns
-// only what the database computed; the rest is the caller's.
+// statement. ON CONFLICT DO NOTHING makes the unique constraints the
+// arbiters, (tenant, key) first, then the business and concurrency keys: of
+// concurrent reservations exactly one inserts, and the others (having
+// waited for its commit) insert nothing. It returns only what the database
+// computed; the rest is the caller's.
 const reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
 		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
 		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond')
-	ON CONFLICT (tenant, key) DO NOTHING
+	ON CONFLICT DO NOTHING
 	RETURNING id, state, created_at, lease_until, expires_at
 ), hist AS (
 	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
@@ -156,6 +157,19 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 	return d.s.Get(ctx, id)
+}
+
+// holderSQL finds the operation that holds a business key, or a
+// concurrency key among the live ones.
+var holderSQL = map[bool]string{
+	true: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = $1 AND route = $2 AND business_key = $3`,
+	false: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = $1 AND route = $2 AND concurrency_key = $3
+		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status = 'pending'))`,
+}
+
+func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
+	op, err := scanOp(d.s.pool.QueryRow(ctx, holderSQL[business], tenant, route, value))
+	return op, mapErr("holder", err)
 }
 
 func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {

@@ -107,6 +107,8 @@ func mapErr(op string, err error) error {
 		switch {
 		case pgErr.Code[:2] == "08", pgErr.Code == "57P01", pgErr.Code == "57P03", pgErr.Code == "53300":
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+		case pgErr.Code == "23505" && pgErr.ConstraintName == "idem_operations_concurrency":
+			return fmt.Errorf("%s: %w", op, ledger.ErrConcurrencyLocked)
 		case pgErr.Code == "42P01": // undefined_table
 			return fmt.Errorf("%s: %w", op, ledger.ErrNoSchema)
 		case pgErr.Code[:2] == "22", pgErr.Code[:2] == "23":

@@ -17,8 +17,8 @@ import (
 // has millisecond resolution.
 const nowUS = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
 
-// reserveSQL inserts the operation unless (tenant, key) is taken: the unique
-// constraint is the arbiter. The insert trigger writes the history row in
+// reserveSQL inserts the operation unless (tenant, key), its business key
+// or its concurrency key is taken: the unique constraints are the arbiters. The insert trigger writes the history row in
 // the same statement. ?9 is the lease in microseconds (0: reserve only) and
 // ?12 the retention.
 const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token,
@@ -26,7 +26,7 @@ const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerp
 	last_actor, last_reason)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN ` + nowUS + ` + ?9 END, ?10, ?11, ?12,
 	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14)
-ON CONFLICT (tenant, key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING created_at, lease_until, expires_at`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
@@ -157,6 +157,19 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 	return d.s.Get(ctx, id)
+}
+
+// holderSQL finds the operation that holds a business key, or a
+// concurrency key among the live ones.
+var holderSQL = map[bool]string{
+	true: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND route = ? AND business_key = ?`,
+	false: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND route = ? AND concurrency_key = ?
+		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status = 'pending'))`,
+}
+
+func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
+	op, err := scanOp(d.s.readRow(ctx, holderSQL[business], tenant, route, value))
+	return op, mapErr("holder", err)
 }
 
 func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {

@@ -37,6 +37,14 @@ CREATE TABLE idem_operations (
 -- State leads, so the planner never takes it for a (tenant, key) lookup.
 CREATE INDEX idem_operations_live ON idem_operations (state, lease_until, tenant, id)
     WHERE state IN ('prepared', 'executing', 'unknown');
+-- business_key: one operation per (tenant, route, value), across keys.
+CREATE UNIQUE INDEX idem_operations_business ON idem_operations (tenant, route, business_key)
+    WHERE business_key IS NOT NULL;
+-- concurrency_key: at most one live operation per (tenant, route, value):
+-- executing, unknown, or prepared awaiting an approval.
+CREATE UNIQUE INDEX idem_operations_concurrency ON idem_operations (tenant, route, concurrency_key)
+    WHERE concurrency_key IS NOT NULL
+      AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status = 'pending'));
 -- The retention purge reads only purgeable operations.
 CREATE INDEX idem_operations_purge_due ON idem_operations (expires_at)
     WHERE state IN ('prepared', 'succeeded', 'failed');
