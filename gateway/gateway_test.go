@@ -453,3 +453,20 @@ func TestSchemaPolicy(t *testing.T) {
 		})
 	}
 }
+
+func TestHealthAndReadiness(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if r := e.do("GET", path, "", ""); r.status != 200 {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+		}
+		e.store.Close() // the store goes away: not ready, still alive
+		if r := e.do("GET", "/readyz", "", ""); r.status != 503 || code(r) != "store_unavailable" {
+			t.Fatalf("readyz without a store: %d %s", r.status, r.body)
+		}
+		if r := e.do("GET", "/healthz", "", ""); r.status != 200 {
+			t.Fatalf("healthz: %d", r.status)
+		}
+	})
+}

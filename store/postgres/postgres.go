@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -117,7 +118,8 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
-	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err):
+	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err),
+		errors.Is(err, puddle.ErrClosedPool):
 		return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)

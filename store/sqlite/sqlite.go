@@ -155,6 +155,8 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ledger.ErrNotFound)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, sql.ErrConnDone), err.Error() == "sql: database is closed": // database/sql exports no sentinel
+		return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
 	case errors.As(err, &se) && strings.Contains(se.Error(), "idem_operations.concurrency_key"):
 		return fmt.Errorf("%s: %w", op, ledger.ErrConcurrencyLocked)
 	case errors.As(err, &se) && strings.Contains(se.Error(), "no such table"):
