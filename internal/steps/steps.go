@@ -20,6 +20,19 @@ import (
 // or not held by the owner, that the change requires (Apply, ExtendLease).
 var ErrGuard = errors.New("guard did not match")
 
+// KeyTaken is an ErrGuard from Insert that already carries the operation
+// holding the key (read in the same round trip), so that a replay costs
+// one statement.
+type KeyTaken struct {
+	Op     *ledger.Operation
+	Lapsed bool // executing past its lease by the store's clock
+}
+
+func (k *KeyTaken) Error() string { return "key taken by " + k.Op.ID }
+
+// Unwrap makes errors.Is(err, ErrGuard) true.
+func (k *KeyTaken) Unwrap() error { return ErrGuard }
+
 // Change is one guarded transition, in domain terms; a Driver turns it into
 // one statement that updates the operation and writes its history row.
 type Change struct {
@@ -43,7 +56,8 @@ type Change struct {
 type Driver interface {
 	// Insert creates the operation p describes with the given id (and, for
 	// a leased reservation, owner token) and its first history row; it
-	// returns ErrGuard if (tenant, key) is taken.
+	// returns ErrGuard if (tenant, key) or a business or concurrency key is
+	// taken, as a *KeyTaken when it could read the key's operation at once.
 	Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error)
 	// Existing reads the operation holding (tenant, key), and whether it is
 	// executing past its lease by the store's clock.
@@ -131,7 +145,13 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 		if !errors.Is(err, ErrGuard) {
 			return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
 		}
-		r, err := existing(ctx, d, p)
+		var r ledger.Reservation
+		var taken *KeyTaken
+		if errors.As(err, &taken) {
+			r, err = settle(ctx, d, p, taken.Op, taken.Lapsed)
+		} else {
+			r, err = existing(ctx, d, p)
+		}
 		if !errors.Is(err, ledger.ErrNotFound) {
 			return r, err
 		}
@@ -176,6 +196,11 @@ func existing(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Res
 	if err != nil {
 		return ledger.Reservation{}, fmt.Errorf("reserve: read existing: %w", err)
 	}
+	return settle(ctx, d, p, op, lapsed)
+}
+
+// settle answers a reservation with the operation that holds its key.
+func settle(ctx context.Context, d Driver, p ledger.ReserveParams, op *ledger.Operation, lapsed bool) (ledger.Reservation, error) {
 	if lapsed {
 		expired, err := Make(ctx, d, Change{Step: ledger.StepExpire, To: ledger.Unknown, ID: op.ID,
 			Actor: ledger.ActorLeaseExpiry, Reason: "lease expired", ErrorCode: "lease_expired"})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,8 +17,9 @@ import (
 // statement. ON CONFLICT DO NOTHING makes the unique constraints the
 // arbiters, (tenant, key) first, then the business and concurrency keys: of
 // concurrent reservations exactly one inserts, and the others (having
-// waited for its commit) insert nothing. It returns only what the database
-// computed; the rest is the caller's.
+// waited for its commit) insert nothing. When nothing is inserted, the same
+// statement returns the key's operation if its snapshot sees it (a replay in
+// one round trip); one committed during the statement needs a second read.
 const reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
@@ -25,12 +27,15 @@ const reserveSQL = `WITH ins AS (
 		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
 		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond')
 	ON CONFLICT DO NOTHING
-	RETURNING id, state, created_at, lease_until, expires_at
+	RETURNING ` + opColumns + `
 ), hist AS (
 	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
 	SELECT id, NULL, state, created_at, $13, $14 FROM ins
 )
-SELECT created_at, lease_until, expires_at FROM ins`
+SELECT true, ` + opColumns + `, false FROM ins
+UNION ALL
+SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < now())
+	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the database's clock.
@@ -57,12 +62,24 @@ SELECT ` + opColumns + ` FROM up`
 
 const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
+// lazy makes a transition statement commit without waiting for its WAL to
+// reach the disk: visible to every session at once, durable a moment later.
+// Owner steps use it. If the server fails in that moment the step is lost,
+// and the operation is still executing when the server comes back: its lease
+// then makes it unknown. That is never a second effect; the reservation,
+// which is what prevents one, always waits for the disk.
+func lazy(statement string) string {
+	final := "SELECT " + opColumns + " FROM up"
+	return strings.Replace(statement, final,
+		final+", (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit", 1)
+}
+
 var (
 	// Owner steps keep the owner token, so that an owner whose reply was
 	// lost can retry its step and be told it happened (see steps.Make).
-	completeSQL = transitionSQL(`lease_until = NULL, response_status = $8,
-		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard)
-	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
+	completeSQL = lazy(transitionSQL(`lease_until = NULL, response_status = $8,
+		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard))
+	leaveSQL = lazy(transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard))
 	// acquireSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	acquireSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
@@ -92,18 +109,19 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	if state == ledger.Executing {
 		attempts, reason, tokenArg = 1, "reserve with lease", &token
 	}
-	var created, expires time.Time
-	var leaseUntil *time.Time
-	err := d.s.pool.QueryRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state),
-		attempts, tokenArg, micros(p.Lease), nullable(p.BusinessKey), nullable(p.ConcurrencyKey),
-		micros(p.Retention), p.Actor, reason).Scan(&created, &leaseUntil, &expires)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var inserted, lapsed bool
+	op, err := scanOp(scanAround{d.s.pool.QueryRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint,
+		string(state), attempts, tokenArg, micros(p.Lease), nullable(p.BusinessKey), nullable(p.ConcurrencyKey),
+		micros(p.Retention), p.Actor, reason), &inserted, &lapsed})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
-	}
-	if err != nil {
+	case err != nil:
 		return nil, mapErr("insert", err)
+	case !inserted:
+		return nil, &steps.KeyTaken{Op: op, Lapsed: lapsed}
 	}
-	return p.NewOperation(id, created, deref(leaseUntil), expires), nil
+	return op, nil
 }
 
 func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
@@ -176,6 +194,16 @@ func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
 	var token *string
 	err := d.s.pool.QueryRow(ctx, `SELECT owner_token FROM idem_operations WHERE id = $1`, id).Scan(&token)
 	return deref(token), mapErr("owner token", err)
+}
+
+// scanAround scans a leading flag, the operation columns, then a trailing one.
+type scanAround struct {
+	row         pgx.Row
+	first, last any
+}
+
+func (r scanAround) Scan(dest ...any) error {
+	return r.row.Scan(append(append([]any{r.first}, dest...), r.last)...)
 }
 
 // scanExtra scans the operation columns followed by extra destinations.

@@ -36,3 +36,31 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 		t.Fatalf("expiring a live lease: %v", err)
 	}
 }
+
+// TestOwnerStepsRelaxOnlyThemselves: the lazy commit of a completion is
+// local to its transaction; the session (and the next reservation on it)
+// keeps waiting for the disk.
+func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	s, err := Open(c, dsn, Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(c); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
+		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
+		t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
+	}
+}

@@ -118,7 +118,11 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
-	op, err := scanOp(d.s.writeRow(ctx, query, args...))
+	write := d.s.writeRow
+	if c.Owner != nil { // owner steps commit lazily: see lazyWriteRow
+		write = d.s.lazyWriteRow
+	}
+	op, err := scanOp(write(ctx, query, args...))
 	if errors.Is(err, errNoRows) {
 		return nil, steps.ErrGuard
 	}

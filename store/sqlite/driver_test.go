@@ -36,3 +36,30 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 		t.Fatalf("expiring a live lease: %v", err)
 	}
 }
+
+// TestOwnerStepsRelaxOnlyThemselves: a lazy completion must leave the
+// writer's synchronous mode as configured, or the next reservation would be
+// acknowledged before it is on disk.
+func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
+	c := context.Background()
+	s, err := Open(c, filepath.Join(t.TempDir(), "l.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(c); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
+		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	var mode int
+	if err := s.write.QueryRowContext(c, "PRAGMA synchronous").Scan(&mode); err != nil || mode != 2 {
+		t.Fatalf("writer synchronous mode after a completion: %d (want 2, FULL), %v", mode, err)
+	}
+}

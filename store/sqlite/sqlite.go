@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -31,6 +32,8 @@ type Store struct {
 	writeStmts *stmtCache
 	readStmts  *stmtCache
 	now        func() time.Time
+	sync       string     // the configured synchronous mode
+	writer     sync.Mutex // one statement (or relaxed statement) at a time
 }
 
 // Options tune Open.
@@ -73,11 +76,11 @@ var synchronousModes = []string{"OFF", "NORMAL", "FULL", "EXTRA"}
 // Open opens (creating if needed) the database file at path. It does not
 // migrate; call Migrate.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	sync := strings.ToUpper(opts.Synchronous)
-	if sync == "" {
-		sync = "FULL"
+	mode := strings.ToUpper(opts.Synchronous)
+	if mode == "" {
+		mode = "FULL"
 	}
-	if !slices.Contains(synchronousModes, sync) {
+	if !slices.Contains(synchronousModes, mode) {
 		return nil, fmt.Errorf("sqlite: synchronous %q: want one of %v", opts.Synchronous, synchronousModes)
 	}
 	if opts.MustExist {
@@ -92,7 +95,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		opts.BusyTimeout = 10 * time.Second
 	}
 	base := "file:" + uriPath.Replace(path) + "?_pragma=busy_timeout(" + fmt.Sprint(opts.BusyTimeout.Milliseconds()) + ")" +
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(" + mode + ")"
 	write, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -106,8 +109,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	read.SetMaxOpenConns(opts.Readers)
 	s := &Store{write: write, read: read, writeStmts: newStmtCache(write), readStmts: newStmtCache(read),
-		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
-	if err := s.Ping(ctx); err != nil {
+		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }, sync: mode}
+	if err := s.firstPing(ctx, opts.BusyTimeout); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -116,6 +119,24 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 // uriPath escapes what a file: URI would read as syntax in a path.
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+
+// firstPing opens the connections, retrying while another process holds
+// the file: switching a new database to WAL does not wait on the busy
+// handler, so two processes creating one store at once can collide.
+func (s *Store) firstPing(ctx context.Context, patience time.Duration) error {
+	deadline := time.Now().Add(patience)
+	for wait := 5 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
+		err := s.Ping(ctx)
+		if err == nil || !errors.Is(err, ledger.ErrUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
 
 // Ping checks that both the writer and a reader answer.
 func (s *Store) Ping(ctx context.Context) error {

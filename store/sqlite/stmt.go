@@ -55,11 +55,21 @@ func (r errRow) Scan(...any) error { return r.err }
 // writeRow runs one statement with RETURNING, in its own implicit
 // transaction, on the writer and returns its first row.
 func (s *Store) writeRow(ctx context.Context, query string, args ...any) row {
+	return s.writeRowMode(ctx, false, query, args...)
+}
+
+// lazyWriteRow is writeRow committed without waiting for the disk: see
+// the postgres store's lazy for why owner steps may be, and how.
+func (s *Store) lazyWriteRow(ctx context.Context, query string, args ...any) row {
+	return s.writeRowMode(ctx, s.sync != "OFF" && s.sync != "NORMAL", query, args...)
+}
+
+func (s *Store) writeRowMode(ctx context.Context, lazy bool, query string, args ...any) row {
 	st, err := s.writeStmts.get(ctx, query)
 	if err != nil {
 		return errRow{err}
 	}
-	return drainedRow{ctx: ctx, st: st, args: args}
+	return drainedRow{ctx: ctx, s: s, st: st, args: args, lazy: lazy}
 }
 
 // drainedRow steps its statement to the end before closing it. Reset early,
@@ -68,11 +78,23 @@ func (s *Store) writeRow(ctx context.Context, query string, args ...any) row {
 // TestWALStaysBounded).
 type drainedRow struct {
 	ctx  context.Context
+	s    *Store
 	st   *sql.Stmt
 	args []any
+	lazy bool
 }
 
 func (r drainedRow) Scan(dest ...any) error {
+	// The writer lock keeps other statements off the connection while its
+	// synchronous setting is relaxed for this one.
+	r.s.writer.Lock()
+	defer r.s.writer.Unlock()
+	if r.lazy {
+		if err := r.s.setSync(r.ctx, "NORMAL"); err != nil {
+			return err
+		}
+		defer r.s.setSync(context.WithoutCancel(r.ctx), r.s.sync) //nolint:errcheck // a failure is caught below
+	}
 	rows, err := r.st.QueryContext(r.ctx, r.args...)
 	if err != nil {
 		return err
@@ -94,6 +116,8 @@ func (r drainedRow) Scan(dest ...any) error {
 
 // writeExec runs one statement on the writer and returns the rows it changed.
 func (s *Store) writeExec(ctx context.Context, query string, args ...any) (int64, error) {
+	s.writer.Lock()
+	defer s.writer.Unlock()
 	st, err := s.writeStmts.get(ctx, query)
 	if err != nil {
 		return 0, err
@@ -112,4 +136,17 @@ func (s *Store) readRow(ctx context.Context, query string, args ...any) row {
 		return errRow{err}
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// setSync sets the writer connection's synchronous mode. If restoring the
+// configured mode fails, the writer is closed rather than left relaxed.
+func (s *Store) setSync(ctx context.Context, mode string) error {
+	st, err := s.writeStmts.get(ctx, "PRAGMA synchronous = "+mode)
+	if err == nil {
+		_, err = st.ExecContext(ctx)
+	}
+	if err != nil && mode == s.sync {
+		_ = s.write.Close()
+	}
+	return err
 }
