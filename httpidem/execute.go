@@ -55,11 +55,12 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		fate, code = f, settledCode
 	}
 	var err error
+	var done *ledger.Operation
 	switch fate {
 	case FateSucceeded:
-		_, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
+		done, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
 	case FateFailed:
-		_, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Failed, Response: resp,
+		done, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Failed, Response: resp,
 			Reason: code, ErrorCode: code})
 	case FateReleased:
 		_, err = m.opts.Store.Release(ctx, lease, ledger.Note{Reason: "not applied: " + code, ErrorCode: code})
@@ -70,6 +71,8 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		// The effect happened and this client deserves its answer; the
 		// operation stays executing, and its lease will make it unknown.
 		m.log(ctx, "record outcome", lease.OpID, err)
+	} else if done != nil {
+		m.cache.put(done)
 	}
 	c.flush()
 }

@@ -35,7 +35,10 @@ type Options struct {
 	// StatusBase, if set, is the control API prefix whose status resource
 	// problems link to (e.g. "/_idem/v1").
 	StatusBase string
-	Logger     *slog.Logger
+	// ReplayCache bounds, in bytes, the final operations kept in memory to
+	// answer replays without the store (default 32 MiB; negative: none).
+	ReplayCache int64
+	Logger      *slog.Logger
 }
 
 // Middleware puts the idempotency contract in front of handlers.
@@ -43,6 +46,7 @@ type Middleware struct {
 	opts    Options
 	routes  *router
 	waiters *waiters
+	cache   *replayCache
 }
 
 // New checks opts and builds the middleware.
@@ -63,7 +67,11 @@ func New(opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpidem: %w", err)
 	}
-	return &Middleware{opts: opts, routes: rt, waiters: newWaiters()}, nil
+	m := &Middleware{opts: opts, routes: rt, waiters: newWaiters()}
+	if opts.ReplayCache > 0 {
+		m.cache = newReplayCache(opts.ReplayCache)
+	}
+	return m, nil
 }
 
 func setDefaults(o *Options) {
@@ -84,6 +92,9 @@ func setDefaults(o *Options) {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Minute
+	}
+	if o.ReplayCache == 0 {
+		o.ReplayCache = 32 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -118,6 +129,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		next.ServeHTTP(w, r)
 		return
 	}
+	if op := m.cache.get(req.tenant, req.key); op != nil {
+		m.cached(w, req, op)
+		return
+	}
 	res, err := m.opts.Store.Reserve(r.Context(), m.reserveParams(req))
 	switch {
 	case err != nil:
@@ -129,6 +144,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	default:
 		m.existing(w, r, req, res.Op, next)
 	}
+}
+
+// cached answers from the replay cache exactly as from the store.
+func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Operation) {
+	if op.Fingerprint != req.fingerprint {
+		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
+		return
+	}
+	m.replay(w, op)
 }
 
 // duplicate answers a new key whose business key belongs to another
@@ -158,6 +182,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 	}
 	switch op.State {
 	case ledger.Succeeded, ledger.Failed:
+		m.cache.put(op)
 		m.replay(w, op)
 	case ledger.Executing:
 		p := NewProblem(CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")

@@ -536,3 +536,26 @@ func TestBusinessAndConcurrencyKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestReplaysNeedNoStore: a final operation never changes, so this process
+// replays it from memory; everything else still needs the store.
+func TestReplaysNeedNoStore(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newApp(t, s, httpidem.Options{})
+		first := a.post("k", "acme", `{"title":"cached"}`)
+		s.Close()
+		again := a.post("k", "acme", `{"title":"cached"}`)
+		if again.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay without a store: %+v", again)
+		}
+		if r := a.post("k", "acme", `{"title":"changed"}`); r.status != 422 || problemCode(t, r) != "fingerprint_mismatch" {
+			t.Fatalf("changed payload without a store: %+v", r)
+		}
+		if r := a.post("k", "globex", `{"title":"cached"}`); r.status != 503 || problemCode(t, r) != "store_unavailable" {
+			t.Fatalf("another tenant's key must not hit the cache: %+v", r)
+		}
+		if r := a.post("new", "acme", `{"title":"cached"}`); r.status != 503 || a.effects.Load() != 1 {
+			t.Fatalf("a new key without a store: %+v, %d effects", r, a.effects.Load())
+		}
+	})
+}
