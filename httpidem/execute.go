@@ -40,6 +40,13 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
 		return
 	}
+	if exec.completedInTx() {
+		if op, err := m.opts.Store.Get(ctx, lease.OpID); err == nil && op.State.Final() {
+			m.cache.put(op)
+			c.flush()
+			return
+		}
+	}
 	m.finish(ctx, c, req, exec, lease)
 }
 

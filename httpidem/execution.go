@@ -18,6 +18,7 @@ type Execution struct {
 	mu      sync.Mutex
 	fate    *Fate
 	code    string
+	inTx    bool
 }
 
 type executionKey struct{}
@@ -49,6 +50,24 @@ func (e *Execution) Settle(f Fate, code string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fate, e.code = &f, code
+}
+
+// Completed tells the middleware that the handler completed the operation
+// itself, inside the transaction of its own business write (with the
+// store's CompleteTx), and committed it. The middleware then only checks
+// that the operation is final and sends the handler's response. If the
+// transaction did not commit, the operation is still executing and the
+// middleware records the outcome as usual.
+func (e *Execution) Completed() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.inTx = true
+}
+
+func (e *Execution) completedInTx() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inTx
 }
 
 func (e *Execution) settled() (Fate, string, bool) {

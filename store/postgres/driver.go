@@ -77,9 +77,11 @@ func lazy(statement string) string {
 var (
 	// Owner steps keep the owner token, so that an owner whose reply was
 	// lost can retry its step and be told it happened (see steps.Make).
-	completeSQL = lazy(transitionSQL(`lease_until = NULL, response_status = $8,
-		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard))
-	leaveSQL = lazy(transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard))
+	completeSQL = transitionSQL(`lease_until = NULL, response_status = $8,
+		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard)
+	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
+	// lazySQL is the lazy form of each owner step's statement.
+	lazySQL = map[string]string{completeSQL: lazy(completeSQL), leaveSQL: lazy(leaveSQL)}
 	// acquireSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	acquireSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
@@ -98,8 +100,12 @@ var (
 		RETURNING lease_until`
 )
 
-// driver runs the store's statements for package steps.
-type driver struct{ s *Store }
+// driver runs the store's statements for package steps; with tx set, in
+// the caller's transaction (see CompleteTx).
+type driver struct {
+	s  *Store
+	tx pgx.Tx
+}
 
 var _ steps.Driver = driver{}
 
@@ -136,7 +142,16 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
-	op, err := scanOp(d.s.pool.QueryRow(ctx, query, args...))
+	var row pgx.Row
+	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
+		row = d.tx.QueryRow(ctx, query, args...)
+	} else {
+		if lazy, ok := lazySQL[query]; ok && c.Owner != nil {
+			query = lazy
+		}
+		row = d.s.pool.QueryRow(ctx, query, args...)
+	}
+	op, err := scanOp(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -216,40 +231,49 @@ func (r scanExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.ex
 
 // Reserve implements ledger.Store.
 func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
-	return steps.Reserve(ctx, driver{s}, p)
+	return steps.Reserve(ctx, driver{s: s}, p)
 }
 
 // Acquire implements ledger.Store.
 func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
-	return steps.Acquire(ctx, driver{s}, p)
+	return steps.Acquire(ctx, driver{s: s}, p)
 }
 
 // Heartbeat implements ledger.Store.
 func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
-	return steps.Heartbeat(ctx, driver{s}, l, d)
+	return steps.Heartbeat(ctx, driver{s: s}, l, d)
 }
 
 // Complete implements ledger.Store.
 func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s}, l, o)
+	return steps.Complete(ctx, driver{s: s}, l, o)
+}
+
+// CompleteTx is Complete inside the caller's transaction, for a handler that
+// keeps its business data in this database: the business write and the
+// completion commit together, or neither does, so no crash can separate an
+// effect from its record. The operation returned is as it will be once tx
+// commits.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
+	return steps.Complete(ctx, driver{s: s, tx: tx}, l, o)
 }
 
 // Release implements ledger.Store.
 func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.Release(ctx, driver{s}, l, n)
+	return steps.Release(ctx, driver{s: s}, l, n)
 }
 
 // MarkUnknown implements ledger.Store.
 func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.MarkUnknown(ctx, driver{s}, l, n)
+	return steps.MarkUnknown(ctx, driver{s: s}, l, n)
 }
 
 // Resolve implements ledger.Store.
 func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
-	return steps.Resolve(ctx, driver{s}, p)
+	return steps.Resolve(ctx, driver{s: s}, p)
 }
 
 // Deny implements ledger.Store.
 func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
-	return steps.Deny(ctx, driver{s}, p)
+	return steps.Deny(ctx, driver{s: s}, p)
 }

@@ -30,7 +30,7 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = driver{s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
+	_, err = driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
 		ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
 	if !errors.Is(err, steps.ErrGuard) {
 		t.Fatalf("expiring a live lease: %v", err)

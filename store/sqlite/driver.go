@@ -74,7 +74,10 @@ var (
 
 // driver runs the store's statements for package steps. Every statement
 // autocommits on the single writer connection.
-type driver struct{ s *Store }
+type driver struct {
+	s  *Store
+	tx *sql.Tx // set: the caller's transaction (see CompleteTx)
+}
 
 var _ steps.Driver = driver{}
 
@@ -118,11 +121,16 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
-	write := d.s.writeRow
-	if c.Owner != nil { // owner steps commit lazily: see lazyWriteRow
-		write = d.s.lazyWriteRow
+	var row row
+	switch {
+	case d.tx != nil: // the caller's transaction commits it with its own writes
+		row = txRow{ctx: ctx, tx: d.tx, query: query, args: args}
+	case c.Owner != nil: // owner steps commit lazily: see lazyWriteRow
+		row = d.s.lazyWriteRow(ctx, query, args...)
+	default:
+		row = d.s.writeRow(ctx, query, args...)
 	}
-	op, err := scanOp(write(ctx, query, args...))
+	op, err := scanOp(row)
 	if errors.Is(err, errNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -184,40 +192,48 @@ func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
 
 // Reserve implements ledger.Store.
 func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
-	return steps.Reserve(ctx, driver{s}, p)
+	return steps.Reserve(ctx, driver{s: s}, p)
 }
 
 // Acquire implements ledger.Store.
 func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
-	return steps.Acquire(ctx, driver{s}, p)
+	return steps.Acquire(ctx, driver{s: s}, p)
 }
 
 // Heartbeat implements ledger.Store.
 func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
-	return steps.Heartbeat(ctx, driver{s}, l, d)
+	return steps.Heartbeat(ctx, driver{s: s}, l, d)
 }
 
 // Complete implements ledger.Store.
 func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s}, l, o)
+	return steps.Complete(ctx, driver{s: s}, l, o)
+}
+
+// CompleteTx is Complete inside the caller's transaction on this database
+// file, for a handler that keeps its business data beside the ledger: the
+// business write and the completion commit together, or neither does. The
+// operation returned is as it will be once tx commits.
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
+	return steps.Complete(ctx, driver{s: s, tx: tx}, l, o)
 }
 
 // Release implements ledger.Store.
 func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.Release(ctx, driver{s}, l, n)
+	return steps.Release(ctx, driver{s: s}, l, n)
 }
 
 // MarkUnknown implements ledger.Store.
 func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.MarkUnknown(ctx, driver{s}, l, n)
+	return steps.MarkUnknown(ctx, driver{s: s}, l, n)
 }
 
 // Resolve implements ledger.Store.
 func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
-	return steps.Resolve(ctx, driver{s}, p)
+	return steps.Resolve(ctx, driver{s: s}, p)
 }
 
 // Deny implements ledger.Store.
 func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
-	return steps.Deny(ctx, driver{s}, p)
+	return steps.Deny(ctx, driver{s: s}, p)
 }

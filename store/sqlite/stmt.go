@@ -99,6 +99,11 @@ func (r drainedRow) Scan(dest ...any) error {
 	if err != nil {
 		return err
 	}
+	return scanDrained(rows, dest)
+}
+
+// scanDrained scans the first row and steps the statement to its end.
+func scanDrained(rows *sql.Rows, dest []any) error {
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
@@ -149,4 +154,21 @@ func (s *Store) setSync(ctx context.Context, mode string) error {
 		_ = s.write.Close()
 	}
 	return err
+}
+
+// txRow runs a RETURNING statement in the caller's transaction, stepped to
+// the end like drainedRow.
+type txRow struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	query string
+	args  []any
+}
+
+func (r txRow) Scan(dest ...any) error {
+	rows, err := r.tx.QueryContext(r.ctx, r.query, r.args...)
+	if err != nil {
+		return err
+	}
+	return scanDrained(rows, dest)
 }
