@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -556,6 +557,47 @@ func TestReplaysNeedNoStore(t *testing.T) {
 		}
 		if r := a.post("new", "acme", `{"title":"cached"}`); r.status != 503 || a.effects.Load() != 1 {
 			t.Fatalf("a new key without a store: %+v, %d effects", r, a.effects.Load())
+		}
+	})
+}
+
+func TestFingerprintedHeadersAndKeyFromHeader(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets",
+			KeyFrom: "header:X-Delivery-Id", Headers: []string{"X-Region"}}}})
+		eu := a.post("", "acme", `{}`, "X-Delivery-Id", "d-1", "X-Region", "eu")
+		again := a.post("", "acme", `{}`, "X-Delivery-Id", "d-1", "X-Region", "eu", "X-Trace", "other")
+		us := a.post("", "acme", `{}`, "X-Delivery-Id", "d-1", "X-Region", "us")
+		if eu.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || us.status != 422 ||
+			problemCode(t, us) != "fingerprint_mismatch" || a.effects.Load() != 1 {
+			t.Fatalf("eu %+v, again %+v, us %+v", eu, again, us)
+		}
+		if r := a.post("ignored-idempotency-key", "acme", `{}`); r.status != 400 || problemCode(t, r) != "missing_key" {
+			t.Fatalf("without the delivery id: %+v", r)
+		}
+	})
+}
+
+// TestApprovalDeniedReplay: an operation whose approval was denied answers
+// 403 approval_denied to every retry (approvals themselves come later; the
+// ledger's Deny is what they will call).
+func TestApprovalDeniedReplay(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newApp(t, s, httpidem.Options{})
+		cmd, _ := fingerprint.Parse([]byte(`{"environment":"production"}`), fingerprint.Limits{})
+		fp, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/tickets", Tenant: "acme", Command: cmd})
+		c := context.Background()
+		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
+			Fingerprint: fp, Retention: time.Hour, Actor: "approvals"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Deny(c, ledger.DenyParams{ID: r.Op.ID, Actor: "alice", Reason: "not on a Friday"}); err != nil {
+			t.Fatal(err)
+		}
+		got := a.post("deploy", "acme", `{"environment":"production"}`)
+		if got.status != 403 || problemCode(t, got) != "approval_denied" || a.effects.Load() != 0 {
+			t.Fatalf("denied: %+v", got)
 		}
 	})
 }

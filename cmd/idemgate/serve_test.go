@@ -27,6 +27,14 @@ type gatewayProc struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan error
+	mu   sync.Mutex
+	logs []string
+}
+
+func (g *gatewayProc) logLines() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.logs...)
 }
 
 // startGateway starts serve on config and waits for it to listen.
@@ -46,6 +54,9 @@ func startGateway(t *testing.T, config string) *gatewayProc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			g.mu.Lock()
+			g.logs = append(g.logs, sc.Text())
+			g.mu.Unlock()
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
 				addr <- line.Addr
@@ -222,5 +233,40 @@ func TestTwoInstancesOneEffect(t *testing.T) {
 	wg.Wait()
 	if n := up.effects.Load(); n != 1 || ok.Load() != 200 {
 		t.Fatalf("%d effects; %d got the answer, %d did not", n, ok.Load(), other.Load())
+	}
+}
+
+// TestLogsHoldNoSecrets: one JSON line per request, and neither the token,
+// the key, the query nor the body in any of them.
+func TestLogsHoldNoSecrets(t *testing.T) {
+	up := newSlowUpstream(t, 0)
+	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
+	req, _ := http.NewRequest("POST", g.url+"/v1/writes?email=pii@example.com", strings.NewReader(`{"card":"4111-secret"}`))
+	req.Header.Set("Authorization", "Bearer agent-token")
+	req.Header.Set("Idempotency-Key", "key-visible-only-to-the-store")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("request: %v", err)
+	}
+	resp.Body.Close()
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	<-g.done
+	requests := 0
+	for _, line := range g.logLines() {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil && line != "" {
+			t.Fatalf("not a JSON line: %q", line)
+		}
+		if entry["msg"] == "request" {
+			requests++
+		}
+		for _, secret := range []string{"agent-token", "key-visible", "pii@", "4111", "secret"} {
+			if strings.Contains(line, secret) {
+				t.Fatalf("log line holds %q: %s", secret, line)
+			}
+		}
+	}
+	if requests != 1 {
+		t.Fatalf("%d request lines", requests)
 	}
 }
