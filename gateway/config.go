@@ -14,11 +14,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/internal/jsonptr"
 )
 
 // Config is the YAML of DESIGN.md, "Configuration".
@@ -351,6 +354,11 @@ func (c *Config) checkUpstream(name string, u *Upstream) error {
 		return c.errorf(u.line, "upstream %q: url %q: want http(s)://host[:port][/prefix]", name, u.URL)
 	}
 	u.target = t
+	if u.HonoursKey && !u.ForwardKey {
+		// Re-sending an unknown operation is safe only because the upstream
+		// sees the same key and deduplicates: without the key, a second effect.
+		return c.errorf(u.line, "upstream %q: honours_key needs forward_key: true", name)
+	}
 	if u.Timeout <= 0 {
 		u.Timeout = 30 * time.Second
 	}
@@ -390,6 +398,9 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 	if !r.Approval.IsZero() {
 		return c.errorf(r.line, "route %s: approval is not supported yet; refusing to run it unapproved", r.Match)
 	}
+	if err := r.checkPolicies(); err != nil {
+		return c.errorf(r.line, "route %s: %v", r.Match, err)
+	}
 	if r.Schema != "" && !filepath.IsAbs(r.Schema) {
 		r.Schema = filepath.Join(filepath.Dir(c.file), r.Schema)
 	}
@@ -399,6 +410,33 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 		}
 	}()
 	mux.Handle(r.method+" "+r.pattern, http.NotFoundHandler())
+	return nil
+}
+
+// checkPolicies refuses policies that cannot work, before a single request
+// is served.
+func (r *RouteConfig) checkPolicies() error {
+	for _, p := range append(slices.Clone(r.Fingerprint.Ignore), r.BusinessKey, r.ConcurrencyKey) {
+		if toks, err := jsonptr.Parse(p); err != nil || (p != "" && len(toks) == 0) {
+			return fmt.Errorf("JSON pointer %q: want /member/…", p)
+		}
+	}
+	if kind, ref, _ := strings.Cut(r.KeyFrom, ":"); r.KeyFrom != "" &&
+		!(kind == "header" && ref != "") && !(kind == "body" && strings.HasPrefix(ref, "/")) {
+		return fmt.Errorf("key_from %q: want header:NAME or body:/pointer", r.KeyFrom)
+	}
+	if r.Lease < 0 || r.Retention < 0 {
+		return errors.New("lease and retention must be positive")
+	}
+	for _, st := range append(slices.Clone(r.Outcomes.NotApplied), r.Outcomes.Final...) {
+		if st < 400 || st > 599 {
+			// A success marked "not applied" would be run again: a second effect.
+			return fmt.Errorf("outcomes: %d: only 4xx and 5xx statuses can be listed", st)
+		}
+		if slices.Contains(r.Outcomes.NotApplied, st) && slices.Contains(r.Outcomes.Final, st) {
+			return fmt.Errorf("outcomes: %d is both not_applied and final", st)
+		}
+	}
 	return nil
 }
 

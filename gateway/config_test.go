@@ -46,20 +46,24 @@ func TestParseConfig(t *testing.T) {
 func TestConfigMistakesNameFileAndLine(t *testing.T) {
 	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
 	cases := map[string]struct{ from, to, want string }{
-		"unknown key":        {"    lease: 30s", "    lease: 30s\n    leese: 10s", `gw.yaml:16: unknown key "leese"`},
-		"unknown nested key": {"fingerprint: {headers: []", "fingerprint: {header: []", `gw.yaml:17: unknown key "header"`},
-		"unknown top key":    {"listen:", "lissen:", `gw.yaml:1: unknown key "lissen"`},
-		"bad route":          {"match: POST /v1/tickets", "match: POST v1/tickets", `gw.yaml:12: route "POST v1/tickets"`},
-		"bad wildcard":       {"/v1/deployments/{id}", "/v1/deployments/{id", "gw.yaml:18: route GET /v1/deployments/{id"},
-		"missing upstream":   {"  - match: GET /v1/deployments/{id}\n    upstream: ops", "  - match: GET /v1/deployments/{id}\n    upstream: opz", `gw.yaml:18: route GET /v1/deployments/{id}: upstream "opz" is not defined`},
-		"unset env":          {"${IDEMGATE_TEST_OPS_TOKEN}", "${IDEMGATE_TEST_UNSET_VAR}", "gw.yaml:7: ${IDEMGATE_TEST_UNSET_VAR} is not set"},
-		"bad size":           {"max_body: 1MiB", "max_body: 1 furlong", `gw.yaml:16: size "1 furlong"`},
-		"bad duration":       {"lease: 30s", "lease: soon", "gw.yaml:15: cannot unmarshal !!str `soon` into time.Duration"},
-		"bad token hash":     {`token_sha256: "9f86`, `token_sha256: "zz86`, "gw.yaml:10: principal \"support-agent\": token_sha256"},
-		"bad url":            {"url: http://127.0.0.1:9090", "url: 127.0.0.1:9090", `gw.yaml:4: upstream "ops": url`},
-		"approval":           {"    upstream: ops\n    retention", "    upstream: ops\n    approval: {when: 'true'}\n    retention", "gw.yaml:12: route POST /v1/tickets: approval is not supported yet"},
-		"bad yaml":           {"routes:", "routes: [", "gw.yaml:"},
-		"no store":           {"store: sqlite:/tmp/x.db\n", "", "gw.yaml: store is required"},
+		"unknown key":         {"    lease: 30s", "    lease: 30s\n    leese: 10s", `gw.yaml:16: unknown key "leese"`},
+		"unknown nested key":  {"fingerprint: {headers: []", "fingerprint: {header: []", `gw.yaml:17: unknown key "header"`},
+		"unknown top key":     {"listen:", "lissen:", `gw.yaml:1: unknown key "lissen"`},
+		"bad route":           {"match: POST /v1/tickets", "match: POST v1/tickets", `gw.yaml:12: route "POST v1/tickets"`},
+		"bad wildcard":        {"/v1/deployments/{id}", "/v1/deployments/{id", "gw.yaml:18: route GET /v1/deployments/{id"},
+		"missing upstream":    {"  - match: GET /v1/deployments/{id}\n    upstream: ops", "  - match: GET /v1/deployments/{id}\n    upstream: opz", `gw.yaml:18: route GET /v1/deployments/{id}: upstream "opz" is not defined`},
+		"unset env":           {"${IDEMGATE_TEST_OPS_TOKEN}", "${IDEMGATE_TEST_UNSET_VAR}", "gw.yaml:7: ${IDEMGATE_TEST_UNSET_VAR} is not set"},
+		"bad size":            {"max_body: 1MiB", "max_body: 1 furlong", `gw.yaml:16: size "1 furlong"`},
+		"bad duration":        {"lease: 30s", "lease: soon", "gw.yaml:15: cannot unmarshal !!str `soon` into time.Duration"},
+		"bad token hash":      {`token_sha256: "9f86`, `token_sha256: "zz86`, "gw.yaml:10: principal \"support-agent\": token_sha256"},
+		"bad url":             {"url: http://127.0.0.1:9090", "url: 127.0.0.1:9090", `gw.yaml:4: upstream "ops": url`},
+		"approval":            {"    upstream: ops\n    retention", "    upstream: ops\n    approval: {when: 'true'}\n    retention", "gw.yaml:12: route POST /v1/tickets: approval is not supported yet"},
+		"bad yaml":            {"routes:", "routes: [", "gw.yaml:"},
+		"no store":            {"store: sqlite:/tmp/x.db\n", "", "gw.yaml: store is required"},
+		"honours without key": {"    forward_key: true", "    honours_key: true", `gw.yaml:4: upstream "ops": honours_key needs forward_key`},
+		"success not applied": {"    lease: 30s", "    lease: 30s\n    outcomes: {not_applied: [201]}", "gw.yaml:12: route POST /v1/tickets: outcomes: 201"},
+		"bad pointer":         {"    lease: 30s", "    lease: 30s\n    business_key: source_event_id", `gw.yaml:12: route POST /v1/tickets: JSON pointer "source_event_id"`},
+		"bad key_from":        {"    lease: 30s", "    lease: 30s\n    key_from: cookie:x", `gw.yaml:12: route POST /v1/tickets: key_from "cookie:x"`},
 	}
 	for name, c := range cases {
 		text := strings.Replace(goodConfig, c.from, c.to, 1)

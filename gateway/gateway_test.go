@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -74,6 +75,15 @@ func newUpstream(t *testing.T) *upstream {
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"id":%q}`, ticket)
 	})
+	mux.HandleFunc("POST /v1/policy/{name}", func(w http.ResponseWriter, r *http.Request) {
+		n := u.effect(r)
+		status := 201
+		if s := r.Header.Get("X-Status"); s != "" {
+			fmt.Sscan(s, &status)
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"%s":%d}`, r.PathValue("name"), n)
+	})
 	mux.HandleFunc("GET /v1/tickets/{id}", func(w http.ResponseWriter, r *http.Request) {
 		u.effect(r)
 		fmt.Fprintf(w, `{"id":%q}`, r.PathValue("id"))
@@ -124,6 +134,7 @@ type env struct {
 	up    *upstream
 	store ledger.Store
 	gw    *httptest.Server
+	g     *gateway.Gateway
 }
 
 var stores = map[string]func(t *testing.T) (ledger.Store, string){
@@ -163,6 +174,8 @@ func forEachStore(t *testing.T, test func(t *testing.T, e *env)) {
 }
 
 const configTemplate = `store: %s
+sweep_interval: 50ms
+purge_interval: 100ms
 upstreams:
   ops:
     url: %s
@@ -175,6 +188,8 @@ upstreams:
     forward_key: true
   down:
     url: http://%s
+  bare:
+    url: %s
 principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: alice, tenant: acme, roles: [admin], token_sha256: %s}
@@ -187,11 +202,16 @@ routes:
   - {match: POST /v1/down, upstream: down}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/admin-only, upstream: ops, roles: [admin]}
+  - {match: POST /v1/policy/alerts, upstream: ops, business_key: /source_event_id}
+  - {match: POST /v1/policy/deploys, upstream: ops, concurrency_key: /environment}
+  - {match: POST /v1/policy/hooks, upstream: ops, key_from: "header:X-Delivery-Id"}
+  - {match: POST /v1/policy/final, upstream: ops, outcomes: {final: [409], not_applied: [500]}}
+  - {match: POST /v1/policy/bare, upstream: bare}
 %s`
 
 func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 	up := newUpstream(t)
-	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t),
+	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), up.srv.URL,
 		sha("agent-token"), sha("alice-token"), sha("globex-token"), extraRoutes)
 	path := filepath.Join(t.TempDir(), "gw.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -207,7 +227,7 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 	}
 	gw := httptest.NewServer(g.Handler())
 	t.Cleanup(gw.Close)
-	return &env{t: t, up: up, store: store, gw: gw}
+	return &env{t: t, up: up, store: store, gw: gw, g: g}
 }
 
 type reply struct {
@@ -467,6 +487,127 @@ func TestHealthAndReadiness(t *testing.T) {
 		}
 		if r := e.do("GET", "/healthz", "", ""); r.status != 200 {
 			t.Fatalf("healthz: %d", r.status)
+		}
+	})
+}
+
+func TestRoutePoliciesThroughTheGateway(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		// business_key: one alert, whatever the key and the wording.
+		a := e.do("POST", "/v1/policy/alerts", "agent-token", `{"source_event_id":"e1","title":"DB down"}`, "Idempotency-Key", "a1")
+		b := e.do("POST", "/v1/policy/alerts", "agent-token", `{"source_event_id":"e1","title":"db is down"}`, "Idempotency-Key", "a2")
+		if a.status != 201 || b.body != a.body || b.header.Get("Idempotency-Duplicate-Of") == "" || e.up.count("/v1/policy/alerts") != 1 {
+			t.Fatalf("business key: %+v %+v", a, b)
+		}
+		// concurrency_key: a second live deployment to one environment.
+		if _, err := e.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "running",
+			Route: "POST /v1/policy/deploys", Fingerprint: "sha256:x", ConcurrencyKey: "production", Lease: time.Hour,
+			Retention: time.Hour, Actor: "other-gateway"}); err != nil {
+			t.Fatal(err)
+		}
+		r := e.do("POST", "/v1/policy/deploys", "agent-token", `{"environment":"production"}`, "Idempotency-Key", "d1")
+		if r.status != 409 || code(r) != "concurrency_locked" || e.up.count("/v1/policy/deploys") != 0 {
+			t.Fatalf("concurrency key: %+v", r)
+		}
+		if r := e.do("POST", "/v1/policy/deploys", "agent-token", `{}`, "Idempotency-Key", "d2"); r.status != 422 {
+			t.Fatalf("no environment: %+v", r)
+		}
+		// key_from: a webhook delivered twice.
+		for range 2 {
+			e.do("POST", "/v1/policy/hooks", "agent-token", `{"event":"paid"}`, "X-Delivery-Id", "dlv-7")
+		}
+		if e.up.count("/v1/policy/hooks") != 1 {
+			t.Fatalf("webhook delivered twice: %d effects", e.up.count("/v1/policy/hooks"))
+		}
+		// outcomes: this upstream's 409 is final, its 500 means not applied.
+		f1 := e.do("POST", "/v1/policy/final", "agent-token", `{}`, "Idempotency-Key", "f1", "X-Status", "409")
+		f2 := e.do("POST", "/v1/policy/final", "agent-token", `{}`, "Idempotency-Key", "f1", "X-Status", "201")
+		n1 := e.do("POST", "/v1/policy/final", "agent-token", `{}`, "Idempotency-Key", "n1", "X-Status", "500")
+		n2 := e.do("POST", "/v1/policy/final", "agent-token", `{}`, "Idempotency-Key", "n1", "X-Status", "201")
+		if f1.status != 409 || f2.status != 409 || f2.header.Get("Idempotent-Replayed") != "true" || n1.status != 500 ||
+			n2.status != 201 || e.up.count("/v1/policy/final") != 3 {
+			t.Fatalf("outcomes: %d %d %d %d, %d effects", f1.status, f2.status, n1.status, n2.status, e.up.count("/v1/policy/final"))
+		}
+	})
+}
+
+// TestAgentCredentialsNeverReachTheUpstream: even an upstream the gateway
+// adds no credentials for never sees the agent's token.
+func TestAgentCredentialsNeverReachTheUpstream(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		e.do("POST", "/v1/policy/bare", "agent-token", `{}`, "Idempotency-Key", "b1", "Prefer", "wait=5")
+		h := e.up.lastHeaders()
+		if h.Get("Authorization") != "" || h.Get("Prefer") != "" || h.Get("Idempotency-Key") != "" {
+			t.Fatalf("upstream saw %v", h)
+		}
+	})
+}
+
+func TestBackgroundSweepAndPurge(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		c := context.Background()
+		lapsing, err := e.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "crashed", Route: "POST /v1/tickets",
+			Fingerprint: "sha256:x", Lease: time.Millisecond, Retention: time.Hour, Actor: "dead-gateway"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := e.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "old", Route: "POST /v1/tickets",
+			Fingerprint: "sha256:x", Lease: time.Hour, Retention: time.Millisecond, Actor: "gw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Complete(c, *old.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(c)
+		defer cancel()
+		go e.g.RunBackground(ctx)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			op, _ := e.store.Get(c, lapsing.Op.ID)
+			_, gone := e.store.Get(c, old.Op.ID)
+			if op.State == ledger.Unknown && errors.Is(gone, ledger.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10s: lapsed lease %s, expired operation %v", op.State, gone)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+func TestControlAPIPagingIsTenantScoped(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		for _, k := range []string{"u1", "u2", "u3"} {
+			e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", k)
+		}
+		e.do("POST", "/v1/lost", "globex-token", `{}`, "Idempotency-Key", "g1")
+		var seen []string
+		next := ""
+		for page := 0; page < 5; page++ {
+			path := "/_idem/v1/operations?state=unknown&limit=2"
+			if next != "" {
+				path += "&after=" + next
+			}
+			var lv ledger.ListView
+			r := e.do("GET", path, "agent-token", "")
+			if err := json.Unmarshal([]byte(r.body), &lv); err != nil || r.status != 200 {
+				t.Fatalf("page %d: %d %s", page, r.status, r.body)
+			}
+			for _, op := range lv.Operations {
+				if op.Tenant != "acme" {
+					t.Fatalf("another tenant's operation listed: %+v", op)
+				}
+				seen = append(seen, op.Key)
+			}
+			if lv.Next == nil {
+				break
+			}
+			next = *lv.Next
+		}
+		if strings.Join(seen, ",") != "u1,u2,u3" {
+			t.Fatalf("paged %v", seen)
 		}
 	})
 }

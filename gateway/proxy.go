@@ -53,7 +53,8 @@ func newUpstreamClient(name string, u *Upstream) *upstreamClient {
 		Transport:  t,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+": "+err.Error()).Write(w)
+			// The upstream's address and the error's details stay here.
+			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+" did not answer").Write(w)
 		},
 	}
 	return uc
@@ -95,7 +96,9 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, sent := p.outbound(r, exec.Key())
-	ctx, cancel := context.WithTimeout(out.Context(), p.uc.cfg.Timeout)
+	// Detached from the client: one that gives up must not cut the call
+	// short and turn an answer its retry could replay into an unknown.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(out.Context()), p.uc.cfg.Timeout)
 	defer cancel()
 	resp, err := p.uc.client.Do(out.WithContext(ctx))
 	if err != nil {

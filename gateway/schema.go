@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -35,10 +37,13 @@ func loadSchema(path string) (func(any) (any, error), error) {
 	if err != nil {
 		return nil, err
 	}
+	name := filepath.Base(path)
 	return func(cmd any) (any, error) {
 		cmd = applyDefaults(doc, cmd)
 		if err := sch.Validate(cmd); err != nil {
-			return nil, fmt.Errorf("%v", err)
+			// The schema's file path is the gateway's business, not the caller's.
+			msg := strings.ReplaceAll(err.Error(), "file://"+url, name)
+			return nil, errors.New(strings.ReplaceAll(msg, url, name))
 		}
 		return cmd, nil
 	}, nil

@@ -16,12 +16,12 @@ import (
 // outcome, and only then answers: a client never sees an answer that is not
 // stored, so its retry gets the same bytes.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *request, lease ledger.Lease, next http.Handler) {
-	// The outcome is recorded even if the client has gone: its retry must
-	// find it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
-	defer cancel()
+	// The outcome is recorded even if the client has gone (its retry must
+	// find it), within recordTimeout of the handler's end, however long the
+	// handler ran.
+	detached := context.WithoutCancel(r.Context())
 	defer m.waiters.signal(lease.OpID)
-	hb := m.heartbeat(ctx, lease, req.route.Lease)
+	hb := m.heartbeat(detached, lease, req.route.Lease)
 	defer hb.stop()
 	c := newCapture(w, m.opts.MaxResponse)
 	c.Header().Set(HeaderOperation, lease.OpID)
@@ -30,12 +30,14 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	defer func() {
 		if p := recover(); p != nil {
 			// The handler may have done anything before it panicked.
-			m.leave(ctx, hb.stop(), "handler_panic", "the handler panicked", true)
+			m.leave(detached, hb.stop(), "handler_panic", "the handler panicked", true)
 			panic(p)
 		}
 	}()
 	next.ServeHTTP(c, r)
 	lease = hb.stop()
+	ctx, cancel := context.WithTimeout(detached, recordTimeout)
+	defer cancel()
 	if c.streamed {
 		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
 		return
@@ -87,7 +89,8 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 // leave marks the operation unknown (or releases it) when no outcome can be
 // recorded.
 func (m *Middleware) leave(ctx context.Context, lease ledger.Lease, code, reason string, unknown bool) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	var err error
 	if unknown {
 		_, err = m.opts.Store.MarkUnknown(ctx, lease, ledger.Note{Reason: reason, ErrorCode: code})

@@ -133,14 +133,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.cached(w, req, op)
 		return
 	}
-	res, err := m.opts.Store.Reserve(r.Context(), m.reserveParams(req))
+	// Detached: a client that leaves must not cut a reservation between its
+	// commit and its reply, leaving an operation nobody owns.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
+	res, err := m.opts.Store.Reserve(ctx, m.reserveParams(req))
+	cancel()
 	switch {
 	case err != nil:
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
 		m.execute(w, r, req, *res.Lease, next)
 	case res.Duplicate:
-		m.duplicate(w, r, res.Op)
+		m.duplicate(w, r, req, res.Op, next)
 	default:
 		m.existing(w, r, req, res.Op, next)
 	}
@@ -157,7 +161,7 @@ func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Oper
 
 // duplicate answers a new key whose business key belongs to another
 // operation: that operation's answer, marked as such, and nothing forwarded.
-func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, op *ledger.Operation) {
+func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
 	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
 		op = m.wait(r.Context(), op, wait)
 	}
@@ -168,6 +172,14 @@ func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, op *ledge
 	case ledger.Unknown:
 		m.problem(w, NewProblem(CodeOutcomeUnknown, "an operation with the same business identity has an "+
 			"unknown outcome; check its status resource"), op)
+	case ledger.Prepared:
+		if op.Approval == nil {
+			// Released: nothing was sent, so this redelivery may run it.
+			w.Header().Del(HeaderDuplicateOf)
+			m.acquire(w, r, req, op, next)
+			return
+		}
+		fallthrough
 	default:
 		p := NewProblem(CodeInProgress, "an operation with the same business identity is in progress")
 		p.RetryAfter = 1
@@ -209,8 +221,10 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 	if resend {
 		reason = "re-sent with the same key: the upstream honours it"
 	}
-	res, err := m.opts.Store.Acquire(r.Context(), ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
+	res, err := m.opts.Store.Acquire(ctx, ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
 		Actor: m.opts.Actor, Reason: reason, Resend: resend})
+	cancel()
 	if errors.Is(err, ledger.ErrIllegalTransition) {
 		// Another retry took it first: answer as for any existing one.
 		latest, gerr := m.opts.Store.Get(r.Context(), op.ID)

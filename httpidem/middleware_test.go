@@ -511,25 +511,31 @@ func TestBusinessAndConcurrencyKeys(t *testing.T) {
 			w.WriteHeader(201)
 			fmt.Fprintf(w, "T-%d", n)
 		}
-		first := a.post("alert-a", "acme", `{"source_event_id":"evt-9","title":"DB down"}`)
-		dup := a.post("alert-b", "acme", `{"source_event_id":"evt-9","title":"Database is down!"}`)
+		first := a.post("alert-a", "acme", `{"source_event_id":"evt-9","environment":"e1","title":"DB down"}`)
+		dup := a.post("alert-b", "acme", `{"source_event_id":"evt-9","environment":"e1","title":"Database is down!"}`)
 		if dup.status != 201 || dup.body != first.body || dup.header.Get("Idempotency-Duplicate-Of") !=
 			first.header.Get("Idempotency-Operation") {
 			t.Fatalf("duplicate alert: %+v, first %+v", dup, first)
 		}
 		done := make(chan reply)
-		go func() { done <- a.post("deploy-1", "acme", `{"environment":"production"}`) }()
+		go func() { done <- a.post("deploy-1", "acme", `{"source_event_id":"d1","environment":"production"}`) }()
 		waitFor(t, func() bool { return a.effects.Load() == 2 })
-		locked := a.post("deploy-2", "acme", `{"environment":"production"}`)
+		locked := a.post("deploy-2", "acme", `{"source_event_id":"d2","environment":"production"}`)
 		if locked.status != 409 || problemCode(t, locked) != "concurrency_locked" || !strings.Contains(locked.body, `"operation_id":"op_`) {
 			t.Fatalf("second deployment to production: %+v", locked)
 		}
-		if r := a.post("deploy-3", "acme", `{"environment":"staging"}`); r.status != 201 {
+		if locked.header.Get("Idempotency-Operation") != "" {
+			t.Fatalf("the holder's id must not be given as this key's operation: %v", locked.header)
+		}
+		if r := a.post("deploy-4", "acme", `{"source_event_id":"d4"}`); r.status != 422 || problemCode(t, r) != "invalid_command" {
+			t.Fatalf("a deployment without an environment must not escape the lock: %+v", r)
+		}
+		if r := a.post("deploy-3", "acme", `{"source_event_id":"d3","environment":"staging"}`); r.status != 201 {
 			t.Fatalf("another environment: %+v", r)
 		}
 		close(release)
 		<-done
-		if r := a.post("deploy-2", "acme", `{"environment":"production"}`); r.status != 201 {
+		if r := a.post("deploy-2", "acme", `{"source_event_id":"d2","environment":"production"}`); r.status != 201 {
 			t.Fatalf("after the first deployment ended: %+v", r)
 		}
 		if a.effects.Load() != 4 {

@@ -67,6 +67,10 @@ type Problem struct {
 	State       ledger.State `json:"state,omitempty"`
 	StatusURL   string       `json:"status_url,omitempty"`
 	RetryAfter  int          `json:"-"` // seconds; sent as Retry-After when set
+	// OtherOperation marks operation_id as another key's operation (a
+	// concurrency holder): it is named in the body, and the
+	// Idempotency-Operation header, which is this key's, is left out.
+	OtherOperation bool `json:"-"`
 }
 
 // NewProblem returns the problem for code, with its status and title.
@@ -104,7 +108,7 @@ func (p *Problem) Write(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
-	if p.OperationID != "" {
+	if p.OperationID != "" && !p.OtherOperation {
 		h.Set(HeaderOperation, p.OperationID)
 	}
 	if p.RetryAfter > 0 {
@@ -132,7 +136,7 @@ func ProblemFor(err error) *Problem {
 	case errors.Is(err, ledger.ErrConcurrencyLocked):
 		p := NewProblem(CodeConcurrencyLocked, "another live operation holds this route's concurrency group "+
 			"(see operation_id); retry once it has ended")
-		p.RetryAfter = 1
+		p.RetryAfter, p.OtherOperation = 1, true
 		return p
 	case errors.Is(err, ledger.ErrNotFound):
 		return NewProblem(CodeNotFound, "no such operation")

@@ -270,3 +270,32 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		t.Fatalf("%d request lines", requests)
 	}
 }
+
+// TestShutdownCutsOffWithoutClaimingSuccess: a request still running when
+// the shutdown deadline passes is never recorded as succeeded; it stays
+// executing, and its lease makes it unknown.
+func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
+	up := newSlowUpstream(t, 3*time.Second)
+	dbPath := filepath.Join(t.TempDir(), "gw.db")
+	config := writeConfig(t, "sqlite:"+dbPath, up.srv.URL, "")
+	text, _ := os.ReadFile(config)
+	os.WriteFile(config, []byte(strings.Replace(string(text), "shutdown_timeout: 5s", "shutdown_timeout: 200ms", 1)), 0o600)
+	g := startGateway(t, config)
+	go post(t, g.url, "/v1/writes", "cut-off")
+	<-up.started
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the gateway did not stop at its shutdown deadline")
+	}
+	r := run(t, "", "ops", "list", "--store", "sqlite:"+dbPath, "--json")
+	if !strings.Contains(r.stdout, `"state": "executing"`) {
+		t.Fatalf("after the cut-off: %s", r.stdout)
+	}
+	g = startGateway(t, config)
+	time.Sleep(1500 * time.Millisecond) // the 1s lease lapses; the sweep runs every 100ms
+	if status, body := post(t, g.url, "/v1/writes", "cut-off"); status != 409 || !strings.Contains(body, "outcome_unknown") {
+		t.Fatalf("retry after the cut-off: %d %s", status, body)
+	}
+}
