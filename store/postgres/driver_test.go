@@ -16,21 +16,8 @@ import (
 // statement's own guard must refuse.
 func TestExpireNeedsALapsedLease(t *testing.T) {
 	c := context.Background()
-	dsn, _ := testenv.PostgresSchema(t)
-	s, err := Open(c, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(c); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
-		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
+	s, r := testStore(t, Options{})
+	_, err := driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
 		ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
 	if !errors.Is(err, steps.ErrGuard) {
 		t.Fatalf("expiring a live lease: %v", err)
@@ -42,12 +29,26 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 // keeps waiting for the disk.
 func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
 	c := context.Background()
+	s, r := testStore(t, Options{MaxConns: 1})
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
+		t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
+	}
+}
+
+// testStore opens a migrated store on a fresh schema, and reserves one key.
+func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
+	t.Helper()
+	c := context.Background()
 	dsn, _ := testenv.PostgresSchema(t)
-	s, err := Open(c, dsn, Options{MaxConns: 1})
+	s, err := Open(c, dsn, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	if err := s.Migrate(c); err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +57,5 @@ func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
-		t.Fatal(err)
-	}
-	var mode string
-	if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
-		t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
-	}
+	return s, r
 }

@@ -16,21 +16,8 @@ import (
 // statement's own guard must refuse.
 func TestExpireNeedsALapsedLease(t *testing.T) {
 	c := context.Background()
-	dsn := filepath.Join(t.TempDir(), "l.db")
-	s, err := Open(c, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(c); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
-		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
+	s, r := testStore(t)
+	_, err := driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
 		ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
 	if !errors.Is(err, steps.ErrGuard) {
 		t.Fatalf("expiring a live lease: %v", err)
@@ -42,11 +29,25 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 // acknowledged before it is on disk.
 func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
 	c := context.Background()
+	s, r := testStore(t)
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	var mode int
+	if err := s.write.QueryRowContext(c, "PRAGMA synchronous").Scan(&mode); err != nil || mode != 2 {
+		t.Fatalf("writer synchronous mode after a completion: %d (want 2, FULL), %v", mode, err)
+	}
+}
+
+// testStore opens a migrated store in a new file, and reserves one key.
+func testStore(t *testing.T) (*Store, ledger.Reservation) {
+	t.Helper()
+	c := context.Background()
 	s, err := Open(c, filepath.Join(t.TempDir(), "l.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	if err := s.Migrate(c); err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +56,5 @@ func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
-		t.Fatal(err)
-	}
-	var mode int
-	if err := s.write.QueryRowContext(c, "PRAGMA synchronous").Scan(&mode); err != nil || mode != 2 {
-		t.Fatalf("writer synchronous mode after a completion: %d (want 2, FULL), %v", mode, err)
-	}
+	return s, r
 }
