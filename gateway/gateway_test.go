@@ -611,3 +611,17 @@ func TestControlAPIPagingIsTenantScoped(t *testing.T) {
 		}
 	})
 }
+
+// TestNoBlindRetryByTheTransport: Go's transport re-sends, on its own, a
+// request with an Idempotency-Key whose reused connection fails after it
+// was written. A bodiless write (a capture) whose answer is lost must still
+// reach the upstream once.
+func TestNoBlindRetryByTheTransport(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "warm") // a reusable connection
+		r := e.do("POST", "/v1/lost", "agent-token", "", "Idempotency-Key", "capture-1")
+		if r.status != 502 || code(r) != "outcome_unknown" || e.up.count("/v1/lost") != 1 {
+			t.Fatalf("%d effects for one lost bodiless write: %+v", e.up.count("/v1/lost"), r)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,12 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 	h.Del(httpidem.HeaderKey)
 	h.Del(httpidem.HeaderPrefer)
 	if key != "" && uc.cfg.ForwardKey {
-		h.Set(httpidem.HeaderKey, key)
+		// Written under a lower-case name on purpose: Go's transport treats a
+		// request with an "Idempotency-Key" header as replayable and re-sends
+		// it by itself when a reused connection fails after writing it. That
+		// is exactly the blind retry this gateway exists to prevent. Header
+		// names are case-insensitive, so the upstream reads the same key.
+		h[strings.ToLower(httpidem.HeaderKey)] = []string{key}
 	}
 	for k, v := range uc.cfg.Headers {
 		h.Set(k, v)
