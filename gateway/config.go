@@ -40,6 +40,10 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// MaxResponse bounds a stored upstream answer (1MiB).
 	MaxResponse Size `yaml:"max_response"`
+	// HoldBeforeForward pauses every recorded write between its reservation
+	// and its forwarding. Not YAML: the crash drills set it (through
+	// IDEMGATE_DRILL_HOLD_BEFORE_FORWARD) to kill a gateway in that gap.
+	HoldBeforeForward time.Duration `yaml:"-"`
 
 	file string
 }

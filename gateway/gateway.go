@@ -85,7 +85,7 @@ func (g *Gateway) routes() (http.Handler, error) {
 		uc := clients[rc.Upstream]
 		var h http.Handler = uc.plain
 		if rc.IsWrite() {
-			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse)})
+			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse), hold: g.cfg.HoldBeforeForward})
 		}
 		mux.Handle(rc.method+" "+rc.pattern, g.allowed(rc, h))
 	}

@@ -93,6 +93,7 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 type writeProxy struct {
 	uc          *upstreamClient
 	maxResponse int64
+	hold        time.Duration // see Config.HoldBeforeForward
 }
 
 func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +102,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.uc.plain.ServeHTTP(w, r)
 		return
 	}
+	time.Sleep(p.hold)
 	out, sent := p.outbound(r, exec.Key())
 	// Detached from the client: one that gives up must not cut the call
 	// short and turn an answer its retry could replay into an unknown.

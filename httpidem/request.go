@@ -105,13 +105,13 @@ func (req *request) parseCommand() *Problem {
 	for _, toks := range rt.ignore {
 		jsonptr.Remove(req.command, toks)
 	}
-	// A policy whose value is missing would silently not apply: a second
-	// deployment with no environment must not escape the lock.
-	for name, toks := range map[string][]string{"business_key": rt.business, "concurrency_key": rt.concurrent} {
-		if toks != nil && pointerValue(req.command, toks) == "" {
-			return NewProblem(CodeInvalidCommand, fmt.Sprintf("the command has no value at %s, "+
-				"which this route's %s needs", "/"+strings.Join(toks, "/"), name))
-		}
+	// A lock whose value is missing would silently not apply: a deployment
+	// with no environment must not escape it. (A missing business key, by
+	// contrast, is a command with no business identity: a ticket without a
+	// source event.)
+	if rt.concurrent != nil && pointerValue(req.command, rt.concurrent) == "" {
+		return NewProblem(CodeInvalidCommand, fmt.Sprintf("the command has no value at /%s, "+
+			"which this route's concurrency_key needs", strings.Join(rt.concurrent, "/")))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -41,6 +42,11 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	cfg, err := gateway.LoadConfig(path)
 	if err != nil {
 		return err
+	}
+	if hold := os.Getenv("IDEMGATE_DRILL_HOLD_BEFORE_FORWARD"); hold != "" {
+		if cfg.HoldBeforeForward, err = time.ParseDuration(hold); err != nil {
+			return fmt.Errorf("IDEMGATE_DRILL_HOLD_BEFORE_FORWARD: %w", err)
+		}
 	}
 	store, err := openStore(ctx, cfg.Store, false)
 	if err != nil {
