@@ -39,6 +39,7 @@ and statuses. GET /v1/effects counts every effect performed.`,
 	f.BoolVar(&opts.Naive, "naive", false, "ignore Idempotency-Key and business identities")
 	f.BoolVar(&opts.Faults, "faults", false, "accept POST /_faults")
 	f.DurationVar(&opts.DeployDuration, "deploy-duration", 2*time.Second, "how long a simulated rollout takes")
+	f.DurationVar(&opts.Lease, "lease", 0, "each write's lease in default mode (0: httpidem's default)")
 	return cmd
 }
 

@@ -35,6 +35,9 @@ type Options struct {
 	DeployDuration time.Duration
 	// Synchronous is the SQLite synchronous mode (default FULL).
 	Synchronous string
+	// Lease is each write's lease in default mode (httpidem's default when
+	// zero): how long a killed worker's operation stays in progress.
+	Lease time.Duration
 }
 
 // Server is the API.
@@ -108,7 +111,8 @@ func (s *Server) Handler() (http.Handler, error) {
 		"POST /v1/deployments", "POST /v1/rollbacks"} {
 		method, pattern, _ := strings.Cut(p, " ")
 		require := true
-		routes = append(routes, httpidem.Route{Method: method, Pattern: pattern, RequireKey: &require})
+		routes = append(routes, httpidem.Route{Method: method, Pattern: pattern, RequireKey: &require,
+			Lease: s.opts.Lease})
 	}
 	m, err := httpidem.New(httpidem.Options{Store: s.ledger, Routes: routes, Actor: "opsapi",
 		Tenant: func(r *http.Request) (string, error) {
@@ -148,7 +152,10 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func(tx *sql.T
 	if s.faults.before(w) {
 		return
 	}
-	tx, err := s.db.BeginTx(r.Context(), nil)
+	// Once accepted, a write runs to its end even if the caller hangs up,
+	// as most servers do: that is how an effect outlives its answer.
+	ctx := context.WithoutCancel(r.Context())
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		answer(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
@@ -172,7 +179,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func(tx *sql.T
 	exec := httpidem.Current(r)
 	if exec != nil && !s.opts.Naive {
 		resp := &ledger.Response{Status: res.status, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
-		if _, err := s.ledger.CompleteTx(r.Context(), tx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded,
+		if _, err := s.ledger.CompleteTx(ctx, tx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded,
 			Response: resp, Reason: "committed with the business write"}); err != nil {
 			answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return

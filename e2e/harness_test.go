@@ -1,0 +1,358 @@
+// Package e2e holds the drills: the gateway and the reference ops API as
+// real processes on real sockets, faults injected, and each drill judged by
+// the effects the API performed (GET /v1/effects) and the operation's final
+// state, never by the HTTP answers alone.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// binary is idemgate, built once for all drills.
+var binary string
+
+func TestMain(m *testing.M) {
+	if journal := os.Getenv("IDEMGATE_E2E_AGENT"); journal != "" {
+		os.Exit(runAgent(journal, os.Getenv("IDEMGATE_E2E_GATEWAY")))
+	}
+	dir, err := os.MkdirTemp("", "idemgate-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "idemgate")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/idemgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build idemgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running idemgate process (serve or opsapi).
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+}
+
+func startProc(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, cmd: cmd, done: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case a := <-addr:
+		p.url = "http://" + a
+	case err := <-p.done:
+		t.Fatalf("%v exited: %v", args, err)
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("%v did not start", args)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return p
+}
+
+// kill is SIGKILL: no shutdown, no last write.
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// setup chooses what a drill runs.
+type setup struct {
+	// idempotentAPI runs opsapi in its default mode (its own httpidem
+	// ledger) instead of --naive, and tells the gateway it honours keys.
+	idempotentAPI bool
+	// hold pauses the gateway between reservation and forwarding.
+	hold time.Duration
+	// apiLease is opsapi's lease in default mode.
+	apiLease time.Duration
+}
+
+// drill is one gateway in front of one ops API with faults.
+type drill struct {
+	t       *testing.T
+	setup   setup
+	dir     string
+	api     *proc
+	gw      *proc
+	config  string
+	storeDB string
+	apiDB   string
+}
+
+const (
+	token         = "drill-agent-token"
+	operatorToken = "drill-operator-token"
+)
+
+func newDrill(t *testing.T, s setup) *drill {
+	dir := t.TempDir()
+	d := &drill{t: t, setup: s, dir: dir, storeDB: filepath.Join(dir, "gateway.db"), apiDB: filepath.Join(dir, "ops.db")}
+	d.startAPI()
+	d.config = filepath.Join(dir, "gateway.yaml")
+	config := fmt.Sprintf(`listen: 127.0.0.1:0
+store: sqlite:%s
+sweep_interval: 100ms
+upstreams:
+  ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t}
+principals:
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
+  - {name: operator, tenant: acme, roles: [admin], token_sha256: %s}
+routes:
+  - {match: POST /v1/tickets, upstream: ops, lease: 1s, business_key: /source_event_id}
+  - {match: "POST /v1/tickets/{id}/comments", upstream: ops, key_from: "header:X-Delivery-Id"}
+  - {match: "GET /v1/tickets/{id}", upstream: ops}
+  - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
+  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops, lease: 1s}
+  - {match: GET /v1/payment-intents, upstream: ops}
+  - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
+  - {match: "GET /v1/deployments/{id}", upstream: ops}
+`, d.storeDB, d.api.url, s.idempotentAPI, hashOf(token), hashOf(operatorToken))
+	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.gw = d.startGateway(s.hold)
+	return d
+}
+
+// startAPI starts (or restarts, on the same database) the ops API.
+func (d *drill) startAPI() {
+	args := []string{"opsapi", "--listen", "127.0.0.1:0", "--db", d.apiDB, "--faults", "--deploy-duration", "2s"}
+	if !d.setup.idempotentAPI {
+		args = append(args, "--naive")
+	}
+	if d.setup.apiLease > 0 {
+		args = append(args, "--lease", d.setup.apiLease.String())
+	}
+	d.api = startProc(d.t, nil, args...)
+}
+
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// startGateway starts one more gateway instance on the drill's store.
+func (d *drill) startGateway(hold time.Duration) *proc {
+	var env []string
+	if hold > 0 {
+		env = append(env, "IDEMGATE_DRILL_HOLD_BEFORE_FORWARD="+hold.String())
+	}
+	return startProc(d.t, env, "serve", "--config", d.config)
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+// noReuse sends every request on a new connection: Go's transport would
+// otherwise re-send a keyed request by itself after some connection errors.
+var noReuse = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+
+// send sends an agent's request to the gateway; headers come in pairs.
+func (d *drill) send(method, path, body string, headers ...string) reply {
+	return do(method, d.gw.url+path, body, append([]string{"Authorization", "Bearer " + token}, headers...)...)
+}
+
+// keyed posts with an Idempotency-Key through the gateway.
+func (d *drill) keyed(path, key, body string, headers ...string) reply {
+	return d.send("POST", path, body, append([]string{"Idempotency-Key", key}, headers...)...)
+}
+
+// direct posts with an Idempotency-Key straight to the ops API.
+func (d *drill) direct(path, key, body string, headers ...string) reply {
+	return do("POST", d.api.url+path, body, append([]string{"Idempotency-Key", key}, headers...)...)
+}
+
+// control calls the gateway's control API as the operator.
+func (d *drill) control(method, path, body string) reply {
+	return do(method, d.gw.url+"/_idem/v1"+path, body, "Authorization", "Bearer "+operatorToken)
+}
+
+func do(method, url, body string, headers ...string) reply {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := noReuse.Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// fault arms a fault in the ops API.
+func (d *drill) fault(spec string) {
+	resp, err := http.Post(d.api.url+"/_faults", "application/json", strings.NewReader(spec))
+	if err != nil || resp.StatusCode != 200 {
+		d.t.Fatalf("arm fault %s: %v %v", spec, err, resp)
+	}
+	resp.Body.Close()
+}
+
+// effects reads the API's ground truth.
+func (d *drill) effects() map[string]int {
+	resp, err := http.Get(d.api.url + "/v1/effects")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]int{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		d.t.Fatal(err)
+	}
+	return out
+}
+
+func (d *drill) wantEffects(kind string, n int) {
+	d.t.Helper()
+	if got := d.effects()[kind]; got != n {
+		d.t.Fatalf("%s: %d effects, want %d", kind, got, n)
+	}
+}
+
+// operation reads an operation straight from the gateway's store.
+func (d *drill) operation(key string) *ledger.Operation {
+	d.t.Helper()
+	return readOperation(d.t, d.storeDB, "acme", key)
+}
+
+// apiOperation reads an operation from the ops API's own ledger.
+func (d *drill) apiOperation(key string) *ledger.Operation {
+	d.t.Helper()
+	return readOperation(d.t, d.apiDB, "default", key)
+}
+
+func readOperation(t *testing.T, path, tenant, key string) *ledger.Operation {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	op, err := s.GetByKey(context.Background(), tenant, key)
+	if err != nil {
+		t.Fatalf("operation %s: %v", key, err)
+	}
+	return op
+}
+
+// history lists an operation's transitions as "from>to:reason".
+func (d *drill) history(op *ledger.Operation) []string {
+	d.t.Helper()
+	s, err := sqlite.Open(context.Background(), d.storeDB, sqlite.Options{MustExist: true})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer s.Close()
+	events, err := s.History(context.Background(), op.ID)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range events {
+		from := string(e.From)
+		if e.From == ledger.None {
+			from = "none"
+		}
+		out = append(out, fmt.Sprintf("%s>%s", from, e.To))
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing the drill after 20s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exists says whether the gateway's store holds the key.
+func (d *drill) exists(key string) bool { return readable(d.storeDB, "acme", key) }
+
+// readable says whether a store file holds the key.
+func readable(path, tenant, key string) bool {
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{MustExist: true})
+	if err != nil {
+		return false
+	}
+	defer s.Close()
+	_, err = s.GetByKey(context.Background(), tenant, key)
+	return err == nil
+}
+
+func problemCode(r reply) string {
+	var p struct{ Code string }
+	_ = json.Unmarshal([]byte(r.body), &p)
+	return p.Code
+}
+
+// concurrently runs n copies of fn at the same moment.
+func concurrently(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
