@@ -57,7 +57,9 @@ func TestDrillConcurrentDeployments(t *testing.T) {
 		d := newDrill(t, setup{})
 		d.fault(`{"delay_ms":500}`) // the first holds the lock while it is sent
 		var r [2]reply
-		concurrently(2, func(i int) { r[i] = d.keyed("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest)) })
+		concurrently(2, func(i int) {
+			r[i] = d.keyed("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest))
+		})
 		statuses := []int{r[0].status, r[1].status}
 		slices.Sort(statuses)
 		if !slices.Equal(statuses, []int{201, 409}) || problemCode(r[0])+problemCode(r[1]) != "concurrency_locked" {
@@ -68,7 +70,9 @@ func TestDrillConcurrentDeployments(t *testing.T) {
 	t.Run("api lock", func(t *testing.T) {
 		d := newDrill(t, setup{idempotentAPI: true})
 		var r [2]reply
-		concurrently(2, func(i int) { r[i] = d.direct("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest)) })
+		concurrently(2, func(i int) {
+			r[i] = d.direct("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest))
+		})
 		statuses := []int{r[0].status, r[1].status}
 		slices.Sort(statuses)
 		locked := r[0]
