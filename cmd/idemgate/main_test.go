@@ -222,6 +222,7 @@ func TestOps(t *testing.T) {
 			if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 				t.Fatalf("ops show missing: %+v", r)
 			}
+			testResolve(t, s, dsn, ops[1], *leases[1])
 			if name == "sqlite" {
 				missing := "sqlite:" + filepath.Join(t.TempDir(), "typo.db")
 				r := run(t, "", "ops", "list", "--store", missing)
@@ -233,5 +234,35 @@ func TestOps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// testResolve settles an unknown operation with ops resolve, and checks
+// what it refuses.
+func testResolve(t *testing.T, s ledger.Store, dsn string, op *ledger.Operation, lease ledger.Lease) {
+	t.Helper()
+	for _, bad := range [][]string{{"--state", "done", "--note", "x"}, {"--state", "succeeded"},
+		{"--state", "succeeded", "--note", "x"}} { // the last: it is still executing
+		r := run(t, "", append([]string{"ops", "resolve", op.ID, "--store", dsn}, bad...)...)
+		if r.code != 1 {
+			t.Fatalf("ops resolve %v: %+v", bad, r)
+		}
+	}
+	if _, err := s.MarkUnknown(context.Background(), lease, ledger.Note{Reason: "upstream_timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "capture found",
+		"--actor", "alice", "--json")
+	var v ledger.View
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded {
+		t.Fatalf("ops resolve: %v %+v", err, r)
+	}
+	last := v.History[len(v.History)-1]
+	if last.Actor != "alice" || last.Reason != "capture found" {
+		t.Fatalf("history: %+v", last)
+	}
+	if r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "failed", "--note", "x"); r.code != 1 ||
+		!strings.Contains(r.stderr, "only an unknown operation") {
+		t.Fatalf("resolve twice: %+v", r)
 	}
 }

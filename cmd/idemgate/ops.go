@@ -17,7 +17,7 @@ func newOpsCmd() *cobra.Command {
 		Use:   "ops",
 		Short: "Read operations straight from a store",
 	}
-	cmd.AddCommand(newOpsListCmd(), newOpsShowCmd())
+	cmd.AddCommand(newOpsListCmd(), newOpsShowCmd(), newOpsResolveCmd())
 	return cmd
 }
 
