@@ -48,37 +48,64 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 			return fmt.Errorf("IDEMGATE_DRILL_HOLD_BEFORE_FORWARD: %w", err)
 		}
 	}
-	store, err := openStore(ctx, cfg.Store, false)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate store: %w", err)
-	}
-	g, err := gateway.New(cfg, store, log)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go g.RunBackground(ctx)
+	gs, err := listenGateway(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance))
+	return gs.run(ctx)
+}
+
+// gatewayServer is a gateway on its migrated store, listening.
+type gatewayServer struct {
+	cfg   *gateway.Config
+	store migratingStore
+	g     *gateway.Gateway
+	ln    net.Listener
+	log   *slog.Logger
+}
+
+// listenGateway opens and migrates the store and binds the listener.
+func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (*gatewayServer, error) {
+	store, err := openStore(ctx, cfg.Store, false)
+	if err != nil {
+		return nil, err
+	}
+	gs := &gatewayServer{cfg: cfg, store: store, log: log}
+	if err := store.Migrate(ctx); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("migrate store: %w", err)
+	}
+	if gs.g, err = gateway.New(cfg, store, log); err == nil {
+		gs.ln, err = net.Listen("tcp", cfg.Listen)
+	}
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return gs, nil
+}
+
+func (gs *gatewayServer) addr() string { return gs.ln.Addr().String() }
+
+// run serves until ctx ends, then lets requests in flight finish within
+// shutdown_timeout, and closes the store.
+func (gs *gatewayServer) run(ctx context.Context) error {
+	defer gs.store.Close()
+	srv := &http.Server{Handler: gs.g.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(gs.log.Handler(), slog.LevelWarn)}
+	go gs.g.RunBackground(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("listening", slog.String("addr", ln.Addr().String()), slog.String("instance", cfg.Instance))
+	go func() { errc <- srv.Serve(gs.ln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout))
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	gs.log.Info("shutting down", slog.Duration("timeout", gs.cfg.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gs.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -131,8 +131,9 @@ func TestPayments(t *testing.T) {
 	if refund("r-1", 1000) != 201 || refund("r-1", 1000) != 200 || refund("r-2", 1000) != 422 || refund("r-3", 999) != 201 {
 		t.Fatal("refunds must stay within the captured amount, and a refund_id is one instruction")
 	}
-	if _, got := c.call("GET", "/v1/payment-intents?invoice_ref=INV-1", "", ""); len(got["payment_intents"].([]any)) != 1 {
-		t.Fatalf("lookup by invoice: %v", got)
+	if _, got := c.call("GET", "/v1/payment-intents?invoice_ref=INV-1", "", ""); len(got["payment_intents"].([]any)) != 1 ||
+		got["payment_intents"].([]any)[0].(map[string]any)["captured_minor"] != in["amount_minor"] || in["amount_minor"] == nil {
+		t.Fatalf("lookup by invoice, with the amount captured once: %v", got)
 	}
 	if s, _ := c.call("GET", "/v1/refunds/r-1", "", ""); s != 200 {
 		t.Fatalf("refund lookup: %d", s)

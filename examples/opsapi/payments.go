@@ -29,6 +29,9 @@ type intent struct {
 	Payee       string `json:"payee"`
 	InvoiceRef  string `json:"invoice_ref"`
 	Created     *bool  `json:"created,omitempty"`
+	// Captured is the amount captured so far, shown by lookups: what a
+	// reconciliation of an unknown capture checks.
+	Captured *int64 `json:"captured_minor,omitempty"`
 }
 
 const intentColumns = `id, order_id, amount_minor, currency, payee, invoice_ref`
@@ -193,7 +196,9 @@ func (s *Server) findIntents(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusBadRequest, map[string]string{"error": "look up by order_id or invoice_ref"})
 		return
 	}
-	rows, err := s.db.QueryContext(r.Context(), `SELECT `+intentColumns+` FROM intents WHERE `+col+` = ? ORDER BY id`, val)
+	rows, err := s.db.QueryContext(r.Context(), `SELECT `+intentColumns+`,
+		(SELECT coalesce(sum(amount_minor), 0) FROM captures WHERE intent_id = intents.id)
+		FROM intents WHERE `+col+` = ? ORDER BY id`, val)
 	if err != nil {
 		answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
@@ -201,7 +206,9 @@ func (s *Server) findIntents(w http.ResponseWriter, r *http.Request) {
 	defer rows.Close()
 	out := []intent{}
 	for rows.Next() {
-		in, err := scanIntent(rows)
+		var in intent
+		in.Captured = new(int64)
+		err := rows.Scan(&in.ID, &in.OrderID, &in.AmountMinor, &in.Currency, &in.Payee, &in.InvoiceRef, in.Captured)
 		if err != nil {
 			answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
