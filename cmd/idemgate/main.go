@@ -21,7 +21,7 @@ nobody knows what happened.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd())
+	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd(), newDemoCmd())
 	return root
 }
 

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgate/idemgate/examples/opsapi"
+	"github.com/idemgate/idemgate/gateway"
+)
+
+func newDemoCmd() *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "demo [--keep]",
+		Short: "Show the whole idea in half a minute: an agent, the gateway, a naive ops API, and faults",
+		Long: `demo starts the reference ops API (naive: it ignores idempotency keys, with
+fault injection) and the gateway in front of it, on SQLite files in a
+temporary directory, then plays a narrated scenario: a lost answer and its
+retry, a changed payload, 50 concurrent duplicates, a duplicate alert, a
+mutable deploy ref, and a payment whose outcome is unknown until an operator
+resolves it. It ends with a table of requests sent and effects performed, and
+exits non-zero if any effect count is wrong. --keep leaves both servers
+running and prints commands to try next.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), keep)
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "leave both servers running after the scenario")
+	return cmd
+}
+
+func runDemo(ctx context.Context, out io.Writer, keep bool) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	dir, err := os.MkdirTemp("", "idemgate-demo-")
+	if err != nil {
+		return err
+	}
+	env, err := startDemo(ctx, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	env.out, env.tty = out, isTerminal(out)
+	failed := env.play(ctx, demoScenario())
+	if keep {
+		env.printNext()
+		<-ctx.Done()
+	}
+	env.stop()
+	if !keep {
+		os.RemoveAll(dir)
+	}
+	if failed > 0 {
+		return fmt.Errorf("demo: %d step(s) did not perform the expected effects", failed)
+	}
+	return nil
+}
+
+// Tokens of the demo's two principals (their hashes are in its config).
+const (
+	demoAgentToken    = "demo-agent-token"
+	demoOperatorToken = "demo-operator-token"
+)
+
+// demoEnv is the running demo: both servers, and where it writes.
+type demoEnv struct {
+	dir, apiURL, gwURL, storeDSN string
+	out                          io.Writer
+	tty                          bool
+	stop                         func()
+}
+
+// startDemo starts the naive ops API and the gateway in this process,
+// their logs in files of dir, so that the terminal shows only the story.
+func startDemo(ctx context.Context, dir string) (*demoEnv, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	api, apiURL, err := startDemoAPI(ctx, dir)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	e := &demoEnv{dir: dir, apiURL: apiURL, storeDSN: "sqlite:" + filepath.Join(dir, "gateway.db")}
+	cfg, err := writeDemoConfig(dir, apiURL, e.storeDSN)
+	var gs *gatewayServer
+	var logf *os.File
+	if err == nil {
+		logf, err = os.Create(filepath.Join(dir, "gateway.log"))
+	}
+	if err == nil {
+		gs, err = listenGateway(ctx, cfg, slog.New(slog.NewJSONHandler(logf, nil)))
+	}
+	if err != nil {
+		cancel()
+		api.Close()
+		return nil, err
+	}
+	e.gwURL = "http://" + gs.addr()
+	done := make(chan struct{})
+	go func() { _ = gs.run(ctx); close(done) }()
+	e.stop = func() {
+		cancel()
+		<-done
+		api.Close()
+		logf.Close()
+	}
+	return e, nil
+}
+
+// startDemoAPI serves opsapi --naive --faults on a free port until ctx ends.
+func startDemoAPI(ctx context.Context, dir string) (*opsapi.Server, string, error) {
+	api, err := opsapi.New(ctx, opsapi.Options{Path: filepath.Join(dir, "ops.db"), Naive: true, Faults: true,
+		DeployDuration: 5 * time.Second})
+	if err != nil {
+		return nil, "", err
+	}
+	h, err := api.Handler()
+	var ln net.Listener
+	if err == nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		api.Close()
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return api, "http://" + ln.Addr().String(), nil
+}
+
+func writeDemoConfig(dir, apiURL, storeDSN string) (*gateway.Config, error) {
+	config := fmt.Sprintf(`# The demo's gateway: idemgate serve --config %[1]s
+listen: 127.0.0.1:0
+store: %[2]s
+upstreams:
+  ops: {url: %[3]s, timeout: 2s}
+principals:
+  - {name: agent, tenant: demo, roles: [agent], token_sha256: %[4]s}
+  - {name: operator, tenant: demo, roles: [admin], token_sha256: %[5]s}
+routes:
+  - {match: POST /v1/tickets, upstream: ops, business_key: /source_event_id}
+  - {match: "GET /v1/tickets/{id}", upstream: ops}
+  - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
+  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops}
+  - {match: GET /v1/payment-intents, upstream: ops}
+  - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
+  - {match: "GET /v1/deployments/{id}", upstream: ops}
+`, filepath.Join(dir, "gateway.yaml"), storeDSN, apiURL, sha256Hex(demoAgentToken), sha256Hex(demoOperatorToken))
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	return gateway.LoadConfig(path)
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// printNext says what to try once the scenario is over (--keep).
+func (e *demoEnv) printNext() {
+	fmt.Fprintf(e.out, `
+Both servers keep running until Ctrl-C. Their files (config, stores, logs) stay in %s
+Send a ticket twice; the second answer carries Idempotent-Replayed: true:
+  curl -i %s/v1/tickets -H 'Authorization: Bearer %s' -H 'Idempotency-Key: try-1' \
+    -H 'Content-Type: application/json' -d '{"project":"OPS","title":"Try me","priority":3}'
+Change the title and send it again with the same key: 422 fingerprint_mismatch.
+Look at the operations (the control API, as the operator):
+  curl -s '%s/_idem/v1/operations?limit=20' -H 'Authorization: Bearer %s'
+  go run ./cmd/idemgate ops list --store %s
+Count what the ops API really did:
+  curl -s %s/v1/effects
+`, e.dir, e.gwURL, demoAgentToken, e.gwURL, demoOperatorToken, e.storeDSN, e.apiURL)
+}
