@@ -315,7 +315,7 @@ func TestWritesAreForwardedOnceAndReplayed(t *testing.T) {
 			t.Fatalf("first %+v again %+v", first, again)
 		}
 		h := e.up.lastHeaders()
-		if h.Get("Authorization") != "Bearer upstream-secret" || h.Get("Idempotency-Key") != "task-42/create-ticket" {
+		if h.Get("Authorization") != "Bearer upstream-secret" || h.Get("Idempotency-Key") != "acme:task-42/create-ticket" {
 			t.Fatalf("upstream saw %v", h)
 		}
 		if e.up.count("/v1/tickets") != 1 {
@@ -390,7 +390,30 @@ func TestUnknownIsResentWhereTheUpstreamHonoursTheKey(t *testing.T) {
 		if e.up.count("/v1/honours") != 1 {
 			t.Fatalf("%d effects", e.up.count("/v1/honours"))
 		}
+		// The same key from another tenant is another action at the
+		// upstream too: never answered with acme's ticket.
+		other := e.do("POST", "/v1/honours", "globex-token", `{}`, "Idempotency-Key", "dedup-1")
+		if code(other) != "outcome_unknown" || e.up.count("/v1/honours") != 2 {
+			t.Fatalf("globex, same key: %+v, %d effects", other, e.up.count("/v1/honours"))
+		}
 	})
+}
+
+func TestUpstreamKey(t *testing.T) {
+	long := strings.Repeat("k", 255)
+	for _, c := range []struct{ tenant, key, want string }{
+		{"acme", "task-42", "acme:task-42"},
+		{"globex", "task-42", "globex:task-42"},
+		{"acme", long, "sha256:"},
+	} {
+		got := gateway.UpstreamKey(c.tenant, c.key)
+		if !strings.HasPrefix(got, c.want) || len(got) > 255 {
+			t.Errorf("UpstreamKey(%q, %d chars) = %q", c.tenant, len(c.key), got)
+		}
+	}
+	if gateway.UpstreamKey("acme", long) == gateway.UpstreamKey("globex", long) {
+		t.Error("a long key must stay tenant-scoped")
+	}
 }
 
 func TestControlAPI(t *testing.T) {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -80,6 +82,21 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 	}
 }
 
+// UpstreamKey is the Idempotency-Key forwarded to an upstream: the
+// agent's key in its tenant's name, "acme:task-42/create-ticket". The
+// upstream sees one caller, the gateway's credentials, for every tenant:
+// the bare key would let one tenant's request be deduplicated against, and
+// answered with, another's. Past 255 characters (the usual limit) it is
+// "sha256:" and the hex digest of that string, as unique and as stable.
+func UpstreamKey(tenant, key string) string {
+	k := tenant + ":" + key
+	if len(k) <= ledger.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // bufferPool shares copy buffers between proxied responses.
 type bufferPool struct{}
 
@@ -103,7 +120,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(p.hold)
-	out, sent := p.outbound(r, exec.Key())
+	out, sent := p.outbound(r, UpstreamKey(PrincipalFrom(r.Context()).Tenant, exec.Key()))
 	// Detached from the client: one that gives up must not cut the call
 	// short and turn an answer its retry could replay into an unknown.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(out.Context()), p.uc.cfg.Timeout)
