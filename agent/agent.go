@@ -1,0 +1,225 @@
+// Package agent is the agent side of idemgate: a client that keeps the
+// identity of one intended action across timeouts, retries and its own
+// restarts. An intent (the caller's name for one logical action) maps to a
+// key made once and written to a journal before the first request leaves;
+// each error family gets the retry the workflow article prescribes, and an
+// answer lost after sending is reconciled with the gateway, never retried
+// blind.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/fingerprint"
+)
+
+// Mode says how an action relates to what its intent already did.
+type Mode string
+
+// The three things "retry" can mean, named so nobody has to guess.
+const (
+	// Resume is the same intent again: same key. The default.
+	Resume Mode = "resume"
+	// Repeat is deliberately a new, identical action: a new intent
+	// ("<name>#<n>") with a new key.
+	Repeat Mode = "repeat"
+	// Revise changes the parameters: a new version of the intent, new key.
+	Revise Mode = "revise"
+)
+
+// Action is one write the agent intends.
+type Action struct {
+	Intent string
+	Method string
+	Path   string // with its query, relative to the gateway's URL
+	Body   []byte // JSON, or empty
+	Mode   Mode
+}
+
+// Kind is what became of an action.
+type Kind string
+
+// The outcome kinds.
+const (
+	Created       Kind = "created"        // performed now
+	Replayed      Kind = "replayed"       // performed before; this is the stored answer
+	InProgress    Kind = "in_progress"    // still executing when the budget ran out
+	NeedsApproval Kind = "needs_approval" // waiting for a human (202)
+	Conflict      Kind = "conflict"       // the key was used with another request (422)
+	Rejected      Kind = "rejected"       // validation or business refusal: fix the request
+	Unauthorized  Kind = "unauthorized"   // bad token, wrong role or tenant
+	Unknown       Kind = "unknown"        // may have happened: reconcile, do not retry
+	Failed        Kind = "failed"         // a definite failure, or transient errors past the budget
+)
+
+// Final says whether resuming the intent can change its outcome.
+func (k Kind) Final() bool {
+	switch k {
+	case Created, Replayed, Conflict, Rejected, Unauthorized, Failed:
+		return true
+	}
+	return false
+}
+
+// Outcome is the result of Do.
+type Outcome struct {
+	Kind        Kind        `json:"kind"`
+	Intent      string      `json:"intent"`
+	Version     int         `json:"version"`
+	Key         string      `json:"key"`
+	OperationID string      `json:"operation_id,omitempty"`
+	Status      int         `json:"status,omitempty"`
+	Body        []byte      `json:"-"`
+	Header      http.Header `json:"-"`
+	Attempts    int         `json:"attempts"`
+	// Detail is a problem's detail or the transport error, in words.
+	Detail string `json:"detail,omitempty"`
+}
+
+// ErrPayloadChanged is a resume whose request differs from the intent's:
+// nothing is sent. Revise it, or name a new intent.
+var ErrPayloadChanged = errors.New("the request differs from the one this intent was created with")
+
+// ErrInvalidAction is an action that cannot be sent as it is.
+var ErrInvalidAction = errors.New("invalid action")
+
+// Client sends actions through a gateway.
+type Client struct {
+	BaseURL string // the gateway, e.g. http://127.0.0.1:8080
+	Token   string // the agent's bearer token
+	Journal *Journal
+	HTTP    *http.Client // default: no keep-alive reuse across a failed write, 30s per attempt
+	Policy  Policy
+	Clock   Clock // default: the real clock
+}
+
+// Do performs an action: it finds or makes its intent's key in the journal,
+// then sends it with the policy's retries, and records every attempt.
+func (c *Client) Do(ctx context.Context, a Action) (Outcome, error) {
+	e, err := c.entry(ctx, a)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return c.run(ctx, e, a.Body)
+}
+
+// entry finds or makes the journal entry an action runs under.
+func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
+	if a.Intent == "" {
+		return nil, fmt.Errorf("%w: an intent names the action", ErrInvalidAction)
+	}
+	switch a.Mode {
+	case "", Resume, Repeat, Revise:
+	default:
+		return nil, fmt.Errorf("%w: mode %q (want resume, repeat or revise)", ErrInvalidAction, a.Mode)
+	}
+	fp, err := actionFingerprint(a)
+	if err != nil {
+		return nil, err
+	}
+	want := Entry{Intent: a.Intent, Version: 1, Method: strings.ToUpper(a.Method), Path: a.Path, Fingerprint: fp}
+	latest, err := c.Journal.Latest(ctx, a.Intent)
+	if errors.Is(err, ErrNoIntent) && a.Mode != Revise {
+		return c.Journal.create(ctx, want)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch a.Mode {
+	case Resume, "":
+		if latest.Fingerprint != fp {
+			return nil, fmt.Errorf("intent %q: %w; use revise for changed parameters", a.Intent, ErrPayloadChanged)
+		}
+		return latest, nil
+	case Repeat:
+		if latest.Fingerprint != fp {
+			return nil, fmt.Errorf("intent %q: %w; repeat means an identical action, use revise", a.Intent, ErrPayloadChanged)
+		}
+		return c.Journal.createRepeat(ctx, want)
+	}
+	if latest.Fingerprint == fp {
+		return nil, fmt.Errorf("%w: revise of intent %q changes nothing; resume it, or repeat it", ErrInvalidAction, a.Intent)
+	}
+	want.Version = latest.Version + 1 // Revise
+	return c.Journal.create(ctx, want)
+}
+
+// actionFingerprint binds an intent to its request: method, path and the
+// body's canonical JSON, so that key order and spacing do not matter.
+func actionFingerprint(a Action) (string, error) {
+	if a.Method == "" || !strings.HasPrefix(a.Path, "/") {
+		return "", fmt.Errorf("%w: want a method and a path starting with /", ErrInvalidAction)
+	}
+	var body any
+	if len(a.Body) > 0 {
+		v, err := fingerprint.Parse(a.Body, fingerprint.Limits{})
+		if err != nil {
+			return "", fmt.Errorf("%w: body: %v", ErrInvalidAction, err)
+		}
+		body = v
+	}
+	return fingerprint.Of(fingerprint.Request{Method: strings.ToUpper(a.Method), Route: a.Path, Tenant: "agent",
+		Command: body})
+}
+
+// Status is what the journal and the gateway know of an intent.
+type Status struct {
+	Entry     *Entry          `json:"journal"`
+	Operation json.RawMessage `json:"operation,omitempty"` // the gateway's view, when it has one
+	Problem   string          `json:"gateway_problem,omitempty"`
+}
+
+// Status looks the intent's latest version up in the journal and at the
+// gateway.
+func (c *Client) Status(ctx context.Context, intent string) (Status, error) {
+	e, err := c.Journal.Latest(ctx, intent)
+	if err != nil {
+		return Status{}, err
+	}
+	return c.statusOf(ctx, e), nil
+}
+
+// StatusByOperation is Status for the intent whose operation id is opID.
+func (c *Client) StatusByOperation(ctx context.Context, opID string) (Status, error) {
+	e, err := c.Journal.ByOperation(ctx, opID)
+	if err != nil {
+		return Status{}, err
+	}
+	return c.statusOf(ctx, e), nil
+}
+
+func (c *Client) statusOf(ctx context.Context, e *Entry) Status {
+	st := Status{Entry: e}
+	view, err := c.lookup(ctx, e.Key)
+	switch {
+	case err != nil:
+		st.Problem = err.Error()
+	case view.raw == nil:
+		st.Problem = "the gateway has no operation under this intent's key: it was never reserved"
+	default:
+		st.Operation = view.raw
+	}
+	return st
+}
+
+func (c *Client) clock() Clock {
+	if c.Clock == nil {
+		return realClock{}
+	}
+	return c.Clock
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP == nil {
+		return defaultHTTP
+	}
+	return c.HTTP
+}
+
+var defaultHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}

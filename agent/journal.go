@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the journal's driver, as the ledger's
+)
+
+// applicationID marks a SQLite file as an idemgate journal ("idmj"), so
+// that another program's database is refused rather than written into.
+const applicationID = 0x69646d6a
+
+const journalSchema = `
+CREATE TABLE IF NOT EXISTS intents (
+	name         TEXT NOT NULL,
+	version      INTEGER NOT NULL,
+	key          TEXT NOT NULL UNIQUE,
+	method       TEXT NOT NULL,
+	path         TEXT NOT NULL,
+	fingerprint  TEXT NOT NULL,
+	attempts     INTEGER NOT NULL DEFAULT 0,
+	last_kind    TEXT NOT NULL DEFAULT '',
+	last_status  INTEGER NOT NULL DEFAULT 0,
+	operation_id TEXT NOT NULL DEFAULT '',
+	created_at   TEXT NOT NULL,
+	updated_at   TEXT NOT NULL,
+	PRIMARY KEY (name, version)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+	key        TEXT NOT NULL,
+	n          INTEGER NOT NULL,
+	started_at TEXT NOT NULL,
+	kind       TEXT NOT NULL DEFAULT '',
+	status     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (key, n)
+);`
+
+// Journal is the agent's durable memory of its intents: each intent's key
+// is written here before the first request that carries it is sent, so a
+// restarted agent resumes the same key instead of making a new one. It is
+// one SQLite file; several processes may share it.
+type Journal struct {
+	db   *sql.DB
+	path string
+}
+
+// Entry is one version of an intent, as the journal knows it.
+type Entry struct {
+	Intent      string    `json:"intent"`
+	Version     int       `json:"version"`
+	Key         string    `json:"key"`
+	Method      string    `json:"method"`
+	Path        string    `json:"path"`
+	Fingerprint string    `json:"fingerprint"`
+	Attempts    int       `json:"attempts"`
+	LastKind    Kind      `json:"last_kind,omitempty"`
+	LastStatus  int       `json:"last_status,omitempty"`
+	OperationID string    `json:"operation_id,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// OpenJournal opens (creating if needed) the journal at path. A file that
+// is not a journal, or not a database at all, is an error naming it.
+func OpenJournal(ctx context.Context, path string) (*Journal, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"+
+		"&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	j := &Journal{db: db, path: path}
+	if err := j.init(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return j, nil
+}
+
+func (j *Journal) init(ctx context.Context) error {
+	tx, err := j.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var appID, tables int
+	if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&appID); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&tables); err != nil {
+		return err
+	}
+	switch {
+	case appID == 0 && tables == 0:
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA application_id = %d`, applicationID)); err != nil {
+			return err
+		}
+	case appID != applicationID:
+		return errors.New("not an idemgate journal (another program's database)")
+	}
+	if _, err := tx.ExecContext(ctx, journalSchema); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Close closes the file.
+func (j *Journal) Close() error { return j.db.Close() }
+
+// Path is the journal's file.
+func (j *Journal) Path() string { return j.path }
+
+const entryColumns = `name, version, key, method, path, fingerprint, attempts, last_kind, last_status,
+	operation_id, created_at, updated_at`
+
+func scanEntry(row interface{ Scan(...any) error }) (*Entry, error) {
+	var e Entry
+	var created, updated string
+	err := row.Scan(&e.Intent, &e.Version, &e.Key, &e.Method, &e.Path, &e.Fingerprint, &e.Attempts, &e.LastKind,
+		&e.LastStatus, &e.OperationID, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	e.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+	e.UpdatedAt, _ = time.Parse(time.RFC3339Nano, updated)
+	return &e, nil
+}
+
+// ErrNoIntent is returned for an intent the journal has never seen.
+var ErrNoIntent = errors.New("no such intent in the journal")
+
+// Latest returns the newest version of the named intent.
+func (j *Journal) Latest(ctx context.Context, name string) (*Entry, error) {
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE name = ?
+		ORDER BY version DESC LIMIT 1`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("intent %q: %w", name, ErrNoIntent)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return e, nil
+}
+
+// ByOperation returns the entry whose request the gateway named opID.
+func (j *Journal) ByOperation(ctx context.Context, opID string) (*Entry, error) {
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE operation_id = ?`, opID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("operation %q: %w", opID, ErrNoIntent)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return e, nil
+}
+
+// Pending lists the latest versions of intents whose last outcome is not
+// final (never sent, in progress, unknown, awaiting approval), oldest first.
+func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT `+entryColumns+` FROM intents i
+		WHERE version = (SELECT max(version) FROM intents WHERE name = i.name)
+		AND last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
+		ORDER BY created_at, name`)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	defer rows.Close()
+	var out []*Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// create inserts a version of an intent with a new key. Two processes
+// creating the same version at once get the same row: the first one's.
+func (j *Journal) create(ctx context.Context, e Entry) (*Entry, error) {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	_, err := j.db.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
+		updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name, version) DO NOTHING`,
+		e.Intent, e.Version, newKey(), e.Method, e.Path, e.Fingerprint, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	got, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE name = ? AND version = ?`,
+		e.Intent, e.Version))
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return got, nil
+}
+
+// createRepeat inserts a new intent "<name>#<n>", n the first free
+// number, in one transaction: two processes repeating at once get two.
+func (j *Journal) createRepeat(ctx context.Context, e Entry) (*Entry, error) {
+	tx, err := j.db.BeginTx(ctx, nil) // immediate: the write lock first
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	defer tx.Rollback()
+	base, _, _ := strings.Cut(e.Intent, "#")
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(DISTINCT name) FROM intents WHERE name = ? OR name LIKE ? ESCAPE '\'`,
+		base, escapeLike(base)+"#%").Scan(&n); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	e.Intent, e.Version = fmt.Sprintf("%s#%d", base, n+1), 1
+	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
+		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)`, e.Intent, newKey(), e.Method, e.Path, e.Fingerprint, now, now); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return j.Latest(ctx, e.Intent)
+}
+
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// beginAttempt records an attempt before it is sent, and returns its number.
+func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	var n int
+	err := j.db.QueryRowContext(ctx, `UPDATE intents SET attempts = attempts + 1, updated_at = ? WHERE key = ?
+		RETURNING attempts`, now, key).Scan(&n)
+	if err == nil {
+		_, err = j.db.ExecContext(ctx, `INSERT INTO attempts (key, n, started_at) VALUES (?, ?, ?)`, key, n, now)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("journal %s: record attempt: %w", j.path, err)
+	}
+	return n, nil
+}
+
+// record stores an attempt's outcome as the intent's latest.
+func (j *Journal) record(ctx context.Context, key string, n int, o Outcome) error {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	_, err := j.db.ExecContext(ctx, `UPDATE intents SET last_kind = ?, last_status = ?,
+		operation_id = CASE WHEN ? = '' THEN operation_id ELSE ? END, updated_at = ? WHERE key = ?`,
+		o.Kind, o.Status, o.OperationID, o.OperationID, now, key)
+	if err == nil && n > 0 {
+		_, err = j.db.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
+			o.Kind, o.Status, key, n)
+	}
+	if err != nil {
+		return fmt.Errorf("journal %s: record outcome: %w", j.path, err)
+	}
+	return nil
+}
+
+// newKey is 128 random bits, URL-safe.
+func newKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Policy bounds the retries of one Do call.
+type Policy struct {
+	MaxAttempts int           // requests sent, at most (default 5)
+	MaxElapsed  time.Duration // time spent, at most (default 2m)
+	BaseDelay   time.Duration // first backoff ceiling (default 200ms)
+	MaxDelay    time.Duration // backoff ceiling (default 10s)
+	// Wait is sent as Prefer: wait=N, so that a retry meeting its own
+	// in-flight operation waits for its answer (default 10s).
+	Wait time.Duration
+}
+
+func (p Policy) withDefaults() Policy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.MaxElapsed <= 0 {
+		p.MaxElapsed = 2 * time.Minute
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 200 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 10 * time.Second
+	}
+	if p.Wait <= 0 {
+		p.Wait = 10 * time.Second
+	}
+	return p
+}
+
+// backoff is exponential with full jitter: uniform in [0, min(max,
+// base·2^(n-1))) before attempt n+1, so that many agents failing together
+// do not come back together.
+func (p Policy) backoff(n int, random func() float64) time.Duration {
+	ceiling := p.BaseDelay << min(n-1, 30)
+	if ceiling <= 0 || ceiling > p.MaxDelay {
+		ceiling = p.MaxDelay
+	}
+	return time.Duration(random() * float64(ceiling))
+}
+
+// Clock is time, for the policy; tests use a fake one.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx ends, whichever comes first.
+	Sleep(ctx context.Context, d time.Duration) error
+	// Random is uniform in [0, 1), for the jitter.
+	Random() float64
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time  { return time.Now() }
+func (realClock) Random() float64 { return rand.Float64() }
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attempt is what one request came back with.
+type attempt struct {
+	status     int
+	code       string // the problem's code, if the answer is a problem
+	header     http.Header
+	body       []byte
+	err        error // transport error
+	sent       bool  // the request's headers were written: the gateway may act on it
+	retryAfter time.Duration
+}
+
+// step is what the policy makes of an attempt.
+type step int
+
+const (
+	stepDone       step = iota // the outcome is final for this call
+	stepRetry                  // send again, same key, after the delay
+	stepReconcile              // the answer was lost after sending: ask the gateway by key
+	stepWaitStatus             // still executing: send again (Prefer: wait) after the delay
+	stepAsk                    // the gateway could not say: ask it again, send nothing
+)
+
+// decide is the workflow article's table of error families.
+func decide(a attempt) (step, Kind) {
+	switch {
+	case a.err != nil && !a.sent:
+		return stepRetry, Failed // connection refused: nothing reached the gateway
+	case a.err != nil:
+		return stepReconcile, Unknown // timeout or reset after sending: never blind
+	case a.status == http.StatusTooManyRequests:
+		return stepRetry, Failed
+	case a.code == "in_progress":
+		return stepWaitStatus, InProgress
+	case a.code == "outcome_unknown":
+		return stepDone, Unknown
+	case a.code == "fingerprint_mismatch":
+		return stepDone, Conflict
+	case a.code == "approval_denied":
+		return stepDone, Failed
+	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
+		return stepDone, Unauthorized
+	case a.status == http.StatusAccepted:
+		return stepDone, NeedsApproval
+	case a.status >= 200 && a.status < 300:
+		if a.header.Get("Idempotent-Replayed") == "true" {
+			return stepDone, Replayed
+		}
+		return stepDone, Created
+	case a.code == "store_unavailable", a.status == http.StatusBadGateway, a.status == http.StatusServiceUnavailable:
+		// upstream_unavailable (nothing sent), an overloaded gateway: the
+		// same key makes the retry safe.
+		return stepRetry, Failed
+	case a.status >= 400 && a.status < 500:
+		return stepDone, Rejected
+	}
+	return stepDone, Failed
+}
+
+// retryAfter reads Retry-After in seconds (the gateway's form) or as a date.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

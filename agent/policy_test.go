@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock advances only when slept on, and records each sleep.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func (f *fakeClock) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fakeClock) Random() float64 { return 0.5 }
+
+func (f *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+	f.sleeps = append(f.sleeps, d)
+	return nil
+}
+
+func TestDecideEveryFamily(t *testing.T) {
+	problem := func(status int, code string) attempt { return attempt{status: status, code: code, sent: true} }
+	replayed := attempt{status: 201, sent: true, header: http.Header{"Idempotent-Replayed": {"true"}}}
+	for name, c := range map[string]struct {
+		a    attempt
+		step step
+		kind Kind
+	}{
+		"connection refused":    {attempt{err: errors.New("refused")}, stepRetry, Failed},
+		"timeout after sending": {attempt{err: errors.New("timeout"), sent: true}, stepReconcile, Unknown},
+		"429":                   {problem(429, ""), stepRetry, Failed},
+		"502 nothing sent":      {problem(502, "upstream_unavailable"), stepRetry, Failed},
+		"503":                   {problem(503, "store_unavailable"), stepRetry, Failed},
+		"in progress":           {problem(409, "in_progress"), stepWaitStatus, InProgress},
+		"outcome unknown 409":   {problem(409, "outcome_unknown"), stepDone, Unknown},
+		"outcome unknown 504":   {problem(504, "outcome_unknown"), stepDone, Unknown},
+		"fingerprint mismatch":  {problem(422, "fingerprint_mismatch"), stepDone, Conflict},
+		"invalid command":       {problem(422, "invalid_command"), stepDone, Rejected},
+		"missing key":           {problem(400, "missing_key"), stepDone, Rejected},
+		"too large":             {problem(413, "payload_too_large"), stepDone, Rejected},
+		"concurrency locked":    {problem(409, "concurrency_locked"), stepDone, Rejected},
+		"business refusal":      {attempt{status: 422, header: http.Header{}}, stepDone, Rejected},
+		"unauthorized":          {problem(401, "unauthorized"), stepDone, Unauthorized},
+		"forbidden":             {problem(403, "forbidden"), stepDone, Unauthorized},
+		"approval denied":       {problem(403, "approval_denied"), stepDone, Failed},
+		"needs approval":        {attempt{status: 202, header: http.Header{}}, stepDone, NeedsApproval},
+		"created":               {attempt{status: 201, header: http.Header{}}, stepDone, Created},
+		"replayed":              {replayed, stepDone, Replayed},
+		"upstream 500":          {attempt{status: 500, header: http.Header{}}, stepDone, Failed},
+	} {
+		if s, k := decide(c.a); s != c.step || k != c.kind {
+			t.Errorf("%s: got step %d %s, want %d %s", name, s, k, c.step, c.kind)
+		}
+	}
+}
+
+func TestBackoffFullJitter(t *testing.T) {
+	p := Policy{}.withDefaults()
+	for n, ceiling := range map[int]time.Duration{1: 200 * time.Millisecond, 2: 400 * time.Millisecond,
+		5: 3200 * time.Millisecond, 7: 10 * time.Second, 70: 10 * time.Second} {
+		if got := p.backoff(n, func() float64 { return 0.999999 }); got > ceiling || got < ceiling*99/100 {
+			t.Errorf("attempt %d: ceiling %v, got %v", n, ceiling, got)
+		}
+		if got := p.backoff(n, func() float64 { return 0 }); got != 0 {
+			t.Errorf("attempt %d: full jitter starts at 0, got %v", n, got)
+		}
+	}
+}
+
+func TestRetryAfterForms(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{"3": 3 * time.Second, "": 0, "-1": 0, "soon": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second} {
+		if got := retryAfter(http.Header{"Retry-After": {v}}, now); got != want {
+			t.Errorf("Retry-After %q: %v, want %v", v, got, want)
+		}
+	}
+}
+
+// script is a fake gateway answering each request with the next handler
+// (the last one repeats), and the control API's lookups with lookup.
+type script struct {
+	mu      sync.Mutex
+	sends   []http.Header
+	answers []http.HandlerFunc
+	lookup  http.HandlerFunc
+}
+
+func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/_idem/v1/operations" {
+		s.lookup(w, r)
+		return
+	}
+	s.mu.Lock()
+	n := len(s.sends)
+	s.sends = append(s.sends, r.Header.Clone())
+	h := s.answers[min(n, len(s.answers)-1)]
+	s.mu.Unlock()
+	h(w, r)
+}
+
+func (s *script) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sends)
+}
+
+func status(code int, headers ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(headers); i += 2 {
+			w.Header().Set(headers[i], headers[i+1])
+		}
+		w.Header().Set("Idempotency-Operation", "op_1")
+		w.WriteHeader(code)
+		fmt.Fprint(w, `{"id":"T-1"}`)
+	}
+}
+
+func problemAnswer(code int, name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Idempotency-Operation", "op_1")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"code":%q,"detail":"said by the script"}`, name)
+	}
+}
+
+// lost reads the request, then cuts the connection: sent, no answer.
+func lost(w http.ResponseWriter, r *http.Request) {
+	conn, _, _ := http.NewResponseController(w).Hijack()
+	conn.Close()
+}
+
+func lookupSays(state string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if state == "" {
+			w.WriteHeader(404)
+			return
+		}
+		fmt.Fprintf(w, `{"id":"op_1","state":%q}`, state)
+	}
+}
+
+func newScripted(t *testing.T, s *script) (*Client, *fakeClock) {
+	t.Helper()
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	j, err := OpenJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	clk := &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	return &Client{BaseURL: srv.URL, Token: "t", Journal: j, Clock: clk}, clk
+}
+
+func TestPolicyAgainstAScriptedGateway(t *testing.T) {
+	ticket := Action{Intent: "task-1/ticket", Method: "POST", Path: "/v1/tickets", Body: []byte(`{"title":"x"}`)}
+	cases := map[string]struct {
+		answers []http.HandlerFunc
+		lookup  http.HandlerFunc
+		policy  Policy
+		kind    Kind
+		sends   int
+		sleeps  []time.Duration
+	}{
+		"429 waits Retry-After": {answers: []http.HandlerFunc{status(429, "Retry-After", "3"), status(201)},
+			kind: Created, sends: 2, sleeps: []time.Duration{3 * time.Second}},
+		"503 backs off": {answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable"),
+			problemAnswer(502, "upstream_unavailable"), status(201)},
+			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
+		"503 past the attempts budget": {answers: []http.HandlerFunc{status(503)}, policy: Policy{MaxAttempts: 3},
+			kind: Failed, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
+		"Retry-After past the time budget": {answers: []http.HandlerFunc{status(429, "Retry-After", "600")},
+			kind: Failed, sends: 1},
+		"lost, never reserved: resent": {answers: []http.HandlerFunc{lost, status(201)}, lookup: lookupSays(""),
+			kind: Created, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+		"lost, released: resent": {answers: []http.HandlerFunc{lost, status(201)}, lookup: lookupSays("prepared"),
+			kind: Created, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+		"lost, unknown: not resent": {answers: []http.HandlerFunc{lost, status(201)}, lookup: lookupSays("unknown"),
+			kind: Unknown, sends: 1},
+		"lost, executing: waits then replayed": {answers: []http.HandlerFunc{lost, status(201, "Idempotent-Replayed", "true")},
+			lookup: lookupSays("executing"), kind: Replayed, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+		"lost, lookup fails: asks again, sends nothing": {answers: []http.HandlerFunc{lost, status(201)},
+			lookup: status(500), policy: Policy{MaxAttempts: 3}, kind: Unknown, sends: 1,
+			sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
+		"in progress, then the answer": {answers: []http.HandlerFunc{problemAnswer(409, "in_progress"),
+			status(201, "Idempotent-Replayed", "true")}, kind: Replayed, sends: 2,
+			sleeps: []time.Duration{100 * time.Millisecond}},
+		"outcome unknown stops":       {answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")}, kind: Unknown, sends: 1},
+		"fingerprint mismatch stops":  {answers: []http.HandlerFunc{problemAnswer(422, "fingerprint_mismatch")}, kind: Conflict, sends: 1},
+		"validation stops":            {answers: []http.HandlerFunc{problemAnswer(422, "invalid_command")}, kind: Rejected, sends: 1},
+		"authentication stops":        {answers: []http.HandlerFunc{problemAnswer(401, "unauthorized")}, kind: Unauthorized, sends: 1},
+		"approval needed":             {answers: []http.HandlerFunc{status(202)}, kind: NeedsApproval, sends: 1},
+		"in progress past the budget": {answers: []http.HandlerFunc{problemAnswer(409, "in_progress")}, policy: Policy{MaxAttempts: 2}, kind: InProgress, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := &script{answers: c.answers, lookup: c.lookup}
+			client, clk := newScripted(t, s)
+			client.Policy = c.policy
+			out, err := client.Do(context.Background(), ticket)
+			if err != nil || out.Kind != c.kind || s.count() != c.sends {
+				t.Fatalf("got %s after %d sends (%v), want %s after %d", out.Kind, s.count(), err, c.kind, c.sends)
+			}
+			if fmt.Sprint(clk.sleeps) != fmt.Sprint(c.sleeps) {
+				t.Fatalf("slept %v, want %v", clk.sleeps, c.sleeps)
+			}
+			for _, h := range s.sends {
+				if h.Get("Idempotency-Key") != out.Key || h.Get("Prefer") != "wait=10" {
+					t.Fatalf("a send without the intent's key: %v", h)
+				}
+			}
+			e, _ := client.Journal.Latest(context.Background(), ticket.Intent)
+			if e.Attempts != c.sends || e.LastKind != c.kind || (c.kind != Unknown && e.OperationID != "op_1") {
+				t.Fatalf("journal: %+v", e)
+			}
+		})
+	}
+}
+
+func TestConnectionRefusedIsRetriedThenFails(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	client, clk := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
+	client.BaseURL, client.Policy = "http://"+addr, Policy{MaxAttempts: 4}
+	out, err := client.Do(context.Background(), Action{Intent: "i", Method: "POST", Path: "/v1/x"})
+	if err != nil || out.Kind != Failed || out.Attempts != 4 || len(clk.sleeps) != 3 {
+		t.Fatalf("%+v %v, slept %v", out, err, clk.sleeps)
+	}
+}
+
+func TestCancelledContextStops(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(503)}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := client.Do(ctx, Action{Intent: "i", Method: "POST", Path: "/v1/x"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+}

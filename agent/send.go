@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+)
+
+// maxBody bounds an answer the client reads.
+const maxBody = 4 << 20
+
+// run sends the entry's request until the policy is done with it.
+func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error) {
+	p, clk := c.Policy.withDefaults(), c.clock()
+	start := clk.Now()
+	out := Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID, Attempts: e.Attempts}
+	var a attempt
+	s := stepRetry
+	for n := 1; ; n++ {
+		var kind Kind
+		num := 0
+		if s == stepAsk { // a lost answer the gateway could not yet tell about
+			s, kind = c.reconcile(ctx, e.Key, &a)
+		}
+		if s != stepAsk && s != stepDone {
+			var err error
+			if num, err = c.Journal.beginAttempt(ctx, e.Key); err != nil { // written before it is sent
+				return out, err
+			}
+			a = c.send(ctx, e, body, p)
+			if s, kind = decide(a); s == stepReconcile {
+				s, kind = c.reconcile(ctx, e.Key, &a)
+			}
+		}
+		out.fill(a, kind, num)
+		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out); err != nil {
+			return out, err
+		}
+		if s == stepDone || ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		delay := max(p.backoff(n, clk.Random), a.retryAfter)
+		if n >= p.MaxAttempts || clk.Now().Add(delay).Sub(start) > p.MaxElapsed {
+			return out, nil // the budget is spent: the last kind stands
+		}
+		if err := clk.Sleep(ctx, delay); err != nil {
+			return out, err
+		}
+	}
+}
+
+func (o *Outcome) fill(a attempt, kind Kind, num int) {
+	o.Kind, o.Status, o.Body, o.Header = kind, a.status, a.body, a.header
+	if num > 0 {
+		o.Attempts = num
+	}
+	if id := a.header.Get("Idempotency-Operation"); id != "" {
+		o.OperationID = id
+	}
+	o.Detail = ""
+	if a.err != nil {
+		o.Detail = a.err.Error()
+	} else if a.code != "" {
+		var p struct{ Detail string }
+		_ = json.Unmarshal(a.body, &p)
+		o.Detail = p.Detail
+	}
+}
+
+// send sends one attempt, with the intent's key.
+func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) attempt {
+	var a attempt
+	sent := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), e.Method,
+		strings.TrimSuffix(c.BaseURL, "/")+e.Path, bytes.NewReader(body))
+	if err != nil {
+		return attempt{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Idempotency-Key", e.Key)
+	req.Header.Set("Prefer", fmt.Sprintf("wait=%d", int(p.Wait.Seconds())))
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.httpClient().Do(req)
+	a.sent = sent.Load()
+	if err != nil {
+		a.err = err
+		return a
+	}
+	defer resp.Body.Close()
+	a.status, a.header = resp.StatusCode, resp.Header
+	if a.body, err = io.ReadAll(io.LimitReader(resp.Body, maxBody)); err != nil {
+		a.err = fmt.Errorf("the answer was cut: %w", err)
+		return a
+	}
+	a.retryAfter = retryAfter(resp.Header, c.clock().Now())
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		var p struct{ Code string }
+		_ = json.Unmarshal(a.body, &p)
+		a.code = p.Code
+	}
+	return a
+}
+
+// opView is the part of the gateway's operation view the client reads.
+type opView struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	raw   json.RawMessage
+}
+
+// lookup asks the gateway for the operation under key; a nil raw means it
+// has none.
+func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET",
+		strings.TrimSuffix(c.BaseURL, "/")+"/_idem/v1/operations?key="+url.QueryEscape(key), nil)
+	if err != nil {
+		return opView{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	switch {
+	case err != nil:
+		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+	case resp.StatusCode == http.StatusNotFound:
+		return opView{}, nil
+	case resp.StatusCode != http.StatusOK:
+		return opView{}, fmt.Errorf("ask the gateway: %d %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	var v opView
+	if err := json.Unmarshal(body, &v); err != nil {
+		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+	}
+	v.raw = body
+	return v, nil
+}
+
+// reconcile decides what to do after an answer lost once the request was
+// sent: ask the gateway, and send again only if it says the operation was
+// not applied (no operation, or prepared) or is final (the resend is then
+// answered from its record, which is how its stored answer is fetched).
+func (c *Client) reconcile(ctx context.Context, key string, a *attempt) (step, Kind) {
+	v, err := c.lookup(ctx, key)
+	switch {
+	case err != nil:
+		a.err = fmt.Errorf("%v; and %w", a.err, err)
+		return stepAsk, Unknown // ask again later; never resend unasked
+	case v.raw == nil, v.State == "prepared", v.State == "succeeded", v.State == "failed":
+		return stepRetry, Unknown
+	case v.State == "executing":
+		a.header = http.Header{"Idempotency-Operation": {v.ID}}
+		return stepWaitStatus, InProgress
+	}
+	a.header = http.Header{"Idempotency-Operation": {v.ID}}
+	return stepDone, Unknown
+}
