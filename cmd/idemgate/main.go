@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -21,12 +22,17 @@ nobody knows what happened.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd(), newDemoCmd())
+	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd(), newDemoCmd(), newCallCmd())
 	return root
 }
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	err := newRoot().Execute()
+	var code exitCode
+	switch {
+	case errors.As(err, &code):
+		os.Exit(int(code))
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "idemgate:", err)
 		os.Exit(1)
 	}

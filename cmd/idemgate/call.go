@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgate/idemgate/agent"
+)
+
+// exitCode ends the process with a status and nothing more on stderr: the
+// command has already printed what happened.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// callExit is the documented exit status of each outcome kind.
+var callExit = map[agent.Kind]exitCode{
+	agent.Created: 0, agent.Replayed: 0,
+	agent.InProgress: 3, agent.NeedsApproval: 4, agent.Conflict: 5, agent.Rejected: 6,
+	agent.Unauthorized: 7, agent.Unknown: 8, agent.Failed: 9,
+}
+
+const callExitHelp = `Exit status: 0 created or replayed; 3 in_progress; 4 needs_approval;
+5 conflict (the key was used with another request); 6 rejected (validation or
+business refusal); 7 unauthorized; 8 unknown (do not retry: reconcile);
+9 failed; 2 refused locally before sending (bad input, a changed payload on
+resume); 1 any other error.`
+
+// callFlags are what call and call status share.
+type callFlags struct {
+	intent, journal, gateway string
+}
+
+func (f *callFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.intent, "intent", "", "the logical action's name, e.g. task-42/create-ticket (required)")
+	fl.StringVar(&f.journal, "journal", os.Getenv("IDEMGATE_JOURNAL"), "journal file (default $IDEMGATE_JOURNAL, "+
+		"else ~/.local/state/idemgate/journal.db)")
+	fl.StringVar(&f.gateway, "gateway", os.Getenv("IDEMGATE_URL"), "gateway URL (default $IDEMGATE_URL)")
+	_ = cmd.MarkFlagRequired("intent")
+}
+
+// client opens the journal and builds the client; the token only ever
+// comes from the environment, never from a flag (shell history, ps).
+func (f *callFlags) client(ctx context.Context) (*agent.Client, error) {
+	if f.gateway == "" {
+		return nil, errors.New("no gateway: pass --gateway or set IDEMGATE_URL")
+	}
+	token := os.Getenv("IDEMGATE_TOKEN")
+	if token == "" {
+		return nil, errors.New("no token: set IDEMGATE_TOKEN")
+	}
+	path := f.journal
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, fmt.Errorf("journal: %w", err)
+		}
+		path = filepath.Join(home, ".local", "state", "idemgate", "journal.db")
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("journal: %w", err)
+		}
+	}
+	j, err := agent.OpenJournal(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return &agent.Client{BaseURL: f.gateway, Token: token, Journal: j}, nil
+}
+
+func newCallCmd() *cobra.Command {
+	var (
+		f              callFlags
+		data           string
+		repeat, revise bool
+	)
+	cmd := &cobra.Command{
+		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--repeat|--revise] METHOD PATH [-d JSON|@file]",
+		Short: "Send one write through the gateway, keeping its key across retries and restarts",
+		Long: `call sends a write for a named intent. The intent's key is made once and written
+to the journal before anything is sent, so running the same call again (after a
+timeout, a crash, a reboot) resumes the same action instead of starting another.
+--repeat asks for a new, identical action (a new intent, NAME#2); --revise for
+changed parameters (a new version of the intent). Errors are retried as the
+gateway's contract allows; a lost answer is checked with the gateway, never
+re-sent blind. The outcome is printed as JSON on stdout. The token comes from
+IDEMGATE_TOKEN.
+
+` + callExitHelp,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if repeat && revise {
+				return exitWith(cmd, 2, errors.New("--repeat and --revise exclude each other"))
+			}
+			body, err := readData(data, cmd.InOrStdin())
+			if err != nil {
+				return exitWith(cmd, 2, err)
+			}
+			mode := agent.Resume
+			if repeat {
+				mode = agent.Repeat
+			} else if revise {
+				mode = agent.Revise
+			}
+			return runCall(cmd, &f, agent.Action{Intent: f.intent, Method: args[0], Path: args[1], Body: body, Mode: mode})
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&data, "data", "d", "", "the JSON body, or @FILE, or @- for stdin")
+	cmd.Flags().BoolVar(&repeat, "repeat", false, "a new, identical action: new intent, new key")
+	cmd.Flags().BoolVar(&revise, "revise", false, "changed parameters: new version of the intent, new key")
+	cmd.AddCommand(newCallStatusCmd())
+	return cmd
+}
+
+func runCall(cmd *cobra.Command, f *callFlags, a agent.Action) error {
+	c, err := f.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Journal.Close()
+	out, err := c.Do(cmd.Context(), a)
+	if errors.Is(err, agent.ErrPayloadChanged) || errors.Is(err, agent.ErrInvalidAction) {
+		return exitWith(cmd, 2, err)
+	}
+	if err != nil && out.Key == "" {
+		return err
+	}
+	if werr := writeJSON(cmd.OutOrStdout(), callView(out)); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return err
+	}
+	if code := callExit[out.Kind]; code != 0 {
+		return code
+	}
+	return nil
+}
+
+// callView is the printed outcome: the body inline when it is JSON.
+func callView(o agent.Outcome) map[string]any {
+	v := map[string]any{"kind": o.Kind, "intent": o.Intent, "version": o.Version, "key": o.Key,
+		"operation_id": o.OperationID, "status": o.Status, "attempts": o.Attempts}
+	if json.Valid(o.Body) {
+		v["body"] = json.RawMessage(o.Body)
+	} else if len(o.Body) > 0 {
+		v["body"] = string(o.Body)
+	}
+	if o.Detail != "" {
+		v["detail"] = o.Detail
+	}
+	return v
+}
+
+// readData reads -d: inline JSON, @FILE, or @- for stdin.
+func readData(d string, stdin io.Reader) ([]byte, error) {
+	switch {
+	case d == "@-":
+		return io.ReadAll(io.LimitReader(stdin, 1<<20+1))
+	case strings.HasPrefix(d, "@"):
+		b, err := os.ReadFile(d[1:])
+		if err != nil {
+			return nil, fmt.Errorf("-d: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(d), nil
+}
+
+// exitWith prints err and exits with code.
+func exitWith(cmd *cobra.Command, code int, err error) error {
+	fmt.Fprintln(cmd.ErrOrStderr(), "idemgate:", err)
+	return exitCode(code)
+}
+
+func newCallStatusCmd() *cobra.Command {
+	var f callFlags
+	cmd := &cobra.Command{
+		Use:   "status --intent NAME [--journal FILE] [--gateway URL]",
+		Short: "Show what the journal and the gateway know of an intent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Journal.Close()
+			st, err := c.Status(cmd.Context(), f.intent)
+			if err != nil {
+				return err
+			}
+			return writeJSON(cmd.OutOrStdout(), st)
+		},
+	}
+	f.add(cmd)
+	return cmd
+}

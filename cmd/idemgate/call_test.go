@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestCallExitCodes runs idemgate call against a gateway that answers
+// with the outcome named by the request's path, and checks the printed
+// outcome and the documented exit status of every kind.
+func TestCallExitCodes(t *testing.T) {
+	var sends atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sends.Add(1)
+		if r.Header.Get("Authorization") != "Bearer secret-token" || r.Header.Get("Idempotency-Key") == "" {
+			w.WriteHeader(500)
+			return
+		}
+		problem := func(status int, code string) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"code":%q,"detail":"d"}`, code)
+		}
+		w.Header().Set("Idempotency-Operation", "op_7")
+		switch r.URL.Path {
+		case "/created":
+			w.WriteHeader(201)
+			fmt.Fprint(w, `{"id":"T-1"}`)
+		case "/replayed":
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(200)
+			fmt.Fprint(w, `plain text`)
+		case "/approval":
+			w.WriteHeader(202)
+		case "/conflict":
+			problem(422, "fingerprint_mismatch")
+		case "/rejected":
+			problem(422, "invalid_command")
+		case "/unauthorized":
+			problem(401, "unauthorized")
+		case "/unknown":
+			problem(409, "outcome_unknown")
+		case "/failed":
+			problem(403, "approval_denied")
+		}
+	}))
+	defer srv.Close()
+	journal := filepath.Join(t.TempDir(), "j.db")
+	env := []string{"IDEMGATE_TOKEN=secret-token", "IDEMGATE_URL=" + srv.URL, "IDEMGATE_JOURNAL=" + journal}
+	for path, want := range map[string]struct {
+		kind string
+		code int
+	}{"/created": {"created", 0}, "/replayed": {"replayed", 0}, "/approval": {"needs_approval", 4},
+		"/conflict": {"conflict", 5}, "/rejected": {"rejected", 6}, "/unauthorized": {"unauthorized", 7},
+		"/unknown": {"unknown", 8}, "/failed": {"failed", 9}} {
+		r := runEnv(t, env, "", "call", "--intent", "i"+path, "POST", path, "-d", `{"a":1}`)
+		var v map[string]any
+		json.Unmarshal([]byte(r.stdout), &v)
+		if r.code != want.code || v["kind"] != want.kind || v["intent"] != "i"+path || v["operation_id"] != "op_7" ||
+			v["key"] == "" || r.stderr != "" {
+			t.Errorf("%s: exit %d, %s %s", path, r.code, r.stdout, r.stderr)
+		}
+	}
+
+	// Resume with a changed payload: refused before sending, exit 2.
+	before := sends.Load()
+	r := runEnv(t, env, "", "call", "--intent", "i/created", "POST", "/created", "-d", `{"a":2}`)
+	if r.code != 2 || !strings.Contains(r.stderr, "differs") || sends.Load() != before {
+		t.Fatalf("changed payload: %+v", r)
+	}
+	// The body from a file, and --repeat: a new intent.
+	file := filepath.Join(t.TempDir(), "body.json")
+	os.WriteFile(file, []byte(`{ "a" : 1 }`), 0o600)
+	r = runEnv(t, env, "", "call", "--intent", "i/created", "--repeat", "POST", "/created", "-d", "@"+file)
+	if r.code != 0 || !strings.Contains(r.stdout, `"intent": "i/created#2"`) {
+		t.Fatalf("repeat from a file: %+v", r)
+	}
+	// No token: an error, and no flag to pass one.
+	r = runEnv(t, []string{"IDEMGATE_URL=" + srv.URL, "IDEMGATE_JOURNAL=" + journal, "IDEMGATE_TOKEN="}, "",
+		"call", "--intent", "x", "POST", "/created")
+	if r.code != 1 || !strings.Contains(r.stderr, "IDEMGATE_TOKEN") {
+		t.Fatalf("no token: %+v", r)
+	}
+	// Status: the journal's entry and the gateway's lookup.
+	r = runEnv(t, env, "", "call", "status", "--intent", "i/unknown")
+	if r.code != 0 || !strings.Contains(r.stdout, `"last_kind": "unknown"`) {
+		t.Fatalf("status: %+v", r)
+	}
+}
