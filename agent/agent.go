@@ -223,3 +223,40 @@ func (c *Client) httpClient() *http.Client {
 }
 
 var defaultHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+
+// Prepare writes an action's intent to the journal without sending it,
+// naming the intent ("intent-…") when the action has none: a caller that
+// may lose its own memory (a model's context) learns the identity before
+// any effect can happen.
+func (c *Client) Prepare(ctx context.Context, a Action) (*Entry, error) {
+	if a.Intent == "" {
+		a.Intent = "intent-" + newKey()[:12]
+	}
+	return c.entry(ctx, a)
+}
+
+// Kind is the intent's outcome as the gateway now sees it, or as the
+// journal last recorded it when the gateway cannot tell more ("" for an
+// intent never sent).
+func (s Status) Kind() Kind {
+	var v opView
+	_ = json.Unmarshal(s.Operation, &v)
+	last := s.Entry.LastKind
+	switch v.State {
+	case "executing":
+		return InProgress
+	case "unknown":
+		return Unknown
+	case "succeeded":
+		if last == Created || last == Replayed {
+			return last
+		}
+		return Replayed // an operator's resolution, or a lost answer: a resume replays it
+	case "failed":
+		if last == Rejected {
+			return last
+		}
+		return Failed
+	}
+	return last
+}

@@ -40,12 +40,17 @@ type callFlags struct {
 }
 
 func (f *callFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.intent, "intent", "", "the logical action's name, e.g. task-42/create-ticket (required)")
+	_ = cmd.MarkFlagRequired("intent")
+	f.addCommon(cmd)
+}
+
+// addCommon adds the journal and gateway flags.
+func (f *callFlags) addCommon(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.intent, "intent", "", "the logical action's name, e.g. task-42/create-ticket (required)")
 	fl.StringVar(&f.journal, "journal", os.Getenv("IDEMGATE_JOURNAL"), "journal file (default $IDEMGATE_JOURNAL, "+
 		"else ~/.local/state/idemgate/journal.db)")
 	fl.StringVar(&f.gateway, "gateway", os.Getenv("IDEMGATE_URL"), "gateway URL (default $IDEMGATE_URL)")
-	_ = cmd.MarkFlagRequired("intent")
 }
 
 // client opens the journal and builds the client; the token only ever

@@ -1,0 +1,161 @@
+// Package mcpserver offers the agent client to a model as MCP tools. The
+// model names intents, the server keeps their keys in the journal, and the
+// gateway token stays in the server's environment: the model never sees it.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/agent"
+)
+
+// MaxBody bounds a body returned to the model.
+const MaxBody = 8 << 10
+
+// New returns the MCP server for a client.
+func New(c *agent.Client, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Version: version}, nil)
+	h := &handlers{c: c}
+	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription}, h.submit)
+	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription}, h.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription}, h.list)
+	return s
+}
+
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Always follow next_step.`
+
+const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown" or "in_progress" result, instead of sending the write again.`
+
+const listDescription = `List this server's intents whose outcome is not final (never sent, in progress, unknown, waiting for approval), oldest first.`
+
+// SubmitInput is submit_write's input.
+type SubmitInput struct {
+	Intent string `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
+	Method string `json:"method" jsonschema:"POST, PUT, PATCH or DELETE"`
+	Path   string `json:"path" jsonschema:"the API path, starting with /, e.g. /v1/tickets"`
+	Body   any    `json:"body,omitempty" jsonschema:"the JSON body"`
+	Mode   string `json:"mode,omitempty" jsonschema:"resume (default: the same action again), repeat (a new identical action) or revise (changed parameters)"`
+}
+
+// Result is what submit_write and operation_status return.
+type Result struct {
+	Intent      string `json:"intent"`
+	Kind        string `json:"kind"`
+	OperationID string `json:"operation_id,omitempty"`
+	Status      int    `json:"status,omitempty"`
+	Body        string `json:"body,omitempty"`
+	NextStep    string `json:"next_step"`
+}
+
+type handlers struct{ c *agent.Client }
+
+func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
+	var body []byte
+	if in.Body != nil {
+		var err error
+		if body, err = json.Marshal(in.Body); err != nil {
+			return nil, Result{}, fmt.Errorf("body: %w", err)
+		}
+	}
+	a := agent.Action{Intent: in.Intent, Method: in.Method, Path: in.Path, Body: body, Mode: agent.Mode(in.Mode)}
+	if in.Intent == "" {
+		e, err := h.c.Prepare(ctx, a)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return nil, Result{Intent: e.Intent, Kind: "intent_created", NextStep: fmt.Sprintf("Nothing was sent yet. "+
+			"Call submit_write again with intent %q and the same method, path and body to perform it; "+
+			"reuse this intent on every retry of this action.", e.Intent)}, nil
+	}
+	out, err := h.c.Do(ctx, a)
+	if err != nil && out.Key == "" {
+		return nil, Result{}, err
+	}
+	return nil, Result{Intent: out.Intent, Kind: string(out.Kind), OperationID: out.OperationID,
+		Status: out.Status, Body: bounded(out.Body), NextStep: NextStep(out.Kind)}, nil
+}
+
+// StatusInput is operation_status's input: one of the two.
+type StatusInput struct {
+	Intent      string `json:"intent,omitempty" jsonschema:"the intent"`
+	OperationID string `json:"operation_id,omitempty" jsonschema:"or the gateway's operation id"`
+}
+
+func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, Result, error) {
+	var st agent.Status
+	var err error
+	switch {
+	case in.Intent != "":
+		st, err = h.c.Status(ctx, in.Intent)
+	case in.OperationID != "":
+		st, err = h.c.StatusByOperation(ctx, in.OperationID)
+	default:
+		err = errors.New("give an intent or an operation_id")
+	}
+	if err != nil {
+		return nil, Result{}, err
+	}
+	kind, body := st.Kind(), string(st.Operation)
+	if st.Problem != "" {
+		body = st.Problem
+	}
+	return nil, Result{Intent: st.Entry.Intent, Kind: string(kind), OperationID: st.Entry.OperationID,
+		Status: st.Entry.LastStatus, Body: bounded([]byte(body)), NextStep: NextStep(kind)}, nil
+}
+
+// ListInput is list_operations' input (none).
+type ListInput struct{}
+
+// ListOutput is list_operations' output.
+type ListOutput struct {
+	Intents []*agent.Entry `json:"intents"`
+}
+
+func (h *handlers) list(ctx context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {
+	entries, err := h.c.Journal.Pending(ctx)
+	if entries == nil {
+		entries = []*agent.Entry{}
+	}
+	return nil, ListOutput{Intents: entries}, err
+}
+
+// bounded cuts a body to MaxBody bytes, on a character boundary.
+func bounded(b []byte) string {
+	if len(b) <= MaxBody {
+		return string(b)
+	}
+	cut := MaxBody
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + fmt.Sprintf("… [%d more bytes]", len(b)-cut)
+}
+
+// NextStep says, in words a model follows, what to do after a kind.
+func NextStep(k agent.Kind) string {
+	switch k {
+	case agent.Created, agent.Replayed:
+		return `Done: the action happened exactly once. Do not send it again; to do it once more on purpose, use mode "repeat".`
+	case agent.InProgress:
+		return "Still running. Call operation_status with this intent later (or submit_write again with the same intent: it will not run twice)."
+	case agent.NeedsApproval:
+		return "Waiting for a human's approval. Call operation_status later; do not create a new intent."
+	case agent.Conflict:
+		return `This intent was first sent with a different request. If the parameters changed on purpose, use mode "revise".`
+	case agent.Rejected:
+		return `Refused: the request is invalid or the API declined it (see body). Fix the parameters and use mode "revise"; resending it unchanged fails the same way.`
+	case agent.Unauthorized:
+		return "Not allowed with this server's credentials. Do not retry; tell the user."
+	case agent.Unknown:
+		return "Unknown: the request was sent and nobody knows whether it took effect. Do not retry and do not create a new intent; call operation_status later, or ask a human to reconcile it."
+	case agent.Failed:
+		return "Failed (see status and body). Retrying the same intent later with mode resume is safe; it never runs twice."
+	}
+	return `Not sent yet: call submit_write with this intent to perform it.`
+}
