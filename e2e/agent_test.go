@@ -38,7 +38,7 @@ func (d *drill) call(journal string, args ...string) (map[string]any, int, strin
 
 func (d *drill) callCmd(journal string, args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, append([]string{"call"}, args...)...)
-	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.url, "IDEMGATE_JOURNAL="+journal)
+	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL, "IDEMGATE_JOURNAL="+journal)
 	return cmd
 }
 
@@ -52,7 +52,7 @@ func TestAgentTimeoutAfterApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	c := &agent.Client{BaseURL: d.gw.url, Token: token, Journal: j,
+	c := &agent.Client{BaseURL: d.gw.URL, Token: token, Journal: j,
 		HTTP:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 700 * time.Millisecond},
 		Policy: agent.Policy{Wait: time.Second, MaxAttempts: 10}}
 	out, err := c.Do(context.Background(), agent.Action{Intent: "task-1/ticket", Method: "POST", Path: "/v1/tickets",

@@ -78,7 +78,7 @@ func TestDrillWorkerKilledAfterReserving(t *testing.T) {
 	body := ticket("", "Worker crash")
 	go d.direct("/v1/tickets", "a-4", body)
 	waitFor(t, "the reservation", func() bool { return readable(d.apiDB, "default", "a-4") })
-	d.api.kill()
+	d.api.Kill()
 	d.startAPI()
 	time.Sleep(1200 * time.Millisecond) // past the lease
 	want(t, d.direct("/v1/tickets", "a-4", body), 409, "outcome_unknown")
@@ -118,7 +118,7 @@ func TestDrillAgentRestartsBetweenAttempts(t *testing.T) {
 // startAgent runs this test binary as an agent process (see runAgent).
 func startAgent(t *testing.T, d *drill, journal string) (*exec.Cmd, <-chan string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "IDEMGATE_E2E_AGENT="+journal, "IDEMGATE_E2E_GATEWAY="+d.gw.url)
+	cmd.Env = append(os.Environ(), "IDEMGATE_E2E_AGENT="+journal, "IDEMGATE_E2E_GATEWAY="+d.gw.URL)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func TestDrillDiesBeforeUpstreamCall(t *testing.T) {
 	body := ticket("evt-3", "Certificate expires in 3 days")
 	go d.keyed("/v1/tickets", "k-3", body)
 	waitFor(t, "the reservation", func() bool { return d.exists("k-3") })
-	d.gw.kill()
+	d.gw.Kill()
 	d.wantEffects("tickets_created", 0)
 
 	d.gw = d.startGateway(0)
@@ -138,7 +138,7 @@ func TestDrillDiesAfterEffectBeforeRecording(t *testing.T) {
 	go d.keyed("/v1/tickets", "k-4", body)
 	waitFor(t, "the reservation", func() bool { return d.exists("k-4") })
 	time.Sleep(300 * time.Millisecond) // forwarded, and the API is working on it
-	d.gw.kill()
+	d.gw.Kill()
 	waitFor(t, "the effect", func() bool { return d.effects()["tickets_created"] == 1 })
 
 	d.gw = d.startGateway(0)
@@ -207,7 +207,7 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 			t.Fatalf("in_progress without Retry-After: %v", r.header)
 		}
 		other := d.startGateway(0)
-		d.gw.kill()
+		d.gw.Kill()
 		d.gw = other
 		time.Sleep(1500 * time.Millisecond)
 		want(t, d.keyed("/v1/tickets", "k-7", body), 409, "outcome_unknown")
@@ -221,7 +221,7 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 		waitFor(t, "the reservation", func() bool { return d.exists("k-7") })
 		time.Sleep(300 * time.Millisecond)
 		other := d.startGateway(0)
-		d.gw.kill()
+		d.gw.Kill()
 		d.gw = other
 		waitFor(t, "the effect", func() bool { return d.effects()["tickets_created"] == 1 })
 		r := d.untilSettled("/v1/tickets", "k-7", body)

@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,10 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
@@ -50,54 +49,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a running idemgate process (serve or opsapi).
-type proc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-}
-
-func startProc(t *testing.T, env []string, args ...string) *proc {
+// startProc starts idemgate with args as a real process and waits for it
+// to listen.
+func startProc(t *testing.T, env []string, args ...string) *testenv.Process {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-			}
-		}
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case a := <-addr:
-		p.url = "http://" + a
-	case err := <-p.done:
-		t.Fatalf("%v exited: %v", args, err)
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("%v did not start", args)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
-	return p
-}
-
-// kill is SIGKILL: no shutdown, no last write.
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	return testenv.StartProcess(t, cmd)
 }
 
 // setup chooses what a drill runs.
@@ -116,8 +74,8 @@ type drill struct {
 	t       *testing.T
 	setup   setup
 	dir     string
-	api     *proc
-	gw      *proc
+	api     *testenv.Process
+	gw      *testenv.Process
 	config  string
 	storeDB string
 	apiDB   string
@@ -150,7 +108,7 @@ routes:
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-`, d.storeDB, d.api.url, s.idempotentAPI, hashOf(token), hashOf(operatorToken))
+`, d.storeDB, d.api.URL, s.idempotentAPI, hashOf(token), hashOf(operatorToken))
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +134,7 @@ func hashOf(s string) string {
 }
 
 // startGateway starts one more gateway instance on the drill's store.
-func (d *drill) startGateway(hold time.Duration) *proc {
+func (d *drill) startGateway(hold time.Duration) *testenv.Process {
 	var env []string
 	if hold > 0 {
 		env = append(env, "IDEMGATE_DRILL_HOLD_BEFORE_FORWARD="+hold.String())
@@ -197,7 +155,7 @@ var noReuse = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, 
 
 // send sends an agent's request to the gateway; headers come in pairs.
 func (d *drill) send(method, path, body string, headers ...string) reply {
-	return do(method, d.gw.url+path, body, append([]string{"Authorization", "Bearer " + token}, headers...)...)
+	return do(method, d.gw.URL+path, body, append([]string{"Authorization", "Bearer " + token}, headers...)...)
 }
 
 // keyed posts with an Idempotency-Key through the gateway.
@@ -207,12 +165,12 @@ func (d *drill) keyed(path, key, body string, headers ...string) reply {
 
 // direct posts with an Idempotency-Key straight to the ops API.
 func (d *drill) direct(path, key, body string, headers ...string) reply {
-	return do("POST", d.api.url+path, body, append([]string{"Idempotency-Key", key}, headers...)...)
+	return do("POST", d.api.URL+path, body, append([]string{"Idempotency-Key", key}, headers...)...)
 }
 
 // control calls the gateway's control API as the operator.
 func (d *drill) control(method, path, body string) reply {
-	return do(method, d.gw.url+"/_idem/v1"+path, body, "Authorization", "Bearer "+operatorToken)
+	return do(method, d.gw.URL+"/_idem/v1"+path, body, "Authorization", "Bearer "+operatorToken)
 }
 
 func do(method, url, body string, headers ...string) reply {
@@ -232,7 +190,7 @@ func do(method, url, body string, headers ...string) reply {
 
 // fault arms a fault in the ops API.
 func (d *drill) fault(spec string) {
-	resp, err := http.Post(d.api.url+"/_faults", "application/json", strings.NewReader(spec))
+	resp, err := http.Post(d.api.URL+"/_faults", "application/json", strings.NewReader(spec))
 	if err != nil || resp.StatusCode != 200 {
 		d.t.Fatalf("arm fault %s: %v %v", spec, err, resp)
 	}
@@ -241,7 +199,7 @@ func (d *drill) fault(spec string) {
 
 // effects reads the API's ground truth.
 func (d *drill) effects() map[string]int {
-	resp, err := http.Get(d.api.url + "/v1/effects")
+	resp, err := http.Get(d.api.URL + "/v1/effects")
 	if err != nil {
 		d.t.Fatal(err)
 	}

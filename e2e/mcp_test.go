@@ -16,7 +16,7 @@ import (
 func TestMCPOverStdio(t *testing.T) {
 	d := newDrill(t, setup{})
 	cmd := exec.Command(binary, "mcp", "--journal", filepath.Join(d.dir, "journal.db"))
-	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.url)
+	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL)
 	cmd.Stderr = os.Stderr
 	ctx := context.Background()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "drill-model", Version: "1"}, nil).

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,59 +21,13 @@ import (
 	"github.com/idemgate/idemgate/internal/testenv"
 )
 
-// gatewayProc is `idemgate serve` as a real process.
-type gatewayProc struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-	mu   sync.Mutex
-	logs []string
-}
-
-func (g *gatewayProc) logLines() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.logs...)
-}
-
-// startGateway starts serve on config and waits for it to listen.
-func startGateway(t *testing.T, config string) *gatewayProc {
+// startGateway starts serve on config, as a real process, and waits for
+// it to listen.
+func startGateway(t *testing.T, config string) *testenv.Process {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "--config", config)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	g := &gatewayProc{cmd: cmd, done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			g.mu.Lock()
-			g.logs = append(g.logs, sc.Text())
-			g.mu.Unlock()
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-			}
-		}
-		g.done <- cmd.Wait()
-	}()
-	select {
-	case a := <-addr:
-		g.url = "http://" + a
-	case err := <-g.done:
-		t.Fatalf("gateway exited: %v", err)
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("gateway did not start")
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
-	return g
+	return testenv.StartProcess(t, cmd)
 }
 
 // slowUpstream applies each write, counting it, then answers after hold;
@@ -169,18 +122,18 @@ func TestCrashMidRequest(t *testing.T) {
 	config := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, "")
 	g := startGateway(t, config)
 	for _, path := range []string{"/v1/writes", "/dedup/writes"} {
-		go post(t, g.url, path, "crash-"+path)
+		go post(t, g.URL, path, "crash-"+path)
 		<-up.started
 	}
-	g.cmd.Process.Signal(syscall.SIGKILL)
-	<-g.done
+	g.Cmd.Process.Signal(syscall.SIGKILL)
+	<-g.Done
 	g = startGateway(t, config)
 	time.Sleep(1500 * time.Millisecond) // leases lapse; the sweep runs every 100ms
-	status, body := post(t, g.url, "/v1/writes", "crash-/v1/writes")
+	status, body := post(t, g.URL, "/v1/writes", "crash-/v1/writes")
 	if status != 409 || !strings.Contains(body, "outcome_unknown") {
 		t.Fatalf("retry after the crash: %d %s", status, body)
 	}
-	status, body = post(t, g.url, "/dedup/writes", "crash-/dedup/writes")
+	status, body = post(t, g.URL, "/dedup/writes", "crash-/dedup/writes")
 	if status != 201 || !strings.Contains(body, "crash-/dedup/writes") {
 		t.Fatalf("retry to an upstream that honours the key: %d %s", status, body)
 	}
@@ -194,13 +147,13 @@ func TestGracefulShutdown(t *testing.T) {
 	up := newSlowUpstream(t, 500*time.Millisecond)
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
 	result := make(chan int)
-	go func() { s, _ := post(t, g.url, "/v1/writes", "graceful"); result <- s }()
+	go func() { s, _ := post(t, g.URL, "/v1/writes", "graceful"); result <- s }()
 	<-up.started
-	g.cmd.Process.Signal(syscall.SIGTERM)
+	g.Cmd.Process.Signal(syscall.SIGTERM)
 	if s := <-result; s != 201 {
 		t.Fatalf("the request in flight got %d", s)
 	}
-	if err := <-g.done; err != nil {
+	if err := <-g.Done; err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
@@ -218,9 +171,9 @@ func TestTwoInstancesOneEffect(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			base := a.url
+			base := a.URL
 			if i%2 == 1 {
-				base = b.url
+				base = b.URL
 			}
 			status, _ := post(t, base, "/v1/writes", "storm", "Prefer", "wait=10")
 			if status == 201 {
@@ -241,7 +194,7 @@ func TestTwoInstancesOneEffect(t *testing.T) {
 func TestLogsHoldNoSecrets(t *testing.T) {
 	up := newSlowUpstream(t, 0)
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
-	req, _ := http.NewRequest("POST", g.url+"/v1/writes?email=pii@example.com", strings.NewReader(`{"card":"4111-secret"}`))
+	req, _ := http.NewRequest("POST", g.URL+"/v1/writes?email=pii@example.com", strings.NewReader(`{"card":"4111-secret"}`))
 	req.Header.Set("Authorization", "Bearer agent-token")
 	req.Header.Set("Idempotency-Key", "key-visible-only-to-the-store")
 	resp, err := http.DefaultClient.Do(req)
@@ -249,10 +202,10 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		t.Fatalf("request: %v", err)
 	}
 	resp.Body.Close()
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	<-g.done
+	g.Cmd.Process.Signal(syscall.SIGTERM)
+	<-g.Done
 	requests := 0
-	for _, line := range g.logLines() {
+	for _, line := range g.Logs() {
 		var entry map[string]any
 		if err := json.Unmarshal([]byte(line), &entry); err != nil && line != "" {
 			t.Fatalf("not a JSON line: %q", line)
@@ -281,11 +234,11 @@ func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 	text, _ := os.ReadFile(config)
 	os.WriteFile(config, []byte(strings.Replace(string(text), "shutdown_timeout: 5s", "shutdown_timeout: 200ms", 1)), 0o600)
 	g := startGateway(t, config)
-	go post(t, g.url, "/v1/writes", "cut-off")
+	go post(t, g.URL, "/v1/writes", "cut-off")
 	<-up.started
-	g.cmd.Process.Signal(syscall.SIGTERM)
+	g.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-g.done:
+	case <-g.Done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("the gateway did not stop at its shutdown deadline")
 	}
@@ -295,7 +248,7 @@ func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 	}
 	g = startGateway(t, config)
 	time.Sleep(1500 * time.Millisecond) // the 1s lease lapses; the sweep runs every 100ms
-	if status, body := post(t, g.url, "/v1/writes", "cut-off"); status != 409 || !strings.Contains(body, "outcome_unknown") {
+	if status, body := post(t, g.URL, "/v1/writes", "cut-off"); status != 409 || !strings.Contains(body, "outcome_unknown") {
 		t.Fatalf("retry after the cut-off: %d %s", status, body)
 	}
 }

@@ -64,8 +64,8 @@ func PostgresSchema(tb testing.TB) (dsn, schema string) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema = "t_" + hex.EncodeToString(b[:])
-	exec(tb, "CREATE SCHEMA "+schema)
-	tb.Cleanup(func() { exec(tb, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	execSQL(tb, "CREATE SCHEMA "+schema)
+	tb.Cleanup(func() { execSQL(tb, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
 	u, err := url.Parse(PostgresURL())
 	if err != nil {
 		tb.Fatalf("IDEMGATE_TEST_POSTGRES: %v", err)
@@ -76,7 +76,7 @@ func PostgresSchema(tb testing.TB) (dsn, schema string) {
 	return u.String(), schema
 }
 
-func exec(tb testing.TB, sql string) {
+func execSQL(tb testing.TB, sql string) {
 	tb.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
