@@ -230,15 +230,18 @@ func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
-// beginAttempt records an attempt before it is sent, and returns its number.
+// beginAttempt records an attempt before it is sent, and returns its
+// number: one transaction, one wait for the disk.
 func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
-	now := time.Now().UTC().Format(time.RFC3339Nano)
 	var n int
-	err := j.db.QueryRowContext(ctx, `UPDATE intents SET attempts = attempts + 1, updated_at = ? WHERE key = ?
-		RETURNING attempts`, now, key).Scan(&n)
-	if err == nil {
-		_, err = j.db.ExecContext(ctx, `INSERT INTO attempts (key, n, started_at) VALUES (?, ?, ?)`, key, n, now)
-	}
+	err := j.tx(ctx, func(tx *sql.Tx, now string) error {
+		err := tx.QueryRowContext(ctx, `UPDATE intents SET attempts = attempts + 1, updated_at = ? WHERE key = ?
+			RETURNING attempts`, now, key).Scan(&n)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `INSERT INTO attempts (key, n, started_at) VALUES (?, ?, ?)`, key, n, now)
+		}
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("journal %s: record attempt: %w", j.path, err)
 	}
@@ -247,18 +250,33 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 
 // record stores an attempt's outcome as the intent's latest.
 func (j *Journal) record(ctx context.Context, key string, n int, o Outcome) error {
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	_, err := j.db.ExecContext(ctx, `UPDATE intents SET last_kind = ?, last_status = ?,
-		operation_id = CASE WHEN ? = '' THEN operation_id ELSE ? END, updated_at = ? WHERE key = ?`,
-		o.Kind, o.Status, o.OperationID, o.OperationID, now, key)
-	if err == nil && n > 0 {
-		_, err = j.db.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
-			o.Kind, o.Status, key, n)
-	}
+	err := j.tx(ctx, func(tx *sql.Tx, now string) error {
+		_, err := tx.ExecContext(ctx, `UPDATE intents SET last_kind = ?, last_status = ?,
+			operation_id = CASE WHEN ? = '' THEN operation_id ELSE ? END, updated_at = ? WHERE key = ?`,
+			o.Kind, o.Status, o.OperationID, o.OperationID, now, key)
+		if err == nil && n > 0 {
+			_, err = tx.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
+				o.Kind, o.Status, key, n)
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("journal %s: record outcome: %w", j.path, err)
 	}
 	return nil
+}
+
+// tx runs fn in one immediate transaction, with the time as text.
+func (j *Journal) tx(ctx context.Context, fn func(tx *sql.Tx, now string) error) error {
+	tx, err := j.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // newKey is 128 random bits, URL-safe.
