@@ -86,6 +86,11 @@ type Outcome struct {
 // nothing is sent. Revise it, or name a new intent.
 var ErrPayloadChanged = errors.New("the request differs from the one this intent was created with")
 
+// ErrNotSettled refuses a repeat or a revise while the intent's last
+// action may still take effect: reconcile it first (the workflow article's
+// rule), or it could happen twice.
+var ErrNotSettled = errors.New("reconcile it before a new action (operation_status, or an operator's resolution)")
+
 // ErrInvalidAction is an action that cannot be sent as it is.
 var ErrInvalidAction = errors.New("invalid action")
 
@@ -126,18 +131,23 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 	want := Entry{Intent: a.Intent, Version: 1, Method: strings.ToUpper(a.Method), Path: a.Path, Fingerprint: fp}
 	latest, err := c.Journal.Latest(ctx, a.Intent)
 	if errors.Is(err, ErrNoIntent) && a.Mode != Revise {
-		return c.Journal.create(ctx, want)
+		return c.created(ctx, want)
 	}
 	if err != nil {
 		return nil, err
 	}
-	switch a.Mode {
-	case Resume, "":
+	if a.Mode == Resume || a.Mode == "" {
 		if latest.Fingerprint != fp {
 			return nil, fmt.Errorf("intent %q: %w; use revise for changed parameters", a.Intent, ErrPayloadChanged)
 		}
 		return latest, nil
-	case Repeat:
+	}
+	// A new action while the last one may still happen (unknown, in
+	// progress, awaiting approval) could be a second effect: reconcile first.
+	if latest.Attempts > 0 && !latest.LastKind.Final() {
+		return nil, fmt.Errorf("intent %q is %s: %w", latest.Intent, latest.LastKind, ErrNotSettled)
+	}
+	if a.Mode == Repeat {
 		if latest.Fingerprint != fp {
 			return nil, fmt.Errorf("intent %q: %w; repeat means an identical action, use revise", a.Intent, ErrPayloadChanged)
 		}
@@ -147,7 +157,21 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 		return nil, fmt.Errorf("%w: revise of intent %q changes nothing; resume it, or repeat it", ErrInvalidAction, a.Intent)
 	}
 	want.Version = latest.Version + 1 // Revise
-	return c.Journal.create(ctx, want)
+	return c.created(ctx, want)
+}
+
+// created makes a version of an intent; another caller who made the same
+// version first with another request wins, and this one is refused.
+func (c *Client) created(ctx context.Context, want Entry) (*Entry, error) {
+	e, err := c.Journal.create(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	if e.Fingerprint != want.Fingerprint || e.Method != want.Method || e.Path != want.Path {
+		return nil, fmt.Errorf("intent %q was just created by another caller with another request: %w",
+			want.Intent, ErrPayloadChanged)
+	}
+	return e, nil
 }
 
 // actionFingerprint binds an intent to its request: method, path and the
@@ -228,11 +252,26 @@ var defaultHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // naming the intent ("intent-…") when the action has none: a caller that
 // may lose its own memory (a model's context) learns the identity before
 // any effect can happen.
-func (c *Client) Prepare(ctx context.Context, a Action) (*Entry, error) {
-	if a.Intent == "" {
-		a.Intent = "intent-" + newKey()[:12]
+//
+// An unnamed action identical to an intent made in the last day returns
+// that intent (existing true) instead of a new one: a caller that forgot
+// its intent and asks again must not get a second key for the same action.
+// A second identical action is asked for with Repeat.
+func (c *Client) Prepare(ctx context.Context, a Action) (e *Entry, existing bool, err error) {
+	if a.Intent != "" {
+		e, err = c.entry(ctx, a)
+		return e, false, err
 	}
-	return c.entry(ctx, a)
+	fp, err := actionFingerprint(a)
+	if err != nil {
+		return nil, false, err
+	}
+	if e, err = c.Journal.recentWith(ctx, fp, c.clock().Now().Add(-24*time.Hour)); err == nil || !errors.Is(err, ErrNoIntent) {
+		return e, err == nil, err
+	}
+	a.Intent = "intent-" + newKey()[:12]
+	e, err = c.entry(ctx, a)
+	return e, false, err
 }
 
 // Kind is the intent's outcome as the gateway now sees it, or as the
@@ -247,6 +286,11 @@ func (s Status) Kind() Kind {
 		return InProgress
 	case "unknown":
 		return Unknown
+	case "prepared": // not applied (released, or resolved so): resuming is safe
+		if last == NeedsApproval {
+			return last
+		}
+		return Failed
 	case "succeeded":
 		if last == Created || last == Replayed {
 			return last

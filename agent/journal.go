@@ -160,6 +160,21 @@ func (j *Journal) ByOperation(ctx context.Context, opID string) (*Entry, error) 
 	return e, nil
 }
 
+// recentWith returns the newest intent version created since then whose
+// request has the fingerprint fp.
+func (j *Journal) recentWith(ctx context.Context, fp string, since time.Time) (*Entry, error) {
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i
+		WHERE fingerprint = ? AND created_at >= ? AND version = (SELECT max(version) FROM intents WHERE name = i.name)
+		ORDER BY created_at DESC LIMIT 1`, fp, since.UTC().Format(time.RFC3339Nano)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNoIntent
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return e, nil
+}
+
 // Pending lists the latest versions of intents whose last outcome is not
 // final (never sent, in progress, unknown, awaiting approval), oldest first.
 func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
@@ -248,12 +263,18 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// record stores an attempt's outcome as the intent's latest.
-func (j *Journal) record(ctx context.Context, key string, n int, o Outcome) error {
+// record stores an attempt's outcome. It becomes the intent's latest only
+// if it says more than what the journal holds: a known success is never
+// replaced by a later, lesser answer (another process's in_progress), and
+// an attempt that never reached the gateway does not replace a real one.
+func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reached bool) error {
 	err := j.tx(ctx, func(tx *sql.Tx, now string) error {
-		_, err := tx.ExecContext(ctx, `UPDATE intents SET last_kind = ?, last_status = ?,
+		_, err := tx.ExecContext(ctx, `UPDATE intents SET
+			last_kind = CASE WHEN last_kind IN ('created', 'replayed') AND ? NOT IN ('created', 'replayed') THEN last_kind
+				WHEN NOT ? AND last_kind != '' THEN last_kind ELSE ? END,
+			last_status = CASE WHEN ? THEN ? ELSE last_status END,
 			operation_id = CASE WHEN ? = '' THEN operation_id ELSE ? END, updated_at = ? WHERE key = ?`,
-			o.Kind, o.Status, o.OperationID, o.OperationID, now, key)
+			o.Kind, reached, o.Kind, reached, o.Status, o.OperationID, o.OperationID, now, key)
 		if err == nil && n > 0 {
 			_, err = tx.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
 				o.Kind, o.Status, key, n)

@@ -79,8 +79,9 @@ type attempt struct {
 	code       string // the problem's code, if the answer is a problem
 	header     http.Header
 	body       []byte
-	err        error // transport error
-	sent       bool  // the request's headers were written: the gateway may act on it
+	err        error  // transport error
+	sent       bool   // the request's headers were written: the gateway may act on it
+	note       string // what reconciliation found, in words
 	retryAfter time.Duration
 }
 
@@ -121,14 +122,17 @@ func decide(a attempt) (step, Kind) {
 			return stepDone, Replayed
 		}
 		return stepDone, Created
-	case a.code == "store_unavailable", a.status == http.StatusBadGateway, a.status == http.StatusServiceUnavailable:
-		// upstream_unavailable (nothing sent), an overloaded gateway: the
-		// same key makes the retry safe.
+	case a.code == "store_unavailable", a.code == "upstream_unavailable":
+		// The gateway says nothing was sent (or reserved): the same key
+		// makes the retry safe.
 		return stepRetry, Failed
 	case a.status >= 400 && a.status < 500:
 		return stepDone, Rejected
 	}
-	return stepDone, Failed
+	// Any other 5xx: the upstream's own error passed through (the gateway
+	// then holds the operation unknown), or a proxy in front of the
+	// gateway. Either way, ask before sending again.
+	return stepReconcile, Unknown
 }
 
 // retryAfter reads Retry-After in seconds (the gateway's form) or as a date.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +68,8 @@ func TestDecideEveryFamily(t *testing.T) {
 		"needs approval":        {attempt{status: 202, header: http.Header{}}, stepDone, NeedsApproval},
 		"created":               {attempt{status: 201, header: http.Header{}}, stepDone, Created},
 		"replayed":              {replayed, stepDone, Replayed},
-		"upstream 500":          {attempt{status: 500, header: http.Header{}}, stepDone, Failed},
+		"upstream 500":          {attempt{status: 500, header: http.Header{}}, stepReconcile, Unknown},
+		"raw 503":               {attempt{status: 503, header: http.Header{}}, stepReconcile, Unknown},
 	} {
 		if s, k := decide(c.a); s != c.step || k != c.kind {
 			t.Errorf("%s: got step %d %s, want %d %s", name, s, k, c.step, c.kind)
@@ -190,7 +192,11 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 		"503 backs off": {answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable"),
 			problemAnswer(502, "upstream_unavailable"), status(201)},
 			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
-		"503 past the attempts budget": {answers: []http.HandlerFunc{status(503)}, policy: Policy{MaxAttempts: 3},
+		"upstream 500 passed through: asks, unknown": {answers: []http.HandlerFunc{status(500), status(201)},
+			lookup: lookupSays("unknown"), kind: Unknown, sends: 1},
+		"raw 503, not applied: resent": {answers: []http.HandlerFunc{status(503), status(201)},
+			lookup: lookupSays("prepared"), kind: Created, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+		"503 past the attempts budget": {answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable")}, policy: Policy{MaxAttempts: 3},
 			kind: Failed, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		"Retry-After past the time budget": {answers: []http.HandlerFunc{status(429, "Retry-After", "600")},
 			kind: Failed, sends: 1},
@@ -258,5 +264,91 @@ func TestCancelledContextStops(t *testing.T) {
 	cancel()
 	if _, err := client.Do(ctx, Action{Intent: "i", Method: "POST", Path: "/v1/x"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// A resume of an intent whose operation the gateway no longer holds (its
+// retention passed) is not sent again: it would be performed again.
+func TestResumeAfterRetentionIsNotResent(t *testing.T) {
+	gone := false
+	s := &script{answers: []http.HandlerFunc{status(201)}, lookup: func(w http.ResponseWriter, r *http.Request) {
+		if gone {
+			w.WriteHeader(404)
+			return
+		}
+		fmt.Fprint(w, `{"id":"op_1","state":"succeeded"}`)
+	}}
+	client, _ := newScripted(t, s)
+	a := Action{Intent: "task-5", Method: "POST", Path: "/v1/tickets"}
+	if out, err := client.Do(context.Background(), a); err != nil || out.Kind != Created {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if out, _ := client.Do(context.Background(), a); out.Kind != Created || s.count() != 2 {
+		t.Fatalf("a resume within retention is resent and replayed: %+v, %d sends", out, s.count())
+	}
+	gone = true
+	out, err := client.Do(context.Background(), a)
+	if err != nil || out.Kind != Created || s.count() != 2 || !strings.Contains(out.Detail, "no longer holds") {
+		t.Fatalf("after retention: %+v %v, %d sends", out, err, s.count())
+	}
+}
+
+// An unknown intent may not be repeated or revised before it is reconciled.
+func TestNoNewActionBeforeReconciliation(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")},
+		lookup: lookupSays("unknown")})
+	a := Action{Intent: "charge-1", Method: "POST", Path: "/v1/captures", Body: []byte(`{"amount":1}`)}
+	if out, _ := client.Do(context.Background(), a); out.Kind != Unknown {
+		t.Fatalf("%+v", out)
+	}
+	for _, m := range []Mode{Repeat, Revise} {
+		b := a
+		b.Mode = m
+		if m == Revise {
+			b.Body = []byte(`{"amount":2}`)
+		}
+		if _, err := client.Do(context.Background(), b); !errors.Is(err, ErrNotSettled) {
+			t.Fatalf("%s of an unknown intent: %v", m, err)
+		}
+	}
+}
+
+// Two callers creating one intent with different requests: the second is
+// refused, never sent under the first one's key.
+func TestRacingCreatesWithDifferentRequests(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
+	ctx := context.Background()
+	if _, err := client.Journal.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "sha256:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.created(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/b", Fingerprint: "sha256:2"}); !errors.Is(err, ErrPayloadChanged) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// The journal's last outcome only moves forward.
+func TestRecordNeverGoesBackwards(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
+	ctx := context.Background()
+	j := client.Journal
+	e, _ := j.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "f"})
+	last := func() Kind { l, _ := j.Latest(ctx, "i"); return l.LastKind }
+	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false)
+	if last() != Failed {
+		t.Fatalf("a first outcome is kept even unreached: %s", last())
+	}
+	j.record(ctx, e.Key, 1, Outcome{Kind: Unknown}, true)
+	j.record(ctx, e.Key, 2, Outcome{Kind: Failed}, false) // the gateway was down
+	if last() != Unknown {
+		t.Fatalf("an unreached attempt replaced unknown: %s", last())
+	}
+	j.record(ctx, e.Key, 3, Outcome{Kind: Created}, true)
+	j.record(ctx, e.Key, 4, Outcome{Kind: InProgress}, true) // another process, late
+	if last() != Created {
+		t.Fatalf("created was replaced: %s", last())
+	}
+	st := Status{Entry: &Entry{LastKind: Unknown}, Operation: []byte(`{"state":"prepared"}`)}
+	if st.Kind() != Failed {
+		t.Fatalf("an operation resolved as not applied: %s", st.Kind())
 	}
 }

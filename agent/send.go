@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // maxBody bounds an answer the client reads.
@@ -19,28 +20,33 @@ const maxBody = 4 << 20
 // run sends the entry's request until the policy is done with it.
 func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error) {
 	p, clk := c.Policy.withDefaults(), c.clock()
+	p.Wait = c.clampWait(p.Wait)
 	start := clk.Now()
-	out := Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID, Attempts: e.Attempts}
+	out := Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID, Attempts: e.Attempts,
+		Kind: e.LastKind}
 	var a attempt
 	s := stepRetry
+	if e.Attempts > 0 && e.OperationID != "" {
+		s = stepAsk // a resume: first make sure the gateway still holds it
+	}
 	for n := 1; ; n++ {
-		var kind Kind
-		num := 0
-		if s == stepAsk { // a lost answer the gateway could not yet tell about
-			s, kind = c.reconcile(ctx, e.Key, &a)
+		kind, num := out.Kind, 0
+		if s == stepAsk {
+			s, kind = c.reconcile(ctx, e.Key, out, &a)
 		}
-		if s != stepAsk && s != stepDone {
+		if s == stepRetry || s == stepWaitStatus {
 			var err error
 			if num, err = c.Journal.beginAttempt(ctx, e.Key); err != nil { // written before it is sent
 				return out, err
 			}
 			a = c.send(ctx, e, body, p)
 			if s, kind = decide(a); s == stepReconcile {
-				s, kind = c.reconcile(ctx, e.Key, &a)
+				s, kind = c.reconcile(ctx, e.Key, out, &a)
 			}
 		}
 		out.fill(a, kind, num)
-		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out); err != nil {
+		reached := num > 0 && (a.err == nil || a.sent)
+		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out, reached); err != nil {
 			return out, err
 		}
 		if s == stepDone || ctx.Err() != nil {
@@ -56,6 +62,15 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 	}
 }
 
+// clampWait keeps Prefer: wait under the client's own timeout, so that a
+// wait for an in-flight operation ends in an answer, not a timeout.
+func (c *Client) clampWait(w time.Duration) time.Duration {
+	if t := c.httpClient().Timeout; t > 0 && w > t/2 {
+		return t / 2
+	}
+	return w
+}
+
 func (o *Outcome) fill(a attempt, kind Kind, num int) {
 	o.Kind, o.Status, o.Body, o.Header = kind, a.status, a.body, a.header
 	if num > 0 {
@@ -64,13 +79,17 @@ func (o *Outcome) fill(a attempt, kind Kind, num int) {
 	if id := a.header.Get("Idempotency-Operation"); id != "" {
 		o.OperationID = id
 	}
-	o.Detail = ""
-	if a.err != nil {
+	switch {
+	case a.note != "":
+		o.Detail = a.note
+	case a.err != nil:
 		o.Detail = a.err.Error()
-	} else if a.code != "" {
+	case a.code != "":
 		var p struct{ Detail string }
 		_ = json.Unmarshal(a.body, &p)
 		o.Detail = p.Detail
+	default:
+		o.Detail = ""
 	}
 }
 
@@ -149,22 +168,48 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 	return v, nil
 }
 
-// reconcile decides what to do after an answer lost once the request was
-// sent: ask the gateway, and send again only if it says the operation was
-// not applied (no operation, or prepared) or is final (the resend is then
-// answered from its record, which is how its stored answer is fetched).
-func (c *Client) reconcile(ctx context.Context, key string, a *attempt) (step, Kind) {
+// reconcile asks the gateway about the operation under key, after an
+// answer lost once the request was sent, or before resuming an intent that
+// was sent before. It sends again only when the gateway says the operation
+// was not applied (none, or prepared) or is final (the resend is then
+// answered from its record, which is how the stored answer is fetched).
+// An operation the gateway held once (known is the outcome so far) and no
+// longer holds has outlived its retention: sending it again would perform
+// it again, so it is not sent.
+func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *attempt) (step, Kind) {
 	v, err := c.lookup(ctx, key)
-	switch {
-	case err != nil:
-		a.err = fmt.Errorf("%v; and %w", a.err, err)
+	a.note = ""
+	if err != nil {
+		if a.err == nil {
+			a.err = err
+		} else {
+			a.err = fmt.Errorf("%v; and %w", a.err, err)
+		}
+		if known.Kind == Created || known.Kind == Replayed {
+			return stepAsk, known.Kind
+		}
 		return stepAsk, Unknown // ask again later; never resend unasked
-	case v.raw == nil, v.State == "prepared", v.State == "succeeded", v.State == "failed":
-		return stepRetry, Unknown
-	case v.State == "executing":
+	}
+	if v.raw != nil {
 		a.header = http.Header{"Idempotency-Operation": {v.ID}}
+	}
+	switch {
+	case v.raw == nil && known.OperationID != "":
+		a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed), so it is not sent "+
+			"again; this journal last saw %q; use repeat for a new action", known.OperationID, known.Kind)
+		if known.Kind == Created || known.Kind == Replayed {
+			return stepDone, known.Kind
+		}
+		return stepDone, Unknown
+	case v.raw == nil, v.State == "prepared":
+		a.note = "not applied at the gateway: sending it (again) with the same key"
+		return stepRetry, Failed
+	case v.State == "succeeded":
+		return stepRetry, Replayed
+	case v.State == "failed":
+		return stepRetry, Failed
+	case v.State == "executing":
 		return stepWaitStatus, InProgress
 	}
-	a.header = http.Header{"Idempotency-Operation": {v.ID}}
 	return stepDone, Unknown
 }

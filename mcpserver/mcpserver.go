@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -56,22 +57,13 @@ type Result struct {
 type handlers struct{ c *agent.Client }
 
 func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
-	var body []byte
-	if in.Body != nil {
-		var err error
-		if body, err = json.Marshal(in.Body); err != nil {
-			return nil, Result{}, fmt.Errorf("body: %w", err)
-		}
+	body, err := bodyBytes(in.Body)
+	if err != nil {
+		return nil, Result{}, err
 	}
 	a := agent.Action{Intent: in.Intent, Method: in.Method, Path: in.Path, Body: body, Mode: agent.Mode(in.Mode)}
 	if in.Intent == "" {
-		e, err := h.c.Prepare(ctx, a)
-		if err != nil {
-			return nil, Result{}, err
-		}
-		return nil, Result{Intent: e.Intent, Kind: "intent_created", NextStep: fmt.Sprintf("Nothing was sent yet. "+
-			"Call submit_write again with intent %q and the same method, path and body to perform it; "+
-			"reuse this intent on every retry of this action.", e.Intent)}, nil
+		return h.prepare(ctx, a)
 	}
 	out, err := h.c.Do(ctx, a)
 	if err != nil && out.Key == "" {
@@ -79,6 +71,47 @@ func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in Submit
 	}
 	return nil, Result{Intent: out.Intent, Kind: string(out.Kind), OperationID: out.OperationID,
 		Status: out.Status, Body: bounded(out.Body), NextStep: NextStep(out.Kind)}, nil
+}
+
+// prepare answers an unnamed write: a new intent, or the one already made
+// for this very request, and never a send.
+func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolResult, Result, error) {
+	e, existing, err := h.c.Prepare(ctx, a)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if existing {
+		kind := string(e.LastKind)
+		if kind == "" {
+			kind = "intent_created"
+		}
+		return nil, Result{Intent: e.Intent, Kind: kind, OperationID: e.OperationID, Status: e.LastStatus,
+			NextStep: fmt.Sprintf("Nothing was sent: intent %q (made %s) is this exact request. Resume it with that "+
+				"intent (mode resume) to get its outcome; only if you mean to do the same action once more, "+
+				"use mode \"repeat\" with it.", e.Intent, e.CreatedAt.Format(time.RFC3339))}, nil
+	}
+	return nil, Result{Intent: e.Intent, Kind: "intent_created", NextStep: fmt.Sprintf("Nothing was sent yet. "+
+		"Call submit_write again with intent %q and the same method, path and body to perform it; "+
+		"reuse this intent on every retry of this action.", e.Intent)}, nil
+}
+
+// bodyBytes takes the body as JSON, or a string holding JSON (models
+// sometimes send it pre-encoded); any other string is refused.
+func bodyBytes(v any) ([]byte, error) {
+	switch b := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		if !json.Valid([]byte(b)) {
+			return nil, errors.New("body must be JSON (an object), not a plain string")
+		}
+		return []byte(b), nil
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	return out, nil
 }
 
 // StatusInput is operation_status's input: one of the two.

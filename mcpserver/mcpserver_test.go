@@ -133,6 +133,11 @@ func TestSubmitStatusAndList(t *testing.T) {
 		!strings.Contains(first.NextStep, first.Intent) || sends.Load() != 0 {
 		t.Fatalf("first call: %+v, %d sends", first, sends.Load())
 	}
+	// Asked again without it (the model forgot): the same intent, not a new key.
+	again, _ := call(t, cs, "submit_write", write)
+	if again.Intent != first.Intent || sends.Load() != 0 {
+		t.Fatalf("the same request without an intent: %+v", again)
+	}
 	write["intent"] = first.Intent
 	done, _ := call(t, cs, "submit_write", write)
 	if done.Kind != "created" || done.Status != 201 || done.Body != `{"id":"T-1"}` || done.OperationID != "op_1" ||
@@ -177,10 +182,12 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 		{"intent": "x", "method": "POST"},
 		{"intent": "x", "method": "POST", "path": "/v1/tickets", "mode": "again"},
 		{"intent": "x", "method": "POST", "path": "no-slash"},
+		{"intent": "x", "method": "POST", "path": "/v1/tickets", "body": "not json"},
+		{"intent": "x", "method": "POST", "path": "/v1/tickets", "unknown": true},
 	} {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "submit_write", Arguments: args})
-		if err == nil && !res.IsError {
-			t.Errorf("%v: accepted", args)
+		if err != nil || !res.IsError {
+			t.Errorf("%v: want an error result, got %+v %v", args, res, err)
 		}
 	}
 	if _, res := call(t, cs, "operation_status", map[string]any{}); !res.IsError {
@@ -188,6 +195,11 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	}
 	if sends.Load() != 0 {
 		t.Fatalf("%d malformed writes were sent", sends.Load())
+	}
+	// A body sent pre-encoded as a string is taken as the JSON it holds.
+	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
+		"body": `{"a":1}`}); st.Kind != "created" {
+		t.Fatalf("a JSON string body: %+v", st)
 	}
 	// The server is still there.
 	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "y", "method": "POST", "path": "/v1/t"}); st.Kind != "created" {

@@ -41,7 +41,6 @@ type callFlags struct {
 
 func (f *callFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.intent, "intent", "", "the logical action's name, e.g. task-42/create-ticket (required)")
-	_ = cmd.MarkFlagRequired("intent")
 	f.addCommon(cmd)
 }
 
@@ -100,8 +99,16 @@ re-sent blind. The outcome is printed as JSON on stdout. The token comes from
 IDEMGATE_TOKEN.
 
 ` + callExitHelp,
-		Args: cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return exitWith(cmd, 2, fmt.Errorf("want METHOD and PATH, got %d argument(s)", len(args)))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.intent == "" {
+				return exitWith(cmd, 2, errors.New("--intent is required: name the logical action"))
+			}
 			if repeat && revise {
 				return exitWith(cmd, 2, errors.New("--repeat and --revise exclude each other"))
 			}
@@ -119,6 +126,7 @@ IDEMGATE_TOKEN.
 		},
 	}
 	f.add(cmd)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitWith(c, 2, err) })
 	cmd.Flags().StringVarP(&data, "data", "d", "", "the JSON body, or @FILE, or @- for stdin")
 	cmd.Flags().BoolVar(&repeat, "repeat", false, "a new, identical action: new intent, new key")
 	cmd.Flags().BoolVar(&revise, "revise", false, "changed parameters: new version of the intent, new key")
@@ -133,19 +141,24 @@ func runCall(cmd *cobra.Command, f *callFlags, a agent.Action) error {
 	}
 	defer c.Journal.Close()
 	out, err := c.Do(cmd.Context(), a)
-	if errors.Is(err, agent.ErrPayloadChanged) || errors.Is(err, agent.ErrInvalidAction) {
+	switch {
+	case errors.Is(err, agent.ErrPayloadChanged), errors.Is(err, agent.ErrInvalidAction),
+		errors.Is(err, agent.ErrNotSettled), errors.Is(err, agent.ErrNoIntent):
 		return exitWith(cmd, 2, err)
-	}
-	if err != nil && out.Key == "" {
+	case err != nil && out.Key == "":
 		return err
 	}
 	if werr := writeJSON(cmd.OutOrStdout(), callView(out)); werr != nil {
 		return werr
 	}
-	if err != nil {
-		return err
+	if err != nil { // interrupted, or the journal failed: the outcome so far is printed
+		fmt.Fprintln(cmd.ErrOrStderr(), "idemgate:", err)
 	}
-	if code := callExit[out.Kind]; code != 0 {
+	code, ok := callExit[out.Kind]
+	if !ok {
+		code = 1
+	}
+	if code != 0 {
 		return code
 	}
 	return nil
@@ -194,6 +207,9 @@ func newCallStatusCmd() *cobra.Command {
 		Short: "Show what the journal and the gateway know of an intent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.intent == "" {
+				return exitWith(cmd, 2, errors.New("--intent is required"))
+			}
 			c, err := f.client(cmd.Context())
 			if err != nil {
 				return err

@@ -82,6 +82,13 @@ func TestCallExitCodes(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, `"intent": "i/created#2"`) {
 		t.Fatalf("repeat from a file: %+v", r)
 	}
+	// Usage errors are refusals before sending too.
+	for _, args := range [][]string{{"call", "POST", "/created"}, {"call", "--intent", "u", "POST"},
+		{"call", "--intent", "u", "--token", "x", "POST", "/created"}, {"call", "--intent", "none", "--revise", "POST", "/created"}} {
+		if r := runEnv(t, env, "", args...); r.code != 2 {
+			t.Errorf("%v: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
 	// No token: an error, and no flag to pass one.
 	r = runEnv(t, []string{"IDEMGATE_URL=" + srv.URL, "IDEMGATE_JOURNAL=" + journal, "IDEMGATE_TOKEN="}, "",
 		"call", "--intent", "x", "POST", "/created")
