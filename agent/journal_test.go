@@ -92,7 +92,7 @@ func TestBadActionsAreRefusedLocally(t *testing.T) {
 	}
 }
 
-func TestJournalSharedByProcesses(t *testing.T) {
+func TestJournalSharedByConnections(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.db")
 	ctx := context.Background()
 	var journals []*Journal

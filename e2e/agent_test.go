@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,11 +55,21 @@ func TestAgentTimeoutAfterApplied(t *testing.T) {
 	defer j.Close()
 	c := &agent.Client{BaseURL: d.gw.URL, Token: token, Journal: j,
 		HTTP:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 700 * time.Millisecond},
-		Policy: agent.Policy{Wait: time.Second, MaxAttempts: 10}}
+		Policy: agent.Policy{MaxAttempts: 10}}
 	out, err := c.Do(context.Background(), agent.Action{Intent: "task-1/ticket", Method: "POST", Path: "/v1/tickets",
 		Body: []byte(ticket("", "Slow ticket"))})
 	if err != nil || out.Kind != agent.Replayed || out.Status != 201 || out.Attempts < 2 {
 		t.Fatalf("%+v %v", out, err)
+	}
+	// It asked before sending again: the gateway logged the lookup by key.
+	asked := 0
+	for _, line := range d.gw.Logs() {
+		if strings.Contains(line, `"method":"GET","path":"/_idem/v1/operations"`) {
+			asked++
+		}
+	}
+	if asked == 0 {
+		t.Fatal("the client re-sent without asking the gateway first")
 	}
 	d.wantEffects("tickets_created", 1)
 	wantState(t, d.operation(out.Key), ledger.Succeeded)
@@ -139,6 +150,25 @@ func TestAgentRateLimited(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < time.Second {
 		t.Fatalf("did not wait for Retry-After: %v", waited)
+	}
+	d.wantEffects("tickets_created", 1)
+}
+
+// Two agent processes start the same intent on one journal at the same
+// moment: one key between them, one effect.
+func TestAgentTwoProcessesOneJournal(t *testing.T) {
+	d := newDrill(t, setup{})
+	d.fault(`{"delay_ms":300}`)
+	journal := filepath.Join(d.dir, "journal.db")
+	outs := make([]map[string]any, 4)
+	codes := make([]int, 4)
+	concurrently(4, func(i int) {
+		outs[i], codes[i], _ = d.call(journal, "--intent", "task-6", "POST", "/v1/tickets", "-d", ticket("", "Shared"))
+	})
+	for i := range outs {
+		if codes[i] != 0 || outs[i]["key"] != outs[0]["key"] {
+			t.Fatalf("processes: %v %v", codes, outs)
+		}
 	}
 	d.wantEffects("tickets_created", 1)
 }

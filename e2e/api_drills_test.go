@@ -99,7 +99,7 @@ func TestDrillAgentRestartsBetweenAttempts(t *testing.T) {
 		t.Fatalf("first agent said %q", sent)
 	}
 	key := strings.TrimPrefix(sent, "sending ")
-	time.Sleep(200 * time.Millisecond) // in flight at the API
+	d.waitInFlight(1)
 	first.Process.Kill()
 	first.Wait()
 

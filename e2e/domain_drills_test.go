@@ -54,8 +54,7 @@ const digest = "sha256:4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7af
 // 409, from the gateway's concurrency_key and from the API's own lock.
 func TestDrillConcurrentDeployments(t *testing.T) {
 	t.Run("gateway concurrency key", func(t *testing.T) {
-		d := newDrill(t, setup{})
-		d.fault(`{"delay_ms":500}`) // the first holds the lock while it is sent
+		d := newDrill(t, setup{hold: time.Second}) // the first holds the lock while the second arrives
 		var r [2]reply
 		concurrently(2, func(i int) {
 			r[i] = d.keyed("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest))

@@ -65,8 +65,7 @@ func TestDrillSameRequestTwice(t *testing.T) {
 
 // 2. Two workers send the same key at the same moment.
 func TestDrillTwoWorkersSameKey(t *testing.T) {
-	d := newDrill(t, setup{})
-	d.fault(`{"delay_ms":300}`)
+	d := newDrill(t, setup{hold: time.Second}) // the first holds the key while the second arrives
 	var replies [2]reply
 	concurrently(2, func(i int) { replies[i] = d.keyed("/v1/tickets", "k-2", ticket("", "Queue backlog")) })
 	codes := []string{problemCode(replies[0]), problemCode(replies[1])}
@@ -136,8 +135,7 @@ func TestDrillDiesAfterEffectBeforeRecording(t *testing.T) {
 	d.fault(`{"delay_ms":1500}`)
 	body := ticket("evt-4", "Replica lag 40s")
 	go d.keyed("/v1/tickets", "k-4", body)
-	waitFor(t, "the reservation", func() bool { return d.exists("k-4") })
-	time.Sleep(300 * time.Millisecond) // forwarded, and the API is working on it
+	d.waitInFlight(1) // forwarded, and the API is working on it
 	d.gw.Kill()
 	waitFor(t, "the effect", func() bool { return d.effects()["tickets_created"] == 1 })
 
@@ -209,8 +207,7 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 		other := d.startGateway(0)
 		d.gw.Kill()
 		d.gw = other
-		time.Sleep(1500 * time.Millisecond)
-		want(t, d.keyed("/v1/tickets", "k-7", body), 409, "outcome_unknown")
+		want(t, d.untilSettled("/v1/tickets", "k-7", body), 409, "outcome_unknown")
 		d.wantEffects("tickets_created", 0)
 	})
 	t.Run("upstream honours the key", func(t *testing.T) {
@@ -218,8 +215,7 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 		d.fault(`{"delay_ms":1500}`)
 		body := ticket("", "Pager storm")
 		go d.keyed("/v1/tickets", "k-7", body)
-		waitFor(t, "the reservation", func() bool { return d.exists("k-7") })
-		time.Sleep(300 * time.Millisecond)
+		d.waitInFlight(1)
 		other := d.startGateway(0)
 		d.gw.Kill()
 		d.gw = other

@@ -197,6 +197,23 @@ func (d *drill) fault(spec string) {
 	resp.Body.Close()
 }
 
+// waitInFlight waits until the API is performing n writes: a request has
+// been forwarded and is being worked on.
+func (d *drill) waitInFlight(n int) {
+	d.t.Helper()
+	waitFor(d.t, fmt.Sprintf("%d write(s) in flight at the API", n), func() bool {
+		resp, err := http.Get(d.api.URL + "/_faults")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var v struct {
+			InFlight int `json:"in_flight"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.InFlight >= n
+	})
+}
+
 // effects reads the API's ground truth.
 func (d *drill) effects() map[string]int {
 	resp, err := http.Get(d.api.URL + "/v1/effects")

@@ -379,6 +379,10 @@ func (c *Config) checkPrincipals() error {
 		switch {
 		case p.Name == "" || p.Tenant == "":
 			return c.errorf(p.line, "principal needs a name and a tenant")
+		case strings.Contains(p.Tenant, ":"):
+			// The upstream sees "<tenant>:<key>" (UpstreamKey): a colon in a
+			// tenant would let tenant "a:b" and key "c" meet tenant "a", key "b:c".
+			return c.errorf(p.line, "principal %q: tenant %q may not contain ':'", p.Name, p.Tenant)
 		case err != nil || len(h) != 32:
 			return c.errorf(p.line, "principal %q: token_sha256 must be 64 hex digits (sha256 of the token)", p.Name)
 		case seen[p.TokenSHA256]:

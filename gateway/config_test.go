@@ -63,6 +63,7 @@ func TestConfigMistakesNameFileAndLine(t *testing.T) {
 		"honours without key": {"    forward_key: true", "    honours_key: true", `gw.yaml:4: upstream "ops": honours_key needs forward_key`},
 		"success not applied": {"    lease: 30s", "    lease: 30s\n    outcomes: {not_applied: [201]}", "gw.yaml:12: route POST /v1/tickets: outcomes: 201"},
 		"bad pointer":         {"    lease: 30s", "    lease: 30s\n    business_key: source_event_id", `gw.yaml:12: route POST /v1/tickets: JSON pointer "source_event_id"`},
+		"colon in tenant":     {"tenant: acme,", "tenant: \"acme:eu\",", `gw.yaml:10: principal "support-agent": tenant "acme:eu" may not contain ':'`},
 		"bad key_from":        {"    lease: 30s", "    lease: 30s\n    key_from: cookie:x", `gw.yaml:12: route POST /v1/tickets: key_from "cookie:x"`},
 	}
 	for name, c := range cases {

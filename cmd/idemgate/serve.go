@@ -47,6 +47,8 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 		if cfg.HoldBeforeForward, err = time.ParseDuration(hold); err != nil {
 			return fmt.Errorf("IDEMGATE_DRILL_HOLD_BEFORE_FORWARD: %w", err)
 		}
+		log.Warn("drill setting: every write is held before it is forwarded; never in production",
+			slog.Duration("hold", cfg.HoldBeforeForward))
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

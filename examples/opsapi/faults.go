@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type faults struct {
 	delay       time.Duration
 	statusCode  int
 	statusCount int
+	inFlight    atomic.Int64 // writes being performed now, for drills to wait on
 }
 
 // faultRequest is the body of POST /_faults; absent members leave their
@@ -29,6 +31,24 @@ type faultRequest struct {
 		Code  int `json:"code"`
 		Count int `json:"count"`
 	} `json:"status"`
+}
+
+// getFaults shows the armed faults and the writes in flight.
+func (s *Server) getFaults(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.Faults {
+		answer(w, http.StatusForbidden, map[string]string{"error": "fault injection is off; start with --faults"})
+		return
+	}
+	f := s.faults
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	answer(w, http.StatusOK, f.view())
+}
+
+func (f *faults) view() map[string]any {
+	return map[string]any{"drop_response_after_commit": f.dropAfter, "fail_before_commit": f.failBefore,
+		"delay_ms": f.delay.Milliseconds(), "status": map[string]int{"code": f.statusCode, "count": f.statusCount},
+		"in_flight": f.inFlight.Load()}
 }
 
 func (s *Server) setFaults(w http.ResponseWriter, r *http.Request) {
@@ -58,9 +78,7 @@ func (s *Server) setFaults(w http.ResponseWriter, r *http.Request) {
 	if req.Status != nil {
 		f.statusCode, f.statusCount = req.Status.Code, req.Status.Count
 	}
-	answer(w, http.StatusOK, map[string]any{"drop_response_after_commit": f.dropAfter,
-		"fail_before_commit": f.failBefore, "delay_ms": f.delay.Milliseconds(),
-		"status": map[string]int{"code": f.statusCode, "count": f.statusCount}})
+	answer(w, http.StatusOK, f.view())
 }
 
 // before applies the delay and a forced status; true means it answered.

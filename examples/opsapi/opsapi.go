@@ -102,6 +102,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	s.routeDeployments(mux)
 	mux.HandleFunc("GET /v1/effects", s.effects)
 	mux.HandleFunc("POST /_faults", s.setFaults)
+	mux.HandleFunc("GET /_faults", s.getFaults)
 	if s.opts.Naive {
 		return mux, nil
 	}
@@ -149,6 +150,8 @@ type result struct {
 // in default mode, the operation's completion in the same transaction, the
 // commit, and the answer.
 func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func(tx *sql.Tx) (result, error)) {
+	s.faults.inFlight.Add(1)
+	defer s.faults.inFlight.Add(-1)
 	if s.faults.before(w) {
 		return
 	}
