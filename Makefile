@@ -28,3 +28,4 @@ fuzz:
 # Benchmarks with the raw-SQL floor side by side (see README.md).
 bench:
 	go test -run '^$$' -bench . -benchtime 2000x -count 5 ./store/...
+	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
