@@ -224,6 +224,8 @@ func (c *Client) statusOf(ctx context.Context, e *Entry) Status {
 	switch {
 	case err != nil:
 		st.Problem = err.Error()
+	case view.raw == nil && e.OperationID != "":
+		st.Problem = fmt.Sprintf("the gateway no longer holds operation %s: its retention has passed", e.OperationID)
 	case view.raw == nil:
 		st.Problem = "the gateway has no operation under this intent's key: it was never reserved"
 	default:
@@ -262,11 +264,14 @@ func (c *Client) Prepare(ctx context.Context, a Action) (e *Entry, existing bool
 		e, err = c.entry(ctx, a)
 		return e, false, err
 	}
+	if a.Mode != "" && a.Mode != Resume {
+		return nil, false, fmt.Errorf("%w: mode %q needs the intent it applies to", ErrInvalidAction, a.Mode)
+	}
 	fp, err := actionFingerprint(a)
 	if err != nil {
 		return nil, false, err
 	}
-	if e, err = c.Journal.recentWith(ctx, fp, c.clock().Now().Add(-24*time.Hour)); err == nil || !errors.Is(err, ErrNoIntent) {
+	if e, err = c.Journal.recentWith(ctx, fp, time.Now().Add(-24*time.Hour)); err == nil || !errors.Is(err, ErrNoIntent) {
 		return e, err == nil, err
 	}
 	a.Intent = "intent-" + newKey()[:12]
@@ -287,8 +292,8 @@ func (s Status) Kind() Kind {
 	case "unknown":
 		return Unknown
 	case "prepared": // not applied (released, or resolved so): resuming is safe
-		if last == NeedsApproval {
-			return last
+		if v.awaitsApproval() {
+			return NeedsApproval
 		}
 		return Failed
 	case "succeeded":

@@ -17,6 +17,9 @@ import (
 // that another program's database is refused rather than written into.
 const applicationID = 0x69646d6a
 
+// timeFormat is fixed-width UTC, so that times compare as text.
+const timeFormat = "2006-01-02T15:04:05.000000000Z"
+
 const journalSchema = `
 CREATE TABLE IF NOT EXISTS intents (
 	name         TEXT NOT NULL,
@@ -127,8 +130,8 @@ func scanEntry(row interface{ Scan(...any) error }) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-	e.UpdatedAt, _ = time.Parse(time.RFC3339Nano, updated)
+	e.CreatedAt, _ = time.Parse(timeFormat, created)
+	e.UpdatedAt, _ = time.Parse(timeFormat, updated)
 	return &e, nil
 }
 
@@ -160,12 +163,13 @@ func (j *Journal) ByOperation(ctx context.Context, opID string) (*Entry, error) 
 	return e, nil
 }
 
-// recentWith returns the newest intent version created since then whose
-// request has the fingerprint fp.
+// recentWith returns the newest unnamed intent (one Prepare named
+// "intent-…") created since then whose request has the fingerprint fp.
 func (j *Journal) recentWith(ctx context.Context, fp string, since time.Time) (*Entry, error) {
 	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i
-		WHERE fingerprint = ? AND created_at >= ? AND version = (SELECT max(version) FROM intents WHERE name = i.name)
-		ORDER BY created_at DESC LIMIT 1`, fp, since.UTC().Format(time.RFC3339Nano)))
+		WHERE fingerprint = ? AND created_at >= ? AND name LIKE 'intent-%'
+		AND version = (SELECT max(version) FROM intents WHERE name = i.name)
+		ORDER BY created_at DESC LIMIT 1`, fp, since.UTC().Format(timeFormat)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNoIntent
 	}
@@ -200,7 +204,7 @@ func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
 // create inserts a version of an intent with a new key. Two processes
 // creating the same version at once get the same row: the first one's.
 func (j *Journal) create(ctx context.Context, e Entry) (*Entry, error) {
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC().Format(timeFormat)
 	_, err := j.db.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
 		updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name, version) DO NOTHING`,
 		e.Intent, e.Version, newKey(), e.Method, e.Path, e.Fingerprint, now, now)
@@ -224,12 +228,24 @@ func (j *Journal) createRepeat(ctx context.Context, e Entry) (*Entry, error) {
 	}
 	defer tx.Rollback()
 	base, _, _ := strings.Cut(e.Intent, "#")
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(DISTINCT name) FROM intents WHERE name = ? OR name LIKE ? ESCAPE '\'`,
-		base, escapeLike(base)+"#%").Scan(&n); err != nil {
+	family := escapeLike(base) + "#%"
+	var open string
+	err = tx.QueryRowContext(ctx, `SELECT name || ' is ' || coalesce(nullif(last_kind, ''), 'unrecorded') FROM intents i WHERE (name = ? OR name LIKE ? ESCAPE '\')
+		AND version = (SELECT max(version) FROM intents WHERE name = i.name) AND attempts > 0
+		AND last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed') LIMIT 1`,
+		base, family).Scan(&open)
+	if err == nil {
+		return nil, fmt.Errorf("intent %s: %w", open, ErrNotSettled)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(DISTINCT name) FROM intents WHERE name = ? OR name LIKE ? ESCAPE '\'`,
+		base, family).Scan(&n); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	now := time.Now().UTC().Format(timeFormat)
 	e.Intent, e.Version = fmt.Sprintf("%s#%d", base, n+1), 1
 	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
 		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)`, e.Intent, newKey(), e.Method, e.Path, e.Fingerprint, now, now); err != nil {
@@ -263,18 +279,21 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// record stores an attempt's outcome. It becomes the intent's latest only
+// record stores attempt n's outcome. It becomes the intent's latest only
 // if it says more than what the journal holds: a known success is never
 // replaced by a later, lesser answer (another process's in_progress), and
-// an attempt that never reached the gateway does not replace a real one.
+// an attempt whose answer told nothing of the operation (not reached,
+// rate-limited) does not replace a real answer. Such an attempt after
+// earlier ones whose answers were never recorded (a crash) leaves the
+// intent unknown, not failed: one of them may have been applied.
 func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reached bool) error {
+	const keep = `((last_kind IN ('created', 'replayed') AND ?1 NOT IN ('created', 'replayed')) OR (NOT ?2 AND last_kind != ''))`
 	err := j.tx(ctx, func(tx *sql.Tx, now string) error {
 		_, err := tx.ExecContext(ctx, `UPDATE intents SET
-			last_kind = CASE WHEN last_kind IN ('created', 'replayed') AND ? NOT IN ('created', 'replayed') THEN last_kind
-				WHEN NOT ? AND last_kind != '' THEN last_kind ELSE ? END,
-			last_status = CASE WHEN ? THEN ? ELSE last_status END,
-			operation_id = CASE WHEN ? = '' THEN operation_id ELSE ? END, updated_at = ? WHERE key = ?`,
-			o.Kind, reached, o.Kind, reached, o.Status, o.OperationID, o.OperationID, now, key)
+			last_kind = CASE WHEN `+keep+` THEN last_kind WHEN NOT ?2 AND ?3 > 1 THEN 'unknown' ELSE ?1 END,
+			last_status = CASE WHEN `+keep+` OR NOT ?2 THEN last_status ELSE ?4 END,
+			operation_id = CASE WHEN ?5 = '' THEN operation_id ELSE ?5 END, updated_at = ?6 WHERE key = ?7`,
+			o.Kind, reached, n, o.Status, o.OperationID, now, key)
 		if err == nil && n > 0 {
 			_, err = tx.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
 				o.Kind, o.Status, key, n)
@@ -294,7 +313,7 @@ func (j *Journal) tx(ctx context.Context, fn func(tx *sql.Tx, now string) error)
 		return err
 	}
 	defer tx.Rollback()
-	if err := fn(tx, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+	if err := fn(tx, time.Now().UTC().Format(timeFormat)); err != nil {
 		return err
 	}
 	return tx.Commit()

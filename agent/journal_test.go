@@ -166,3 +166,27 @@ func TestPendingListsWhatIsNotFinal(t *testing.T) {
 		t.Fatalf("%v %+v", err, pending)
 	}
 }
+
+// Prepare hands back an unnamed intent for the same request, never a named
+// one (another task's), and checks the mode.
+func TestPrepareReusesOnlyUnnamedIntents(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{status(201)}}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Method: "POST", Path: "/v1/tickets", Body: []byte(`{"t":1}`)}
+	named := a
+	named.Intent = "task-42/create"
+	client.Do(ctx, named)
+	first, existing, err := client.Prepare(ctx, a)
+	if err != nil || existing || first.Intent == named.Intent || !strings.HasPrefix(first.Intent, "intent-") {
+		t.Fatalf("%+v %t %v", first, existing, err)
+	}
+	again, existing, _ := client.Prepare(ctx, a)
+	if !existing || again.Key != first.Key {
+		t.Fatalf("the same unnamed request: %+v %t", again, existing)
+	}
+	a.Mode = "bogus"
+	if _, _, err := client.Prepare(ctx, a); !errors.Is(err, ErrInvalidAction) {
+		t.Fatalf("bad mode: %v", err)
+	}
+}

@@ -82,6 +82,7 @@ type attempt struct {
 	err        error  // transport error
 	sent       bool   // the request's headers were written: the gateway may act on it
 	note       string // what reconciliation found, in words
+	asked      bool   // the gateway answered a lookup by key
 	retryAfter time.Duration
 }
 
@@ -98,13 +99,14 @@ const (
 
 // decide is the workflow article's table of error families.
 func decide(a attempt) (step, Kind) {
+	replayed := a.err == nil && a.header.Get("Idempotent-Replayed") == "true"
 	switch {
 	case a.err != nil && !a.sent:
 		return stepRetry, Failed // connection refused: nothing reached the gateway
 	case a.err != nil:
 		return stepReconcile, Unknown // timeout or reset after sending: never blind
-	case a.status == http.StatusTooManyRequests:
-		return stepRetry, Failed
+	case transient(a):
+		return stepRetry, Failed // "not now", nothing applied: the same key makes the retry safe
 	case a.code == "in_progress":
 		return stepWaitStatus, InProgress
 	case a.code == "outcome_unknown":
@@ -117,22 +119,40 @@ func decide(a attempt) (step, Kind) {
 		return stepDone, Unauthorized
 	case a.status == http.StatusAccepted:
 		return stepDone, NeedsApproval
+	case a.status >= 200 && a.status < 300 && replayed:
+		return stepDone, Replayed
 	case a.status >= 200 && a.status < 300:
-		if a.header.Get("Idempotent-Replayed") == "true" {
-			return stepDone, Replayed
-		}
 		return stepDone, Created
-	case a.code == "store_unavailable", a.code == "upstream_unavailable":
-		// The gateway says nothing was sent (or reserved): the same key
-		// makes the retry safe.
-		return stepRetry, Failed
 	case a.status >= 400 && a.status < 500:
 		return stepDone, Rejected
+	case replayed: // a stored 5xx the route declares final: it will not change
+		return stepDone, Failed
 	}
 	// Any other 5xx: the upstream's own error passed through (the gateway
 	// then holds the operation unknown), or a proxy in front of the
 	// gateway. Either way, ask before sending again.
 	return stepReconcile, Unknown
+}
+
+// transient says an answer means "not now" and nothing was applied: a
+// rate limit, a gateway that could not reserve or reach the upstream, or
+// an upstream's 408/409/425 the gateway released. It tells nothing of an
+// operation an earlier attempt may have started, so it is not recorded
+// over what the journal knows.
+func transient(a attempt) bool {
+	switch {
+	case a.err != nil:
+		return !a.sent
+	case a.code == "store_unavailable", a.code == "upstream_unavailable":
+		return true
+	case a.code != "" || a.header.Get("Idempotent-Replayed") == "true":
+		return false
+	}
+	switch a.status {
+	case http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly:
+		return true
+	}
+	return false
 }
 
 // retryAfter reads Retry-After in seconds (the gateway's form) or as a date.

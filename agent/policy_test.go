@@ -352,3 +352,125 @@ func TestRecordNeverGoesBackwards(t *testing.T) {
 		t.Fatalf("an operation resolved as not applied: %s", st.Kind())
 	}
 }
+
+// A "not now" after the gateway said in_progress does not turn the intent
+// failed: the operation may still succeed, so no repeat is let through.
+func TestNotNowKeepsWhatTheGatewaySaid(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{problemAnswer(409, "in_progress"),
+		problemAnswer(503, "store_unavailable")}})
+	client.Policy = Policy{MaxAttempts: 3}
+	a := Action{Intent: "deploy-1", Method: "POST", Path: "/v1/deployments"}
+	out, err := client.Do(context.Background(), a)
+	if err != nil || out.Kind != InProgress {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if e, _ := client.Journal.Latest(context.Background(), "deploy-1"); e.LastKind != InProgress {
+		t.Fatalf("journal: %s", e.LastKind)
+	}
+	a.Mode = Repeat
+	if _, err := client.Do(context.Background(), a); !errors.Is(err, ErrNotSettled) {
+		t.Fatalf("repeat while in progress: %v", err)
+	}
+}
+
+// A process killed after an attempt was sent and before its answer was
+// recorded leaves an intent that resumes by asking first; with the gateway
+// down it stays unknown, never failed.
+func TestCrashBetweenSendAndRecord(t *testing.T) {
+	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
+	ctx := context.Background()
+	e, _ := client.Journal.create(ctx, Entry{Intent: "crashed", Version: 1, Method: "POST", Path: "/v1/x",
+		Fingerprint: mustFingerprint(t, Action{Intent: "crashed", Method: "POST", Path: "/v1/x"})})
+	client.Journal.beginAttempt(ctx, e.Key) // sent; then the process died
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	client.BaseURL = "http://" + ln.Addr().String()
+	ln.Close()
+	client.Policy = Policy{MaxAttempts: 2}
+	a := Action{Intent: "crashed", Method: "POST", Path: "/v1/x"}
+	if out, _ := client.Do(ctx, a); out.Kind != Unknown {
+		t.Fatalf("resume with the gateway down: %+v", out)
+	}
+	if last, _ := client.Journal.Latest(ctx, "crashed"); last.LastKind != Unknown || last.Attempts != 1 {
+		t.Fatalf("journal: %+v (nothing may be sent unasked)", last)
+	}
+	a.Mode = Repeat
+	if _, err := client.Do(ctx, a); !errors.Is(err, ErrNotSettled) {
+		t.Fatalf("repeat: %v", err)
+	}
+}
+
+func mustFingerprint(t *testing.T, a Action) string {
+	fp, err := actionFingerprint(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+func TestMoreFamilies(t *testing.T) {
+	pending := func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"id":"op_1","state":"prepared","approval":{"status":"pending"}}`)
+	}
+	for name, c := range map[string]struct {
+		answers []http.HandlerFunc
+		lookup  http.HandlerFunc
+		kind    Kind
+		sends   int
+	}{
+		"a stored 5xx replayed is final": {answers: []http.HandlerFunc{status(503, "Idempotent-Replayed", "true")},
+			kind: Failed, sends: 1},
+		"upstream 409 released: retried": {answers: []http.HandlerFunc{status(409), status(201)}, kind: Created, sends: 2},
+		"upstream 425 released: retried": {answers: []http.HandlerFunc{status(425), status(201)}, kind: Created, sends: 2},
+		"a lost 202: awaiting approval":  {answers: []http.HandlerFunc{lost}, lookup: pending, kind: NeedsApproval, sends: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &script{answers: c.answers, lookup: c.lookup}
+			client, _ := newScripted(t, s)
+			out, err := client.Do(context.Background(), Action{Intent: "i", Method: "POST", Path: "/v1/x"})
+			if err != nil || out.Kind != c.kind || s.count() != c.sends {
+				t.Fatalf("got %s after %d sends (%v), want %s after %d", out.Kind, s.count(), err, c.kind, c.sends)
+			}
+		})
+	}
+}
+
+// A repeat is refused while any intent of its family is unsettled.
+func TestRepeatChecksTheFamily(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{status(201), problemAnswer(409, "outcome_unknown")}, lookup: lookupSays("unknown")}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Intent: "x", Method: "POST", Path: "/v1/x"}
+	client.Do(ctx, a) // created
+	a.Mode = Repeat
+	if out, _ := client.Do(ctx, a); out.Intent != "x#2" || out.Kind != Unknown {
+		t.Fatalf("x#2: %+v", out)
+	}
+	if _, err := client.Do(ctx, a); !errors.Is(err, ErrNotSettled) || !strings.Contains(err.Error(), "x#2") {
+		t.Fatalf("repeat of x while x#2 is unknown: %v", err)
+	}
+}
+
+// A purged operation the journal saw unknown is not resent, and says to
+// check by hand and name a new intent.
+func TestPurgedUnknownSaysWhatToDo(t *testing.T) {
+	gone := false
+	s := &script{answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")}, lookup: func(w http.ResponseWriter, r *http.Request) {
+		if gone {
+			w.WriteHeader(404)
+			return
+		}
+		fmt.Fprint(w, `{"id":"op_1","state":"unknown"}`)
+	}}
+	client, _ := newScripted(t, s)
+	a := Action{Intent: "charge", Method: "POST", Path: "/v1/x"}
+	client.Do(context.Background(), a)
+	gone = true
+	out, _ := client.Do(context.Background(), a)
+	if out.Kind != Unknown || s.count() != 1 || !strings.Contains(out.Detail, "name a new intent") {
+		t.Fatalf("%+v, %d sends", out, s.count())
+	}
+	st, _ := client.Status(context.Background(), "charge")
+	if !strings.Contains(st.Problem, "retention has passed") {
+		t.Fatalf("status: %+v", st)
+	}
+}

@@ -24,14 +24,16 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 	start := clk.Now()
 	out := Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID, Attempts: e.Attempts,
 		Kind: e.LastKind}
+	informed := e.LastKind // the last thing the gateway said of the operation
 	var a attempt
 	s := stepRetry
-	if e.Attempts > 0 && e.OperationID != "" {
-		s = stepAsk // a resume: first make sure the gateway still holds it
+	if e.Attempts > 0 {
+		s = stepAsk // a resume: first ask the gateway what became of it
 	}
 	for n := 1; ; n++ {
-		kind, num := out.Kind, 0
+		kind, num := informed, 0
 		if s == stepAsk {
+			a = attempt{}
 			s, kind = c.reconcile(ctx, e.Key, out, &a)
 		}
 		if s == stepRetry || s == stepWaitStatus {
@@ -44,8 +46,16 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 				s, kind = c.reconcile(ctx, e.Key, out, &a)
 			}
 		}
+		// An answer informs when the gateway said something of the
+		// operation: a "not now" or an unreachable gateway does not, and
+		// then the last thing it did say stands.
+		reached := (num > 0 && !transient(a)) || (num == 0 && a.asked)
+		if reached {
+			informed = kind
+		} else if informed != "" {
+			kind = informed
+		}
 		out.fill(a, kind, num)
-		reached := num > 0 && (a.err == nil || a.sent)
 		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out, reached); err != nil {
 			return out, err
 		}
@@ -132,10 +142,15 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) atte
 
 // opView is the part of the gateway's operation view the client reads.
 type opView struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
-	raw   json.RawMessage
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Approval *struct {
+		Status string `json:"status"`
+	} `json:"approval"`
+	raw json.RawMessage
 }
+
+func (v opView) awaitsApproval() bool { return v.Approval != nil && v.Approval.Status == "pending" }
 
 // lookup asks the gateway for the operation under key; a nil raw means it
 // has none.
@@ -178,15 +193,15 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 // it again, so it is not sent.
 func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *attempt) (step, Kind) {
 	v, err := c.lookup(ctx, key)
-	a.note = ""
+	a.note, a.asked = "", err == nil
 	if err != nil {
-		if a.err == nil {
-			a.err = err
+		if a.err != nil && a.sent {
+			a.err = fmt.Errorf("the answer was lost (%v), and %w", a.err, err)
 		} else {
-			a.err = fmt.Errorf("%v; and %w", a.err, err)
+			a.err = err
 		}
-		if known.Kind == Created || known.Kind == Replayed {
-			return stepAsk, known.Kind
+		if known.Kind.Final() && !a.sent { // a resume of a settled intent: the journal's word stands
+			return stepDone, known.Kind
 		}
 		return stepAsk, Unknown // ask again later; never resend unasked
 	}
@@ -195,15 +210,12 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *at
 	}
 	switch {
 	case v.raw == nil && known.OperationID != "":
-		a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed), so it is not sent "+
-			"again; this journal last saw %q; use repeat for a new action", known.OperationID, known.Kind)
-		if known.Kind == Created || known.Kind == Replayed {
-			return stepDone, known.Kind
-		}
-		return stepDone, Unknown
-	case v.raw == nil, v.State == "prepared":
+		return c.expired(known, a)
+	case v.raw == nil, v.State == "prepared" && !v.awaitsApproval():
 		a.note = "not applied at the gateway: sending it (again) with the same key"
 		return stepRetry, Failed
+	case v.State == "prepared":
+		return stepDone, NeedsApproval
 	case v.State == "succeeded":
 		return stepRetry, Replayed
 	case v.State == "failed":
@@ -211,5 +223,19 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *at
 	case v.State == "executing":
 		return stepWaitStatus, InProgress
 	}
+	return stepDone, Unknown
+}
+
+// expired answers for an operation the gateway no longer holds: its
+// retention passed. Nothing is sent: the gateway would perform it anew.
+func (c *Client) expired(known Outcome, a *attempt) (step, Kind) {
+	if known.Kind == Created || known.Kind == Replayed {
+		a.note = fmt.Sprintf("done; the gateway no longer holds operation %s (its retention has passed), so "+
+			"its answer cannot be replayed; use repeat for a new, identical action", known.OperationID)
+		return stepDone, known.Kind
+	}
+	a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed) and this journal last "+
+		"saw it %s: it is not sent again. Check the upstream by hand; if the action is still needed, name a new intent",
+		known.OperationID, known.Kind)
 	return stepDone, Unknown
 }

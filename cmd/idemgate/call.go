@@ -32,7 +32,7 @@ const callExitHelp = `Exit status: 0 created or replayed; 3 in_progress; 4 needs
 5 conflict (the key was used with another request); 6 rejected (validation or
 business refusal); 7 unauthorized; 8 unknown (do not retry: reconcile);
 9 failed; 2 refused locally before sending (bad input, a changed payload on
-resume); 1 any other error.`
+resume, a repeat or revise while the intent is not settled); 1 any other error.`
 
 // callFlags are what call and call status share.
 type callFlags struct {
