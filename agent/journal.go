@@ -261,6 +261,19 @@ func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
+// lastAttempt returns when the intent's latest attempt started (zero if
+// it was never sent).
+func (j *Journal) lastAttempt(ctx context.Context, key string) (time.Time, error) {
+	var at sql.NullString
+	if err := j.db.QueryRowContext(ctx, `SELECT max(started_at) FROM attempts WHERE key = ?`, key).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	if !at.Valid {
+		return time.Time{}, nil
+	}
+	return time.Parse(timeFormat, at.String)
+}
+
 // beginAttempt records an attempt before it is sent, and returns its
 // number: one transaction, one wait for the disk.
 func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {

@@ -17,6 +17,11 @@ type Policy struct {
 	// Wait is sent as Prefer: wait=N, so that a retry meeting its own
 	// in-flight operation waits for its answer (default 10s).
 	Wait time.Duration
+	// GatewayRetention is how long the gateway keeps an operation after
+	// its last change (its default: 24h). Past it, "no such operation"
+	// may mean "done and purged", and an intent whose answer was never
+	// recorded is no longer sent again.
+	GatewayRetention time.Duration
 }
 
 func (p Policy) withDefaults() Policy {
@@ -34,6 +39,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Wait <= 0 {
 		p.Wait = 10 * time.Second
+	}
+	if p.GatewayRetention <= 0 {
+		p.GatewayRetention = 24 * time.Hour
 	}
 	return p
 }

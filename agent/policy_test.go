@@ -474,3 +474,32 @@ func TestPurgedUnknownSaysWhatToDo(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 }
+
+// An intent sent long ago whose answer was never recorded, and that the
+// gateway no longer knows, is not sent again: it may have been performed
+// and purged.
+func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{status(201)}, lookup: lookupSays("")}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Intent: "old", Method: "POST", Path: "/v1/x"}
+	e, _ := client.Journal.create(ctx, Entry{Intent: "old", Version: 1, Method: "POST", Path: "/v1/x",
+		Fingerprint: mustFingerprint(t, a)})
+	client.Journal.beginAttempt(ctx, e.Key) // sent; the process died before the answer
+	client.Policy = Policy{GatewayRetention: time.Millisecond}
+	time.Sleep(5 * time.Millisecond)
+	for range 2 { // and asking again changes nothing
+		out, err := client.Do(ctx, a)
+		if err != nil || out.Kind != Unknown || s.count() != 0 || !strings.Contains(out.Detail, "purged") {
+			t.Fatalf("%+v %v, %d sends", out, err, s.count())
+		}
+	}
+	// Within the retention, "none" means never reserved: it is sent.
+	client.Policy = Policy{}
+	if out, _ := client.Do(ctx, a); out.Kind != Created || s.count() != 1 {
+		t.Fatalf("within retention: %+v, %d sends", out, s.count())
+	}
+	if last, _ := client.Journal.lastAttempt(ctx, e.Key); time.Since(last) > time.Minute {
+		t.Fatalf("last attempt %v", last)
+	}
+}

@@ -30,11 +30,18 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 	if e.Attempts > 0 {
 		s = stepAsk // a resume: first ask the gateway what became of it
 	}
+	// stale: the last attempt is older than the gateway's retention (see
+	// reconcile).
+	last, err := c.Journal.lastAttempt(ctx, e.Key)
+	if err != nil {
+		return out, err
+	}
+	stale := !last.IsZero() && time.Since(last) >= p.GatewayRetention
 	for n := 1; ; n++ {
 		kind, num := informed, 0
 		if s == stepAsk {
 			a = attempt{}
-			s, kind = c.reconcile(ctx, e.Key, out, &a)
+			s, kind = c.reconcile(ctx, e.Key, out, stale, &a)
 		}
 		if s == stepRetry || s == stepWaitStatus {
 			var err error
@@ -42,8 +49,9 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 				return out, err
 			}
 			a = c.send(ctx, e, body, p)
+			stale = false // this attempt is recent
 			if s, kind = decide(a); s == stepReconcile {
-				s, kind = c.reconcile(ctx, e.Key, out, &a)
+				s, kind = c.reconcile(ctx, e.Key, out, false, &a)
 			}
 		}
 		// An answer informs when the gateway said something of the
@@ -190,8 +198,10 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 // answered from its record, which is how the stored answer is fetched).
 // An operation the gateway held once (known is the outcome so far) and no
 // longer holds has outlived its retention: sending it again would perform
-// it again, so it is not sent.
-func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *attempt) (step, Kind) {
+// it again, so it is not sent; nor is an intent with no operation id seen
+// whose last attempt is older than the retention (stale), since "none"
+// may then mean "performed and purged".
+func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale bool, a *attempt) (step, Kind) {
 	v, err := c.lookup(ctx, key)
 	a.note, a.asked = "", err == nil
 	if err != nil {
@@ -211,6 +221,11 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, a *at
 	switch {
 	case v.raw == nil && known.OperationID != "":
 		return c.expired(known, a)
+	case v.raw == nil && stale:
+		a.note = "sent more than the gateway's retention ago with no answer recorded, and the gateway holds " +
+			"nothing now: it may have been performed and purged, so it is not sent again. Check the upstream " +
+			"by hand; if the action is still needed, name a new intent"
+		return stepDone, Unknown
 	case v.raw == nil, v.State == "prepared" && !v.awaitsApproval():
 		a.note = "not applied at the gateway: sending it (again) with the same key"
 		return stepRetry, Failed
