@@ -15,7 +15,7 @@ import (
 func newOpsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ops",
-		Short: "Read operations straight from a store",
+		Short: "Read operations straight from a store, and resolve unknown ones",
 	}
 	cmd.AddCommand(newOpsListCmd(), newOpsShowCmd(), newOpsResolveCmd())
 	return cmd
