@@ -41,8 +41,9 @@ func scanDeployment(row interface{ Scan(...any) error }) (deployment, error) {
 }
 
 // state is the simulated controller: queued for the first quarter of the
-// rollout, running until its end, then succeeded; a digest starting with
-// f00d fails, so the drills can see a failure.
+// rollout, running until its end, then succeeded. An artifact starting with
+// f00d fails, and one starting with dead ends unknown (the controller lost
+// track of it), so that clients can see both.
 func (s *Server) state(d deployment) string {
 	elapsed := s.now().Sub(d.started)
 	switch {
@@ -54,13 +55,16 @@ func (s *Server) state(d deployment) string {
 		return "running"
 	case strings.HasPrefix(strings.TrimPrefix(d.Artifact, "sha256:"), "f00d"):
 		return "failed"
+	case strings.HasPrefix(strings.TrimPrefix(d.Artifact, "sha256:"), "dead"):
+		return "unknown"
 	}
 	return "succeeded"
 }
 
 func (s *Server) active(d deployment) bool {
 	st := s.state(d)
-	return st == "queued" || st == "running"
+	// An unknown rollout may still be running: the environment stays locked.
+	return st == "queued" || st == "running" || st == "unknown"
 }
 
 func deploymentFrom(obj map[string]any, artifactField string) (deployment, string, error) {

@@ -178,6 +178,30 @@ func TestDeployments(t *testing.T) {
 	if e := c.effects(); e["deployments_started"] != 1 || e["rollbacks"] != 1 {
 		t.Fatalf("effects %v", e)
 	}
+	// The controller's two bad endings: failed, and unknown (which keeps
+	// the environment locked, since the rollout may still be going).
+	ends := map[string]string{}
+	for _, digest := range []string{"f00d", "dead"} {
+		body := `{"service":"` + digest + `","environment":"staging","artifact":"sha256:` + digest + strings.Repeat("0", 60) + `"}`
+		s, d := c.call("POST", "/v1/deployments", "", body)
+		if s != 201 {
+			t.Fatalf("%s: %d %v", digest, s, d)
+		}
+		id := fmt.Sprint(d["id"])
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, got := c.call("GET", "/v1/deployments/"+id, "", ""); got["state"] != "queued" && got["state"] != "running" {
+				ends[digest] = fmt.Sprint(got["state"])
+				break
+			}
+		}
+	}
+	if ends["f00d"] != "failed" || ends["dead"] != "unknown" {
+		t.Fatalf("ends: %v", ends)
+	}
+	again := `{"service":"dead","environment":"staging","artifact":"` + strings.Repeat("d", 40) + `"}`
+	if s, got := c.call("POST", "/v1/deployments", "", again); s != 409 {
+		t.Fatalf("after an unknown rollout: %d %v", s, got)
+	}
 }
 
 func TestDefaultModeIsIdempotentAndNaiveIsNot(t *testing.T) {
