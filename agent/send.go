@@ -31,12 +31,15 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 		s = stepAsk // a resume: first ask the gateway what became of it
 	}
 	// stale: the last attempt is older than the gateway's retention (see
-	// reconcile).
-	last, err := c.Journal.lastAttempt(ctx, e.Key)
-	if err != nil {
-		return out, err
+	// reconcile). A new intent has none, and costs no query.
+	stale := false
+	if e.Attempts > 0 {
+		last, err := c.Journal.lastAttempt(ctx, e.Key)
+		if err != nil {
+			return out, err
+		}
+		stale = time.Since(last) >= p.GatewayRetention
 	}
-	stale := !last.IsZero() && time.Since(last) >= p.GatewayRetention
 	for n := 1; ; n++ {
 		kind, num := informed, 0
 		if s == stepAsk {
