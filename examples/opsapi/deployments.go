@@ -177,10 +177,37 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.write(w, r, func(tx *sql.Tx) (result, error) {
-		if _, err := tx.Exec(`UPDATE deployments SET cancelled = 1 WHERE service = ? AND environment = ?
-			AND started_us > ?`, d.Service, d.Environment, s.now().Add(-s.opts.DeployDuration).UnixMicro()); err != nil {
+		if err := s.cancelActive(tx, d); err != nil {
 			return result{}, err
 		}
 		return s.start(tx, d, "rollback", "rollbacks")
 	})
+}
+
+// cancelActive cancels the environment's active rollouts (queued, running,
+// or unknown), which a rollback replaces.
+func (s *Server) cancelActive(tx *sql.Tx, d deployment) error {
+	rows, err := tx.Query(`SELECT `+deploymentColumns+` FROM deployments WHERE service = ? AND environment = ?
+		AND cancelled = 0`, d.Service, d.Environment)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		prev, err := scanDeployment(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		if s.active(prev) {
+			ids = append(ids, prev.ID)
+		}
+	}
+	rows.Close()
+	for _, id := range ids {
+		if _, err := tx.Exec(`UPDATE deployments SET cancelled = 1 WHERE id = ?`, id); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

@@ -180,7 +180,7 @@ func TestDeployments(t *testing.T) {
 	}
 	// The controller's two bad endings: failed, and unknown (which keeps
 	// the environment locked, since the rollout may still be going).
-	ends := map[string]string{}
+	ends, ids := map[string]string{}, map[string]string{}
 	for _, digest := range []string{"f00d", "dead"} {
 		body := `{"service":"` + digest + `","environment":"staging","artifact":"sha256:` + digest + strings.Repeat("0", 60) + `"}`
 		s, d := c.call("POST", "/v1/deployments", "", body)
@@ -188,6 +188,7 @@ func TestDeployments(t *testing.T) {
 			t.Fatalf("%s: %d %v", digest, s, d)
 		}
 		id := fmt.Sprint(d["id"])
+		ids[digest] = id
 		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if _, got := c.call("GET", "/v1/deployments/"+id, "", ""); got["state"] != "queued" && got["state"] != "running" {
 				ends[digest] = fmt.Sprint(got["state"])
@@ -201,6 +202,14 @@ func TestDeployments(t *testing.T) {
 	again := `{"service":"dead","environment":"staging","artifact":"` + strings.Repeat("d", 40) + `"}`
 	if s, got := c.call("POST", "/v1/deployments", "", again); s != 409 {
 		t.Fatalf("after an unknown rollout: %d %v", s, got)
+	}
+	// A rollback replaces it: the unknown rollout is cancelled.
+	if s, got := c.call("POST", "/v1/rollbacks", "", `{"service":"dead","environment":"staging","to_artifact":"`+
+		strings.Repeat("e", 40)+`"}`); s != 201 {
+		t.Fatalf("rollback: %d %v", s, got)
+	}
+	if _, got := c.call("GET", "/v1/deployments/"+ids["dead"], "", ""); got["state"] != "cancelled" {
+		t.Fatalf("the unknown rollout after a rollback: %v", got)
 	}
 }
 
