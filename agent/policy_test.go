@@ -107,6 +107,7 @@ type script struct {
 	sends   []http.Header
 	answers []http.HandlerFunc
 	lookup  http.HandlerFunc
+	onSend  func(n int) // called with the send's number before it is answered
 }
 
 func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +120,9 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.sends = append(s.sends, r.Header.Clone())
 	h := s.answers[min(n, len(s.answers)-1)]
 	s.mu.Unlock()
+	if s.onSend != nil {
+		s.onSend(n + 1)
+	}
 	h(w, r)
 }
 
@@ -226,6 +230,12 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 			s := &script{answers: c.answers, lookup: c.lookup}
 			client, clk := newScripted(t, s)
 			client.Policy = c.policy
+			// Each attempt is in the journal before the gateway sees it.
+			s.onSend = func(n int) {
+				if e, err := client.Journal.Latest(context.Background(), ticket.Intent); err != nil || e.Attempts != n {
+					t.Errorf("send %d reached the gateway before its attempt was journaled: %+v %v", n, e, err)
+				}
+			}
 			out, err := client.Do(context.Background(), ticket)
 			if err != nil || out.Kind != c.kind || s.count() != c.sends {
 				t.Fatalf("got %s after %d sends (%v), want %s after %d", out.Kind, s.count(), err, c.kind, c.sends)
