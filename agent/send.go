@@ -26,19 +26,14 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 		Kind: e.LastKind}
 	informed := e.LastKind // the last thing the gateway said of the operation
 	var a attempt
-	s := stepRetry
-	if e.Attempts > 0 {
-		s = stepAsk // a resume: first ask the gateway what became of it
-	}
-	// stale: the last attempt is older than the gateway's retention (see
-	// reconcile). A new intent has none, and costs no query.
-	stale := false
-	if e.Attempts > 0 {
+	s, stale := stepRetry, false
+	if e.Attempts > 0 { // a resume: first ask the gateway what became of it
+		s = stepAsk
 		last, err := c.Journal.lastAttempt(ctx, e.Key)
 		if err != nil {
 			return out, err
 		}
-		stale = time.Since(last) >= p.GatewayRetention
+		stale = time.Since(last) >= p.GatewayRetention // see reconcile
 	}
 	for n := 1; ; n++ {
 		kind, num := informed, 0
