@@ -47,6 +47,9 @@ var (
 	ErrUnsafeInteger = errors.New("integer beyond 2^53")
 	ErrNumberRange   = errors.New("number out of range")
 	ErrUnsupported   = errors.New("unsupported value")
+	// ErrUnsupportedMediaType is a body whose Content-Type is neither JSON
+	// nor a form, on a route that does not take opaque bodies.
+	ErrUnsupportedMediaType = errors.New("unsupported media type")
 )
 
 // Error reports why a document was refused: its kind (one of the Err values

@@ -28,11 +28,21 @@ const (
 	CodeForbidden           = "forbidden"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeUpstreamUnavailable = "upstream_unavailable"
-	// CodeStoreUnavailable is not in DESIGN.md's table: when the ledger
-	// cannot be reached nothing is reserved and nothing is forwarded, and
-	// the client may retry with the same key.
-	CodeStoreUnavailable = "store_unavailable"
-	CodeNotFound         = "not_found"
+	// CodeStoreUnavailable: the ledger cannot be reached or cannot write;
+	// nothing is reserved and nothing is forwarded, and the client may retry
+	// with the same key.
+	CodeStoreUnavailable     = "store_unavailable"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeRateLimited          = "rate_limited"
+	// CodeInvalidRequest is a request the gateway will not forward as it
+	// stands: a header name with '_', two Authorization headers, a dot
+	// segment in the path, a query that does not parse.
+	CodeInvalidRequest = "invalid_request"
+	// CodeIllegalTransition is an action the operation's state does not
+	// allow (resolving one that is not unknown).
+	CodeIllegalTransition = "illegal_transition"
+	CodeNotFound          = "not_found"
+	CodeInternal          = "internal"
 )
 
 // problemKinds is the one map from a problem code to its status and title.
@@ -40,20 +50,25 @@ var problemKinds = map[string]struct {
 	status int
 	title  string
 }{
-	CodeMissingKey:          {http.StatusBadRequest, "Idempotency-Key required"},
-	CodeInvalidKey:          {http.StatusBadRequest, "Invalid Idempotency-Key"},
-	CodeInvalidCommand:      {http.StatusUnprocessableEntity, "Invalid command"},
-	CodeFingerprintMismatch: {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	CodeInProgress:          {http.StatusConflict, "Operation in progress"},
-	CodeOutcomeUnknown:      {http.StatusConflict, "Outcome unknown"},
-	CodeConcurrencyLocked:   {http.StatusConflict, "Concurrency group locked"},
-	CodeApprovalDenied:      {http.StatusForbidden, "Approval denied"},
-	CodeUnauthorized:        {http.StatusUnauthorized, "Unauthorized"},
-	CodeForbidden:           {http.StatusForbidden, "Forbidden"},
-	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
-	CodeUpstreamUnavailable: {http.StatusBadGateway, "Upstream unavailable"},
-	CodeStoreUnavailable:    {http.StatusServiceUnavailable, "Idempotency store unavailable"},
-	CodeNotFound:            {http.StatusNotFound, "Not found"},
+	CodeMissingKey:           {http.StatusBadRequest, "Idempotency-Key required"},
+	CodeInvalidKey:           {http.StatusBadRequest, "Invalid Idempotency-Key"},
+	CodeInvalidCommand:       {http.StatusUnprocessableEntity, "Invalid command"},
+	CodeFingerprintMismatch:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
+	CodeInProgress:           {http.StatusConflict, "Operation in progress"},
+	CodeOutcomeUnknown:       {http.StatusConflict, "Outcome unknown"},
+	CodeConcurrencyLocked:    {http.StatusConflict, "Concurrency group locked"},
+	CodeApprovalDenied:       {http.StatusForbidden, "Approval denied"},
+	CodeUnauthorized:         {http.StatusUnauthorized, "Unauthorized"},
+	CodeForbidden:            {http.StatusForbidden, "Forbidden"},
+	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
+	CodeUpstreamUnavailable:  {http.StatusBadGateway, "Upstream unavailable"},
+	CodeStoreUnavailable:     {http.StatusServiceUnavailable, "Idempotency store unavailable"},
+	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
+	CodeInvalidRequest:       {http.StatusBadRequest, "Invalid request"},
+	CodeIllegalTransition:    {http.StatusConflict, "Not allowed in the operation's state"},
+	CodeNotFound:             {http.StatusNotFound, "Not found"},
+	CodeInternal:             {http.StatusInternalServerError, "Internal error"},
 }
 
 // Problem is an RFC 9457 problem detail with idemgate's members.
@@ -77,7 +92,7 @@ type Problem struct {
 func NewProblem(code, detail string) *Problem {
 	k, ok := problemKinds[code]
 	if !ok {
-		k.status, k.title = http.StatusInternalServerError, "Internal error"
+		k = problemKinds[CodeInternal]
 	}
 	return &Problem{Type: "urn:idemgate:problem:" + code, Title: k.title, Status: k.status, Detail: detail, Code: code}
 }
@@ -128,6 +143,8 @@ func ProblemFor(err error) *Problem {
 		return p
 	case errors.Is(err, fingerprint.ErrTooLarge):
 		return NewProblem(CodePayloadTooLarge, err.Error())
+	case errors.Is(err, fingerprint.ErrUnsupportedMediaType):
+		return NewProblem(CodeUnsupportedMediaType, err.Error())
 	case errors.As(err, &fe):
 		return NewProblem(CodeInvalidCommand, err.Error())
 	case errors.Is(err, ledger.ErrFingerprintMismatch):
@@ -144,9 +161,10 @@ func ProblemFor(err error) *Problem {
 		p := NewProblem(CodeStoreUnavailable, "the idempotency store cannot be reached; nothing was done, retry with the same key")
 		p.RetryAfter = 1
 		return p
+	case errors.Is(err, ledger.ErrIllegalTransition):
+		return NewProblem(CodeIllegalTransition, "the operation's state does not allow this")
 	case errors.Is(err, ledger.ErrInvalid):
 		return NewProblem(CodeInvalidCommand, err.Error())
 	}
-	p = NewProblem("internal", "internal error")
-	return p
+	return NewProblem(CodeInternal, "internal error")
 }
