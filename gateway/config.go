@@ -15,13 +15,13 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/internal/jsonptr"
+	"github.com/idemgate/idemgate/internal/size"
 )
 
 // Config is the YAML of DESIGN.md, "Configuration".
@@ -120,26 +120,13 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-var sizeUnits = map[string]int64{"": 1, "B": 1, "KB": 1000, "KiB": 1 << 10, "MB": 1000 * 1000, "MiB": 1 << 20,
-	"GB": 1000 * 1000 * 1000, "GiB": 1 << 30}
-
-var sizePattern = regexp.MustCompile(`^\s*(\d+)\s*([A-Za-z]*)\s*$`)
-
-// ParseSize reads "1MiB" and its kin.
+// ParseSize reads "1MiB" and its kin: a positive size.
 func ParseSize(s string) (int64, error) {
-	m := sizePattern.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("size %q: want a number of bytes, e.g. 1MiB", s)
+	n, err := size.Parse(s)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("size %q: want a positive number", s)
 	}
-	unit, ok := sizeUnits[m[2]]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q (B, KB, KiB, MB, MiB, GB, GiB)", s, m[2])
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number", s)
-	}
-	return n * unit, nil
+	return n, err
 }
 
 // LoadConfig reads, expands and checks a configuration file. Every mistake
