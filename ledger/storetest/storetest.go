@@ -81,6 +81,13 @@ func ctx(tb interface{ Cleanup(func()) }) context.Context {
 	return c
 }
 
+// Reserved reserves a fresh key with a lease and fails the test unless the
+// store created it: a store's own tests use it to prove it still works.
+func Reserved(tb testing.TB, s ledger.Store) ledger.Reservation {
+	tb.Helper()
+	return reserve(tb, s, Params(time.Minute))
+}
+
 // reserve reserves p and fails the test unless this call created it.
 func reserve(tb testing.TB, s ledger.Store, p ledger.ReserveParams) ledger.Reservation {
 	tb.Helper()

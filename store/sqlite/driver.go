@@ -72,16 +72,20 @@ var (
 		RETURNING lease_until`
 )
 
-// driver runs the store's statements for package steps. Every statement
-// autocommits on the single writer connection.
+// driver runs the store's statements for package steps, on q: the
+// writer's connection inside a batch, or a caller's transaction.
 type driver struct {
-	s  *Store
-	tx *sql.Tx // set: the caller's transaction (see CompleteTx)
+	s   *Store
+	q   querier
+	low bool // below the free-space floor: no new operations
 }
 
 var _ steps.Driver = driver{}
 
 func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
+	if d.low {
+		return nil, d.belowFloor(ctx, p)
+	}
 	state, attempts, reason := p.State(), 0, "reserve"
 	var tokenArg any
 	if state == ledger.Executing {
@@ -89,7 +93,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	}
 	var created, expires int64
 	var leaseUntil sql.NullInt64
-	err := d.s.writeRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
+	err := queryRow(ctx, d.q, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
 		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
 		p.Actor, reason).Scan(&created, &leaseUntil, &expires)
 	switch {
@@ -101,9 +105,23 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	return p.NewOperation(id, fromMicro(created), micro(leaseUntil), fromMicro(expires)), nil
 }
 
+// belowFloor answers a reservation made while the disk is below the
+// free-space floor: an existing key is answered as usual (a replay needs
+// no space), a new one is refused before anything is written.
+func (d driver) belowFloor(ctx context.Context, p ledger.ReserveParams) error {
+	op, lapsed, err := d.Existing(ctx, p.Tenant, p.Key)
+	switch {
+	case err == nil:
+		return &steps.KeyTaken{Op: op, Lapsed: lapsed}
+	case errors.Is(err, ledger.ErrNotFound):
+		return d.s.floorError()
+	}
+	return err
+}
+
 func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
 	var lapsed bool
-	op, err := scanOp(scanExtra{d.s.readRow(ctx, existingSQL, tenant, key), &lapsed})
+	op, err := scanOp(scanExtra{queryRow(ctx, d.q, existingSQL, tenant, key), &lapsed})
 	return op, lapsed, mapErr("read existing", err)
 }
 
@@ -121,16 +139,7 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
-	var row row
-	switch {
-	case d.tx != nil: // the caller's transaction commits it with its own writes
-		row = txRow{ctx: ctx, tx: d.tx, query: query, args: args}
-	case c.Owner != nil: // owner steps commit lazily: see lazyWriteRow
-		row = d.s.lazyWriteRow(ctx, query, args...)
-	default:
-		row = d.s.writeRow(ctx, query, args...)
-	}
-	op, err := scanOp(row)
+	op, err := scanOp(queryRow(ctx, d.q, query, args...))
 	if errors.Is(err, errNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -160,7 +169,7 @@ func changeSQL(c steps.Change) (string, []any, error) {
 
 func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
 	var until int64
-	err := d.s.writeRow(ctx, heartbeatSQL, dur.Microseconds(), l.OpID, l.Token, l.Fence).Scan(&until)
+	err := queryRow(ctx, d.q, heartbeatSQL, dur.Microseconds(), l.OpID, l.Token, l.Fence).Scan(&until)
 	if errors.Is(err, errNoRows) {
 		return time.Time{}, steps.ErrGuard
 	}
@@ -168,7 +177,8 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 }
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
-	return d.s.Get(ctx, id)
+	op, err := scanOp(queryRow(ctx, d.q, selectByIDSQL, id))
+	return op, mapErr("get "+id, err)
 }
 
 // holderSQL finds the operation that holds a business key, or a
@@ -180,34 +190,43 @@ var holderSQL = map[bool]string{
 }
 
 func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
-	op, err := scanOp(d.s.readRow(ctx, holderSQL[business], tenant, route, value))
+	op, err := scanOp(queryRow(ctx, d.q, holderSQL[business], tenant, route, value))
 	return op, mapErr("holder", err)
 }
 
 func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
 	var token sql.NullString
-	err := d.s.readRow(ctx, `SELECT owner_token FROM idem_operations WHERE id = ?`, id).Scan(&token)
+	err := queryRow(ctx, d.q, `SELECT owner_token FROM idem_operations WHERE id = ?`, id).Scan(&token)
 	return token.String, mapErr("owner token", err)
 }
 
 // Reserve implements ledger.Store.
 func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
-	return steps.Reserve(ctx, driver{s: s}, p)
+	return step(s, ctx, reserving, func(ctx context.Context, d driver) (ledger.Reservation, error) {
+		return steps.Reserve(ctx, d, p)
+	})
 }
 
-// Acquire implements ledger.Store.
+// Acquire implements ledger.Store. It waits for the disk, as a reservation
+// does: a lease lost in a crash would let a second owner send again.
 func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
-	return steps.Acquire(ctx, driver{s: s}, p)
+	return step(s, ctx, durable, func(ctx context.Context, d driver) (ledger.Reservation, error) {
+		return steps.Acquire(ctx, d, p)
+	})
 }
 
 // Heartbeat implements ledger.Store.
-func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
-	return steps.Heartbeat(ctx, driver{s: s}, l, d)
+func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, dur time.Duration) (ledger.Lease, error) {
+	return step(s, ctx, owning, func(ctx context.Context, d driver) (ledger.Lease, error) {
+		return steps.Heartbeat(ctx, d, l, dur)
+	})
 }
 
 // Complete implements ledger.Store.
 func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s: s}, l, o)
+	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return steps.Complete(ctx, d, l, o)
+	})
 }
 
 // CompleteTx is Complete inside the caller's transaction on this database
@@ -215,25 +234,33 @@ func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) 
 // business write and the completion commit together, or neither does. The
 // operation returned is as it will be once tx commits.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s: s, tx: tx}, l, o)
+	return steps.Complete(ctx, driver{s: s, q: tx}, l, o)
 }
 
 // Release implements ledger.Store.
 func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.Release(ctx, driver{s: s}, l, n)
+	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return steps.Release(ctx, d, l, n)
+	})
 }
 
 // MarkUnknown implements ledger.Store.
 func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.MarkUnknown(ctx, driver{s: s}, l, n)
+	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return steps.MarkUnknown(ctx, d, l, n)
+	})
 }
 
 // Resolve implements ledger.Store.
 func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
-	return steps.Resolve(ctx, driver{s: s}, p)
+	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return steps.Resolve(ctx, d, p)
+	})
 }
 
 // Deny implements ledger.Store.
 func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
-	return steps.Deny(ctx, driver{s: s}, p)
+	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return steps.Deny(ctx, d, p)
+	})
 }

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
-	"path/filepath"
 )
 
 // TestExpireNeedsALapsedLease: the reserve path decides to expire a lease it
@@ -16,34 +16,59 @@ import (
 // statement's own guard must refuse.
 func TestExpireNeedsALapsedLease(t *testing.T) {
 	c := context.Background()
-	s, r := testStore(t)
-	_, err := driver{s: s}.Apply(c, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
-		ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
+	s, r := testStore(t, Options{})
+	_, err := step(s, c, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
+		return d.Apply(ctx, steps.Change{Step: ledger.StepExpire, From: ledger.Executing, To: ledger.Unknown,
+			ID: r.Op.ID, Actor: ledger.ActorLeaseExpiry, ErrorCode: "lease_expired"})
+	})
 	if !errors.Is(err, steps.ErrGuard) {
 		t.Fatalf("expiring a live lease: %v", err)
 	}
 }
 
-// TestOwnerStepsRelaxOnlyThemselves: a lazy completion must leave the
-// writer's synchronous mode as configured, or the next reservation would be
-// acknowledged before it is on disk.
-func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
+// TestDurability: by default every batch waits for the disk (FULL); with
+// durability=relaxed a batch of owner steps alone does not, and the next
+// batch with a reservation waits again.
+func TestDurability(t *testing.T) {
 	c := context.Background()
-	s, r := testStore(t)
-	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
-		t.Fatal(err)
-	}
-	var mode int
-	if err := s.write.QueryRowContext(c, "PRAGMA synchronous").Scan(&mode); err != nil || mode != 2 {
-		t.Fatalf("writer synchronous mode after a completion: %d (want 2, FULL), %v", mode, err)
+	for _, relaxed := range []bool{false, true} {
+		s, r := testStore(t, Options{Relaxed: relaxed})
+		if got := syncMode(t, s, durable); got != 2 {
+			t.Fatalf("relaxed=%v: a durable step ran with synchronous=%d, want 2 (FULL)", relaxed, got)
+		}
+		if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded,
+			Response: &ledger.Response{Status: 201}}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int{false: 2, true: 1}[relaxed]
+		if got := syncMode(t, s, owning); got != want {
+			t.Fatalf("relaxed=%v: an owner step ran with synchronous=%d, want %d", relaxed, got, want)
+		}
+		if got := syncMode(t, s, reserving); got != 2 {
+			t.Fatalf("relaxed=%v: a reservation after it ran with synchronous=%d, want 2 (FULL)", relaxed, got)
+		}
 	}
 }
 
+// syncMode runs a step of kind k alone and returns the synchronous mode
+// its batch ran with.
+func syncMode(t *testing.T, s *Store, k kind) int {
+	t.Helper()
+	mode, err := step(s, context.Background(), k, func(ctx context.Context, d driver) (int, error) {
+		var m int
+		return m, queryRow(ctx, d.q, "PRAGMA synchronous").Scan(&m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mode
+}
+
 // testStore opens a migrated store in a new file, and reserves one key.
-func testStore(t *testing.T) (*Store, ledger.Reservation) {
+func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
 	t.Helper()
 	c := context.Background()
-	s, err := Open(c, filepath.Join(t.TempDir(), "l.db"), Options{})
+	s, err := Open(c, filepath.Join(t.TempDir(), "l.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

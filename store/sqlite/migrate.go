@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/migrate"
 )
@@ -20,7 +22,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.tx(ctx, "migrate", func(tx *sql.Tx) error {
+	_, err = step(s, ctx, durable, func(ctx context.Context, d driver) (struct{}, error) {
+		return struct{}{}, migrateOn(ctx, d.q.(*writeConn).conn, all, s.now())
+	})
+	return err
+}
+
+// migrateOn applies what is pending on the writer's connection, inside
+// its batch's transaction (a migration file holds several statements,
+// which only an unprepared Exec runs).
+func migrateOn(ctx context.Context, tx *sql.Conn, all []migrate.Migration, now time.Time) error {
+	{
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_schema_migrations (
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return mapErr("migrate: version table", err)
@@ -38,7 +50,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 			applied[v] = true
 		}
-		if err := rows.Close(); err != nil {
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return mapErr("migrate: read versions", err)
 		}
 		for _, m := range migrate.Pending(all, applied) {
@@ -46,11 +58,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return mapErr(fmt.Sprintf("migrate %s", m.Name), err)
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO idem_schema_migrations (version, name, applied_at)
-				VALUES (?, ?, ?)`, m.Version, m.Name, s.now().UnixMicro()); err != nil {
+				VALUES (?, ?, ?)`, m.Version, m.Name, now.UnixMicro()); err != nil {
 				return mapErr("migrate: record version", err)
 			}
 		}
 		return nil
-	})
-	return err
+	}
 }

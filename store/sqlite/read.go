@@ -3,20 +3,20 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/idemgate/idemgate/ledger"
 )
 
 // Get implements ledger.Store.
 func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
-	op, err := scanOp(s.readRow(ctx, selectByIDSQL, id))
+	op, err := scanOp(queryRow(ctx, s.reads, selectByIDSQL, id))
 	return op, mapErr("get "+id, err)
 }
 
 // GetByKey implements ledger.Store.
 func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
-	op, err := scanOp(s.readRow(ctx,
-		selectByKeySQL, tenant, key))
+	op, err := scanOp(queryRow(ctx, s.reads, selectByKeySQL, tenant, key))
 	return op, mapErr("get by key", err)
 }
 
@@ -67,11 +67,10 @@ func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
 	for rows.Next() {
 		if err := fn(rows); err != nil {
-			return err
+			return errors.Join(err, rows.Close())
 		}
 	}
-	return rows.Err()
+	return errors.Join(rows.Err(), rows.Close())
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -114,4 +115,93 @@ func TestWALStaysBounded(t *testing.T) {
 	if fi.Size() > 8<<20 {
 		t.Fatalf("WAL is %d MiB after 3,000 lifecycles: it is never reset", fi.Size()>>20)
 	}
+}
+
+// TestGroupCommit: steps that wait for the writer together share one
+// commit. Another connection holds the write lock while 50 reservations,
+// then 50 completions, queue; once it lets go, each 50 commit in at most
+// two transactions (the first batch may have left before the others
+// arrived), and every one of them is there, with its history.
+func TestGroupCommit(t *testing.T) {
+	const n = 50
+	c := context.Background()
+	path := filepath.Join(t.TempDir(), "group.db")
+	s := open(t, path, sqlite.Options{})
+	lock := lockFile(t, path)
+	leases := make([]ledger.Lease, n)
+	before := commits.Load()
+	parallel(t, n, func(i int) error {
+		r, err := s.Reserve(c, storetest.Params(time.Minute))
+		if err == nil {
+			leases[i] = *r.Lease
+		}
+		return err
+	}, func() { waitPending(t, s, n); lock.release() })
+	if got := commits.Load() - before; got > 2 {
+		t.Errorf("%d concurrent reservations took %d commits, want at most 2", n, got)
+	}
+	lock = lockFile(t, path)
+	before = commits.Load()
+	parallel(t, n, func(i int) error {
+		_, err := s.Complete(c, leases[i], ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
+		return err
+	}, func() { waitPending(t, s, n); lock.release() })
+	if got := commits.Load() - before; got > 2 {
+		t.Errorf("%d concurrent completions took %d commits, want at most 2", n, got)
+	}
+	for _, l := range leases {
+		if h, err := s.History(c, l.OpID); err != nil || len(h) != 2 || h[1].To != ledger.Succeeded {
+			t.Fatalf("history of %s: %+v, %v", l.OpID, h, err)
+		}
+	}
+}
+
+// parallel runs fn(0..n-1) at once, calls meanwhile() while they run, and
+// fails on the first error.
+func parallel(t *testing.T, n int, fn func(i int) error, meanwhile func()) {
+	t.Helper()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- fn(i) }()
+	}
+	meanwhile()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitPending(t *testing.T, s *sqlite.Store, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for sqlite.Pending(s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d steps queued", sqlite.Pending(s), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// heldLock is another connection's write transaction on a store file.
+type heldLock struct{ release func() }
+
+func lockFile(t *testing.T, path string) heldLock {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return heldLock{release: func() {
+		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		conn.Close()
+		db.Close()
+	}}
 }

@@ -10,29 +10,54 @@ import (
 // errNoRows is what a guarded statement that matched nothing returns.
 var errNoRows = sql.ErrNoRows
 
-// stmtCache keeps each statement prepared once per pool: with an embedded
-// database, parsing the SQL costs more than running it.
-type stmtCache struct {
-	db *sql.DB
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+// querier runs statements: the writer's connection inside a batch, a
+// caller's transaction (CompleteTx), or the reader pool.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func newStmtCache(db *sql.DB) *stmtCache { return &stmtCache{db: db, m: map[string]*sql.Stmt{}} }
+// stmtCache keeps each statement prepared once: with an embedded
+// database, parsing the SQL costs more than running it.
+type stmtCache struct {
+	prep func(ctx context.Context, query string) (*sql.Stmt, error)
+	mu   sync.Mutex
+	m    map[string]*sql.Stmt
+}
 
-// get returns the statement for query, preparing it on the pool if needed.
+func newStmtCache(prep func(context.Context, string) (*sql.Stmt, error)) *stmtCache {
+	return &stmtCache{prep: prep, m: map[string]*sql.Stmt{}}
+}
+
 func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st, ok := c.m[query]; ok {
 		return st, nil
 	}
-	st, err := c.db.PrepareContext(ctx, query)
+	st, err := c.prep(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	c.m[query] = st
 	return st, nil
+}
+
+// QueryContext runs a prepared statement.
+func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// ExecContext runs a prepared statement.
+func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
 }
 
 func (c *stmtCache) close() error {
@@ -46,30 +71,28 @@ func (c *stmtCache) close() error {
 	return errors.Join(errs...)
 }
 
+// writeConn is the writer's one connection and its statements; only the
+// writer goroutine uses it.
+type writeConn struct {
+	*stmtCache
+	conn *sql.Conn
+}
+
+func newWriteConn(c *sql.Conn) *writeConn {
+	return &writeConn{stmtCache: newStmtCache(c.PrepareContext), conn: c}
+}
+
+// readPool is the reader connections and their statements; it sees only
+// what batches have committed.
+type readPool = stmtCache
+
+func newReadPool(db *sql.DB) *readPool { return newStmtCache(db.PrepareContext) }
+
 type row interface{ Scan(dest ...any) error }
 
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-// writeRow runs one statement with RETURNING, in its own implicit
-// transaction, on the writer and returns its first row.
-func (s *Store) writeRow(ctx context.Context, query string, args ...any) row {
-	return s.writeRowMode(ctx, false, query, args...)
-}
-
-// lazyWriteRow is writeRow committed without waiting for the disk: see
-// the postgres store's lazy for why owner steps may be, and how.
-func (s *Store) lazyWriteRow(ctx context.Context, query string, args ...any) row {
-	return s.writeRowMode(ctx, s.sync != "OFF" && s.sync != "NORMAL", query, args...)
-}
-
-func (s *Store) writeRowMode(ctx context.Context, lazy bool, query string, args ...any) row {
-	st, err := s.writeStmts.get(ctx, query)
-	if err != nil {
-		return errRow{err}
-	}
-	return drainedRow{ctx: ctx, s: s, st: st, args: args, lazy: lazy}
+// queryRow runs query on q and returns its first row, read to the end.
+func queryRow(ctx context.Context, q querier, query string, args ...any) row {
+	return drainedRow{ctx: ctx, q: q, query: query, args: args}
 }
 
 // drainedRow steps its statement to the end before closing it. Reset early,
@@ -77,98 +100,41 @@ func (s *Store) writeRowMode(ctx context.Context, lazy bool, query string, args 
 // WAL pinned: it is never reset, and grows by every commit (see
 // TestWALStaysBounded).
 type drainedRow struct {
-	ctx  context.Context
-	s    *Store
-	st   *sql.Stmt
-	args []any
-	lazy bool
-}
-
-func (r drainedRow) Scan(dest ...any) error {
-	// The writer lock keeps other statements off the connection while its
-	// synchronous setting is relaxed for this one.
-	r.s.writer.Lock()
-	defer r.s.writer.Unlock()
-	if r.lazy {
-		if err := r.s.setSync(r.ctx, "NORMAL"); err != nil {
-			return err
-		}
-		defer r.s.setSync(context.WithoutCancel(r.ctx), r.s.sync) //nolint:errcheck // a failure is caught below
-	}
-	rows, err := r.st.QueryContext(r.ctx, r.args...)
-	if err != nil {
-		return err
-	}
-	return scanDrained(rows, dest)
-}
-
-// scanDrained scans the first row and steps the statement to its end.
-func scanDrained(rows *sql.Rows, dest []any) error {
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	for rows.Next() {
-	}
-	return rows.Close()
-}
-
-// writeExec runs one statement on the writer and returns the rows it changed.
-func (s *Store) writeExec(ctx context.Context, query string, args ...any) (int64, error) {
-	s.writer.Lock()
-	defer s.writer.Unlock()
-	st, err := s.writeStmts.get(ctx, query)
-	if err != nil {
-		return 0, err
-	}
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// readRow runs a read statement on the reader pool.
-func (s *Store) readRow(ctx context.Context, query string, args ...any) row {
-	st, err := s.readStmts.get(ctx, query)
-	if err != nil {
-		return errRow{err}
-	}
-	return st.QueryRowContext(ctx, args...)
-}
-
-// setSync sets the writer connection's synchronous mode. If restoring the
-// configured mode fails, the writer is closed rather than left relaxed.
-func (s *Store) setSync(ctx context.Context, mode string) error {
-	st, err := s.writeStmts.get(ctx, "PRAGMA synchronous = "+mode)
-	if err == nil {
-		_, err = st.ExecContext(ctx)
-	}
-	if err != nil && mode == s.sync {
-		_ = s.write.Close()
-	}
-	return err
-}
-
-// txRow runs a RETURNING statement in the caller's transaction, stepped to
-// the end like drainedRow.
-type txRow struct {
 	ctx   context.Context
-	tx    *sql.Tx
+	q     querier
 	query string
 	args  []any
 }
 
-func (r txRow) Scan(dest ...any) error {
-	rows, err := r.tx.QueryContext(r.ctx, r.query, r.args...)
+func (r drainedRow) Scan(dest ...any) error {
+	rows, err := r.q.QueryContext(r.ctx, r.query, r.args...)
 	if err != nil {
 		return err
 	}
 	return scanDrained(rows, dest)
+}
+
+// scanDrained scans the first row and steps the statement to its end. Every
+// error the driver reports counts: while stepping, at the end (where an
+// autocommitted statement commits, and SQLITE_FULL or an I/O error shows
+// up), and when the rows are closed. One dropped there once turned a full
+// disk into a new effect on every retry.
+func scanDrained(rows *sql.Rows, dest []any) error {
+	if !rows.Next() {
+		return errors.Join(nonNil(rows.Err(), sql.ErrNoRows), rows.Close())
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return errors.Join(err, rows.Close())
+	}
+	for rows.Next() {
+	}
+	return errors.Join(rows.Err(), rows.Close())
+}
+
+// nonNil returns err, or fallback when err is nil.
+func nonNil(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
 }

@@ -37,6 +37,12 @@ func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...
 	if err := steps.BatchLimit(op, limit); err != nil {
 		return 0, err
 	}
-	n, err := s.writeExec(ctx, query, append([]any{limit}, args...)...)
-	return int(n), mapErr(op, err)
+	return step(s, ctx, durable, func(ctx context.Context, d driver) (int, error) {
+		res, err := d.q.(*writeConn).ExecContext(ctx, query, append([]any{limit}, args...)...)
+		if err != nil {
+			return 0, mapErr(op, err)
+		}
+		n, err := res.RowsAffected()
+		return int(n), mapErr(op, err)
+	})
 }
