@@ -64,10 +64,10 @@ const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
 // lazy makes a transition statement commit without waiting for its WAL to
 // reach the disk: visible to every session at once, durable a moment later.
-// Owner steps use it. If the server fails in that moment the step is lost,
-// and the operation is still executing when the server comes back: its lease
-// then makes it unknown. That is never a second effect; the reservation,
-// which is what prevents one, always waits for the disk.
+// Owner steps use it only with durability=relaxed. If the server fails in
+// that moment the step is lost, and the operation is still executing when
+// the server comes back: its lease then makes it unknown. That is never a
+// second effect; the reservation, which is what prevents one, always waits.
 func lazy(statement string) string {
 	final := "SELECT " + opColumns + " FROM up"
 	return strings.Replace(statement, final,
@@ -146,7 +146,7 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
 		row = d.tx.QueryRow(ctx, query, args...)
 	} else {
-		if lazy, ok := lazySQL[query]; ok && c.Owner != nil {
+		if lazy, ok := lazySQL[query]; ok && c.Owner != nil && d.s.relaxed {
 			query = lazy
 		}
 		row = d.s.pool.QueryRow(ctx, query, args...)

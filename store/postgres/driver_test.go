@@ -3,8 +3,14 @@ package postgres
 import (
 	"context"
 	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -24,26 +30,154 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 	}
 }
 
-// TestOwnerStepsRelaxOnlyThemselves: the lazy commit of a completion is
-// local to its transaction; the session (and the next reservation on it)
-// keeps waiting for the disk.
-func TestOwnerStepsRelaxOnlyThemselves(t *testing.T) {
+// TestDurability: by default no statement relaxes synchronous_commit;
+// with durability=relaxed the owner steps alone do, and the session keeps
+// waiting for the disk for the next reservation.
+func TestDurability(t *testing.T) {
 	c := context.Background()
-	s, r := testStore(t, Options{MaxConns: 1})
-	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+	for _, relaxed := range []bool{false, true} {
+		var sent sqlLog
+		s, r := testStore(t, Options{MaxConns: 1, Relaxed: relaxed, Tracer: &sent})
+		if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sent.contains("synchronous_commit"); got != relaxed {
+			t.Fatalf("relaxed=%v: a completion relaxed synchronous_commit: %v", relaxed, got)
+		}
+		var mode string
+		if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
+			t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
+		}
+	}
+}
+
+// sqlLog records the statements a store sends.
+type sqlLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = append(l.sql, d.SQL)
+	return ctx
+}
+
+func (l *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *sqlLog) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.sql, func(q string) bool { return strings.Contains(q, s) })
+}
+
+// TestDurabilityDSN: durability is read from the DSN and never reaches the
+// server as a setting.
+func TestDurabilityDSN(t *testing.T) {
+	dsn, _ := testenv.PostgresSchema(t)
+	for _, c := range []struct {
+		param   string
+		relaxed bool
+		ok      bool
+	}{{"strict", false, true}, {"relaxed", true, true}, {"lazy", false, false}} {
+		s, err := Open(context.Background(), dsn+"&durability="+c.param, Options{})
+		if !c.ok {
+			if err == nil {
+				s.Close()
+				t.Fatalf("durability=%s accepted", c.param)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("durability=%s: %v", c.param, err)
+		}
+		if s.relaxed != c.relaxed {
+			t.Errorf("durability=%s: relaxed=%v", c.param, s.relaxed)
+		}
+		s.Close()
+	}
+}
+
+// TestConnectionLostMidStep: a connection cut while a step waits on the
+// server (here for a row lock) is ErrUnavailable, not an internal error.
+// Whether it committed is unknown to the caller (the server goes on with a
+// statement whose client has gone); the owner's retry of the same step
+// succeeds either way, and the operation moves once.
+func TestConnectionLostMidStep(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	u, _ := url.Parse(dsn)
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr
+	s, r := testStoreAt(t, u.String(), Options{MaxConns: 2})
+	hold, err := pgx.Connect(c, dsn) // holds the operation's row lock
+	if err != nil {
 		t.Fatal(err)
 	}
-	var mode string
-	if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
-		t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
+	defer hold.Close(c)
+	tx, err := hold.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(c, `SELECT 1 FROM idem_operations WHERE id = $1 FOR UPDATE`, r.Op.ID); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
+		errc <- err
+	}()
+	waitLockWait(t, hold)
+	proxy.Cut()
+	err = <-errc
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("a step whose connection was lost: %v, want %v", err, ledger.ErrUnavailable)
+	}
+	if err := tx.Rollback(c); err != nil {
+		t.Fatal(err)
+	}
+	op, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
+	if err != nil || op.State != ledger.Succeeded {
+		t.Fatalf("the owner's retry after a lost step: %+v, %v", op, err)
+	}
+	h, err := s.History(c, r.Op.ID)
+	if err != nil || len(h) != 2 {
+		t.Fatalf("history after a lost step and its retry: %+v, %v", h, err)
+	}
+}
+
+// waitLockWait waits until some session of the schema waits on a lock.
+func waitLockWait(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step never waited on the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // testStore opens a migrated store on a fresh schema, and reserves one key.
 func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
 	t.Helper()
-	c := context.Background()
 	dsn, _ := testenv.PostgresSchema(t)
+	return testStoreAt(t, dsn, opts)
+}
+
+// testStoreAt is testStore on a schema already made.
+func testStoreAt(t *testing.T, dsn string, opts Options) (*Store, ledger.Reservation) {
+	t.Helper()
+	c := context.Background()
 	s, err := Open(c, dsn, opts)
 	if err != nil {
 		t.Fatal(err)

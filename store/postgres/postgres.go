@@ -1,15 +1,20 @@
 // Package postgres is the ledger.Store for several gateway instances sharing
 // one PostgreSQL database. Every step is a single SQL statement (a
 // conditional write and its history row in one CTE), so each is atomic and
-// costs one round trip and at most one commit.
+// costs one round trip and at most one commit. Every commit waits for the
+// disk (synchronous_commit as the server has it, on by default); the
+// server's own group commit lets concurrent steps share the wait.
 package postgres
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,8 +28,9 @@ var _ ledger.Store = (*Store)(nil)
 
 // Store is a ledger.Store on a pgx pool.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
+	pool    *pgxpool.Pool
+	schema  string
+	relaxed bool
 }
 
 // Options tune Open. Zero values take the defaults.
@@ -37,6 +43,12 @@ type Options struct {
 	// Tracer, if set, sees every statement (for metrics, tracing, and the
 	// test that proves the common path is two statements).
 	Tracer pgx.QueryTracer
+	// Relaxed (durability=relaxed in the DSN) lets an owner's completion,
+	// release or move to unknown commit without waiting for the disk
+	// (synchronous_commit off for that statement alone): a server crash may
+	// then turn an answered operation unknown, never into a second effect.
+	// Reservations always wait. Never the default.
+	Relaxed bool
 }
 
 // identifier is a schema name that needs no quoting: search_path would fold
@@ -46,6 +58,11 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // Open connects to dsn (postgres://…) and checks that the server answers.
 // It does not migrate; call Migrate.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	dsn, relaxed, err := durability(dsn)
+	if err != nil {
+		return nil, err
+	}
+	opts.Relaxed = opts.Relaxed || relaxed
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
@@ -70,17 +87,40 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, mapErr("open", err)
 	}
-	s := &Store{pool: pool, schema: schema}
-	if err := s.Ping(ctx); err != nil {
+	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed}
+	if err := mapErr("ping", pool.Ping(ctx)); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Ping checks that the server answers.
+// durability takes idemgate's own durability=strict|relaxed out of a DSN
+// (the server would refuse it as an unknown setting).
+func durability(dsn string) (string, bool, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || !u.Query().Has("durability") {
+		return dsn, false, nil // pgx reports a DSN it cannot parse
+	}
+	q := u.Query()
+	d := q.Get("durability")
+	if d != "strict" && d != "relaxed" {
+		return "", false, fmt.Errorf("postgres: durability %q: want strict or relaxed", d)
+	}
+	q.Del("durability")
+	u.RawQuery = q.Encode()
+	return u.String(), d == "relaxed", nil
+}
+
+// healthSQL is the write Ping makes: one row, rewritten and committed.
+const healthSQL = `INSERT INTO idem_health (id, checked_at) VALUES (1, now())
+	ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`
+
+// Ping checks that the server answers and commits a write: a server that
+// answers but cannot write (a read-only standby, a full disk) is not ready.
 func (s *Store) Ping(ctx context.Context) error {
-	return mapErr("ping", s.pool.Ping(ctx))
+	_, err := s.pool.Exec(ctx, healthSQL)
+	return mapErr("ping", err)
 }
 
 // Close releases the pool.
@@ -106,7 +146,7 @@ func mapErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.As(err, &pgErr):
 		switch {
-		case pgErr.Code[:2] == "08", pgErr.Code == "57P01", pgErr.Code == "57P03", pgErr.Code == "53300":
+		case unavailableClass(pgErr.Code):
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
 		case pgErr.Code == "23505" && pgErr.ConstraintName == "idem_operations_concurrency":
 			return fmt.Errorf("%s: %w", op, ledger.ErrConcurrencyLocked)
@@ -118,9 +158,36 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
-	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err),
-		errors.Is(err, puddle.ErrClosedPool):
+	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.Is(err, net.ErrClosed), isConnClosed(err):
+		// A connection lost in the middle of a step: whether the step
+		// committed is unknown to this call; owner steps may be retried
+		// (they recognise their own commit), and an orphaned reservation
+		// becomes unknown when its lease lapses, never a second effect.
 		return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unavailableClass reports whether a server error means the server cannot
+// do the work now, rather than that the request was wrong: connection
+// exceptions (08), insufficient resources (53: disk full, out of memory,
+// too many connections), operator intervention (57P: shutdown, crash
+// recovery), system errors (58: I/O), and a read-only transaction on a
+// standby (25006).
+func unavailableClass(code string) bool {
+	switch {
+	case len(code) < 5:
+		return false
+	case code[:2] == "08", code[:2] == "53", code[:2] == "58", code[:3] == "57P", code == "25006":
+		return true
+	}
+	return false
+}
+
+// isConnClosed recognises pgconn's "conn closed" error, which has no
+// exported type: the connection was closed under the step.
+func isConnClosed(err error) bool {
+	return strings.Contains(err.Error(), "conn closed")
 }
