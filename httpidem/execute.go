@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,8 +18,8 @@ import (
 // stored, so its retry gets the same bytes.
 func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *request, lease ledger.Lease, next http.Handler) {
 	// The outcome is recorded even if the client has gone (its retry must
-	// find it), within recordTimeout of the handler's end, however long the
-	// handler ran.
+	// find it), within RecordDeadline of the handler's end, however long
+	// the handler ran.
 	detached := context.WithoutCancel(r.Context())
 	defer m.waiters.signal(lease.OpID)
 	hb := m.heartbeat(detached, lease, req.route.Lease)
@@ -36,7 +37,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	}()
 	next.ServeHTTP(c, r)
 	lease = hb.stop()
-	ctx, cancel := context.WithTimeout(detached, recordTimeout)
+	ctx, cancel := context.WithTimeout(detached, m.opts.RecordDeadline)
 	defer cancel()
 	if c.streamed {
 		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
@@ -52,10 +53,13 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	m.finish(ctx, c, req, exec, lease)
 }
 
-// recordTimeout bounds the store writes after a handler ran.
+// recordTimeout bounds a reservation or an acquisition.
 const recordTimeout = 30 * time.Second
 
-// finish records the outcome the handler's status means, then answers.
+// finish records the outcome the handler's status means, then answers. A
+// store that is briefly unavailable is retried while the answer is held;
+// only once the recording deadline has passed does the client get an
+// answer the store does not have (the effect happened either way).
 func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec *Execution, lease ledger.Lease) {
 	resp := c.response()
 	code := "http_" + strconv.Itoa(resp.Status)
@@ -63,33 +67,59 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 	if f, settledCode, ok := exec.settled(); ok {
 		fate, code = f, settledCode
 	}
-	var err error
-	var done *ledger.Operation
-	switch fate {
-	case FateSucceeded:
-		done, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
-	case FateFailed:
-		done, err = m.opts.Store.Complete(ctx, lease, ledger.Outcome{State: ledger.Failed, Response: resp,
-			Reason: code, ErrorCode: code})
-	case FateReleased:
-		_, err = m.opts.Store.Release(ctx, lease, ledger.Note{Reason: "not applied: " + code, ErrorCode: code})
-	case FateUnknown:
-		_, err = m.opts.Store.MarkUnknown(ctx, lease, ledger.Note{Reason: "handler answered " + code, ErrorCode: code})
+	step := func(ctx context.Context, l ledger.Lease) (*ledger.Operation, error) {
+		switch fate {
+		case FateSucceeded:
+			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
+		case FateFailed:
+			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Failed, Response: resp,
+				Reason: code, ErrorCode: code})
+		case FateReleased:
+			_, err := m.opts.Store.Release(ctx, l, ledger.Note{Reason: "not applied: " + code, ErrorCode: code})
+			return nil, err
+		}
+		_, err := m.opts.Store.MarkUnknown(ctx, l, ledger.Note{Reason: "handler answered " + code, ErrorCode: code})
+		return nil, err
 	}
+	done, err := m.record(ctx, req.route, lease, step)
 	if err != nil {
 		// The effect happened and this client deserves its answer; the
 		// operation stays executing, and its lease will make it unknown.
-		m.log(ctx, "record outcome", lease.OpID, err)
+		m.log(ctx, "answer_unrecorded", lease.OpID, err)
 	} else if done != nil {
 		m.cache.put(done)
 	}
 	c.flush()
 }
 
+// record runs an owner step, and while the store is unavailable runs it
+// again with backoff, its lease extended meanwhile, until ctx's deadline.
+// An owner step is safe to repeat: one that committed but lost its reply
+// is recognised as done.
+func (m *Middleware) record(ctx context.Context, rt *route, lease ledger.Lease,
+	step func(context.Context, ledger.Lease) (*ledger.Operation, error)) (*ledger.Operation, error) {
+	op, err := step(ctx, lease)
+	if !errors.Is(err, ledger.ErrUnavailable) {
+		return op, err
+	}
+	hb := m.heartbeat(ctx, lease, rt.Lease)
+	defer hb.stop()
+	for wait := 20 * time.Millisecond; errors.Is(err, ledger.ErrUnavailable); wait = min(wait*2, time.Second) {
+		m.log(ctx, "record outcome: store unavailable, retrying", lease.OpID, err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		}
+		op, err = step(ctx, hb.current())
+	}
+	return op, err
+}
+
 // leave marks the operation unknown (or releases it) when no outcome can be
 // recorded.
 func (m *Middleware) leave(ctx context.Context, lease ledger.Lease, code, reason string, unknown bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.RecordDeadline)
 	defer cancel()
 	var err error
 	if unknown {
@@ -139,6 +169,13 @@ func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Durat
 		}
 	}()
 	return hb
+}
+
+// current returns the latest lease.
+func (hb *heartbeater) current() ledger.Lease {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.lease
 }
 
 // stop ends the heartbeats and returns the latest lease.

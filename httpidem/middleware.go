@@ -32,11 +32,18 @@ type Options struct {
 	MaxResponse int64
 	// MaxWait caps Prefer: wait (default 60s).
 	MaxWait time.Duration
+	// RecordDeadline bounds how long an outcome is retried against a store
+	// that is briefly unavailable, the answer held meanwhile (default 30s).
+	// Past it the client gets the answer unrecorded, and the operation
+	// becomes unknown when its lease lapses.
+	RecordDeadline time.Duration
 	// StatusBase, if set, is the control API prefix whose status resource
 	// problems link to (e.g. "/_idem/v1").
 	StatusBase string
 	// ReplayCache bounds, in bytes, the final operations kept in memory to
 	// answer replays without the store (default 32 MiB; negative: none).
+	// It holds only what the store has durably recorded, so it is off for a
+	// store that says it acknowledges before the disk (see ledger.Relaxed).
 	ReplayCache int64
 	Logger      *slog.Logger
 }
@@ -68,7 +75,7 @@ func New(opts Options) (*Middleware, error) {
 		return nil, fmt.Errorf("httpidem: %w", err)
 	}
 	m := &Middleware{opts: opts, routes: rt, waiters: newWaiters()}
-	if opts.ReplayCache > 0 {
+	if opts.ReplayCache > 0 && !ledger.IsRelaxed(opts.Store) {
 		m.cache = newReplayCache(opts.ReplayCache)
 	}
 	return m, nil
@@ -92,6 +99,9 @@ func setDefaults(o *Options) {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Minute
+	}
+	if o.RecordDeadline <= 0 {
+		o.RecordDeadline = 30 * time.Second
 	}
 	if o.ReplayCache == 0 {
 		o.ReplayCache = 32 << 20
@@ -140,6 +150,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	cancel()
 	switch {
 	case err != nil:
+		m.reserveFailed(ctx, err, res.Op)
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
 		m.execute(w, r, req, *res.Lease, next)
@@ -251,7 +262,27 @@ func (m *Middleware) problem(w http.ResponseWriter, p *Problem, op *ledger.Opera
 	p.For(op, m.opts.StatusBase).Write(w)
 }
 
+// reserveFailed logs a reservation the store could not make (its refusals,
+// a mismatch or a lock, are answers, not failures), with the operation id
+// when there is one.
+func (m *Middleware) reserveFailed(ctx context.Context, err error, op *ledger.Operation) {
+	for _, answer := range []error{ledger.ErrFingerprintMismatch, ledger.ErrConcurrencyLocked, ledger.ErrInvalid} {
+		if errors.Is(err, answer) {
+			return
+		}
+	}
+	id := ""
+	if op != nil {
+		id = op.ID
+	}
+	m.log(ctx, "reserve", id, err)
+}
+
 // log reports a store failure that the response cannot carry.
 func (m *Middleware) log(ctx context.Context, msg string, op string, err error) {
-	m.opts.Logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("operation_id", op), slog.String("error", err.Error()))
+	attrs := []slog.Attr{slog.String("error", err.Error())}
+	if op != "" {
+		attrs = append(attrs, slog.String("operation_id", op))
+	}
+	m.opts.Logger.LogAttrs(ctx, slog.LevelError, msg, attrs...)
 }

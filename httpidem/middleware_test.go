@@ -28,15 +28,7 @@ import (
 // stores opens a fresh store of each kind.
 var stores = map[string]func(t *testing.T) ledger.Store{
 	"sqlite": func(t *testing.T) ledger.Store {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
 	},
 	"postgres": func(t *testing.T) ledger.Store {
 		dsn, _ := testenv.PostgresSchema(t)

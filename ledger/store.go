@@ -69,9 +69,24 @@ type Store interface {
 	// them would let a retry repeat an effect that may have happened.
 	Purge(ctx context.Context, limit int) (int, error)
 
-	// Ping checks that the store answers.
+	// Ping checks that the store can do its work now: it answers, and a
+	// write commits (a full disk or a read-only file is ErrUnavailable).
 	Ping(ctx context.Context) error
 	Close() error
+}
+
+// Relaxed is implemented by a store that can acknowledge an owner's
+// completion before it is on disk (durability=relaxed). Whoever keeps
+// copies of final operations (a replay cache) must then not keep those: a
+// crash could take the completion back.
+type Relaxed interface {
+	Relaxed() bool
+}
+
+// IsRelaxed reports whether s says it may acknowledge before the disk.
+func IsRelaxed(s Store) bool {
+	r, ok := s.(Relaxed)
+	return ok && r.Relaxed()
 }
 
 // Reservation is what Reserve and Acquire return: the operation as it now

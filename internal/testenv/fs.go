@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -100,14 +101,13 @@ func Immutable(tb testing.TB, paths ...string) (undo func()) {
 	if err := set("+i"); err != nil {
 		unavailable(tb, "%v", err)
 	}
-	done := false
+	var once sync.Once
 	undo = func() {
-		if !done {
-			done = true
+		once.Do(func() {
 			if err := set("-i"); err != nil {
 				tb.Error(err)
 			}
-		}
+		})
 	}
 	tb.Cleanup(undo)
 	return undo

@@ -11,11 +11,12 @@ import (
 // connections a test can cut at any moment: a connection lost in the
 // middle of a statement, as a network or a crashed server would lose it.
 type Proxy struct {
-	Addr   string // host:port to dial instead of the server's
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
+	Addr    string // host:port to dial instead of the server's
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	conns   []net.Conn
+	blocked bool
 }
 
 // NewProxy starts a proxy to target (host:port), closed at the test's end.
@@ -36,6 +37,13 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		blocked := p.blocked
+		p.mu.Unlock()
+		if blocked {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -64,4 +72,20 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// Down cuts every connection and refuses new ones, as a server that has
+// gone away; Up lets them through again.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	p.blocked = true
+	p.mu.Unlock()
+	p.Cut()
+}
+
+// Up ends Down.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = false
 }

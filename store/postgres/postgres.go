@@ -191,3 +191,6 @@ func unavailableClass(code string) bool {
 func isConnClosed(err error) bool {
 	return strings.Contains(err.Error(), "conn closed")
 }
+
+// Relaxed reports whether the store was opened with durability=relaxed.
+func (s *Store) Relaxed() bool { return s.relaxed }

@@ -324,3 +324,6 @@ func mapErr(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// Relaxed reports whether the store was opened with durability=relaxed.
+func (s *Store) Relaxed() bool { return s.relaxed }
