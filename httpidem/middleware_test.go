@@ -21,7 +21,6 @@ import (
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/postgres"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
 
@@ -32,15 +31,7 @@ var stores = map[string]func(t *testing.T) ledger.Store{
 	},
 	"postgres": func(t *testing.T) ledger.Store {
 		dsn, _ := testenv.PostgresSchema(t)
-		s, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return openPostgres(t, dsn)
 	},
 }
 

@@ -49,21 +49,32 @@ var outages = map[string]func(t *testing.T) outage{
 		u, _ := url.Parse(dsn)
 		proxy := testenv.NewProxy(t, u.Host)
 		u.Host = proxy.Addr
-		s, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		s := openPostgres(t, u.String())
 		return outage{store: s, down: proxy.Down, up: proxy.Up}
 	},
 }
 
+// openPostgres opens and migrates a store on dsn, closed at the test's end.
+func openPostgres(t *testing.T, dsn string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 16})
+	return migrated(t, s, err)
+}
+
+// openSQLite opens and migrates a store at path, closed at the test's end.
 func openSQLite(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), path, opts)
+	return migrated(t, s, err)
+}
+
+type migrator interface {
+	ledger.Store
+	Migrate(context.Context) error
+}
+
+func migrated[S migrator](t *testing.T, s S, err error) S {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
