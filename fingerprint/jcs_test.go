@@ -13,13 +13,16 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/fingerprint"
-	"github.com/idemgate/idemgate/internal/testenv"
 )
+
+// jcsDir holds the RFC 8785 vectors, copied into the repository (see its
+// README for their source and licence).
+var jcsDir = filepath.Join("testdata", "jcs")
 
 // TestJCSVectors reproduces the reference implementation's input/output pairs
 // byte for byte.
 func TestJCSVectors(t *testing.T) {
-	dir := filepath.Join(testenv.SharedDir(t), "testdata", "jcs")
+	dir := jcsDir
 	inputs, err := filepath.Glob(filepath.Join(dir, "input", "*.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +55,7 @@ func TestJCSVectors(t *testing.T) {
 // TestES6Numbers checks all 100,000 number serializations of the reference
 // data set, and that the file read is the one its README describes.
 func TestES6Numbers(t *testing.T) {
-	path := filepath.Join(testenv.SharedDir(t), "testdata", "jcs", "es6numbers-100k.txt.gz")
+	path := filepath.Join(jcsDir, "es6numbers-100k.txt.gz")
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
