@@ -49,3 +49,24 @@ func BenchmarkCanonicalize(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseNumbers isolates the number checks: literals of the common
+// kind, which a scan of their digits accepts, and literals of 16 or 17
+// significant digits, which need the exact comparison.
+func BenchmarkParseNumbers(b *testing.B) {
+	for name, doc := range map[string]string{
+		"common": `[1999,0.19,1299.99,-3.5e-2,52.520008,1713369600,0,12,0.75,86400]`,
+		"17 digits": `[0.30000000000000004,9007199254740994,1.7976931348623157e308,0.7071067811865476,` +
+			`333333333.3333333,3.141592653589793,0.1234567890123456,1152921504606847000,123456789.12345679,2.718281828459045]`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			data := []byte(doc)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := fingerprint.Parse(data, fingerprint.Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

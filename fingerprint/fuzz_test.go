@@ -9,12 +9,12 @@ import (
 )
 
 // FuzzCanonicalize checks, for any input: the parser is never more lenient
-// than encoding/json; what it accepts canonicalizes; and the canonical form is
-// valid JSON that canonicalizes to itself.
+// than encoding/json; what it accepts canonicalizes, the same with rounding;
+// and the canonical form is valid JSON that canonicalizes to itself.
 func FuzzCanonicalize(f *testing.F) {
 	for _, seed := range []string{
 		`{"b":1e30,"a":[333333333.33333329]}`, `{"\ud83d\ude02":"x","\u00f6":[null,true,false]}`,
-		`[1,-0,0.1,1e-7,1e21,9007199254740992]`, `"\u001f\t\"\\/"`, `{"a":{"a":{"a":[]}}}`,
+		`[1,-0,0.1,1e-7,1e21,9007199254740992]`, `[9007199254740993,0.10000000000000000001,1e-400]`, `"\u001f\t\"\\/"`, `{"a":{"a":{"a":[]}}}`,
 		`{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[01]`, `1e400`,
 	} {
 		f.Add([]byte(seed))
@@ -36,6 +36,11 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !json.Valid(canon) {
 			t.Fatalf("canonical form is not JSON: %q", canon)
+		}
+		// What the strict mode accepts, rounding leaves as it is.
+		if rounded, err := fingerprint.Canonicalize(data, fingerprint.Limits{MaxDepth: 32, Rounding: true}); err != nil ||
+			!bytes.Equal(rounded, canon) {
+			t.Fatalf("rounding changed %q: %q, %v", canon, rounded, err)
 		}
 		again, err := fingerprint.Canonicalize(canon, fingerprint.Limits{MaxDepth: 32})
 		if err != nil {

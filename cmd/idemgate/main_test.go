@@ -58,9 +58,17 @@ func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 }
 
 func TestCanonicalize(t *testing.T) {
-	r := run(t, `{"b":1e30,"a":[333333333.33333329]}`+"\n", "canonicalize")
-	if r.code != 0 || r.stdout != `{"a":[333333333.3333333],"b":1e+30}` {
+	r := run(t, `{"b":1e30,"a":[333333333.3333333,9007199254740994]}`+"\n", "canonicalize")
+	if r.code != 0 || r.stdout != `{"a":[333333333.3333333,9007199254740994],"b":1e+30}` {
 		t.Fatalf("got %+v", r)
+	}
+	// Rounding only when asked: the number is 333333333.3333333 to a double.
+	rounded := run(t, `{"b":1e30,"a":[333333333.33333329]}`, "canonicalize", "--rfc8785")
+	strict := run(t, `{"b":1e30,"a":[333333333.33333329]}`, "canonicalize")
+	if rounded.code != 0 || rounded.stdout != `{"a":[333333333.3333333],"b":1e+30}` || strict.code != 1 ||
+		!strings.Contains(strict.stderr, "333333333.33333329 would become 333333333.3333333") ||
+		!strings.Contains(strict.stderr, "path /a/0") {
+		t.Fatalf("--rfc8785: %+v; strict: %+v", rounded, strict)
 	}
 	dir := filepath.Join("..", "..", "fingerprint", "testdata", "jcs")
 	inputs, _ := filepath.Glob(filepath.Join(dir, "input", "*.json"))
@@ -70,13 +78,13 @@ func TestCanonicalize(t *testing.T) {
 	for _, in := range inputs {
 		src, _ := os.ReadFile(in)
 		want, _ := os.ReadFile(filepath.Join(dir, "output", filepath.Base(in)))
-		if r := run(t, string(src), "canonicalize"); r.code != 0 || r.stdout != string(want) {
+		if r := run(t, string(src), "canonicalize", "--rfc8785"); r.code != 0 || r.stdout != string(want) {
 			t.Errorf("%s: %+v", filepath.Base(in), r)
 		}
 	}
 	for in, reason := range map[string]string{
 		`{"a":1,"a":2}`:               "duplicate member name",
-		`{"amount":9007199254740993}`: "integer beyond 2^53",
+		`{"amount":9007199254740993}`: "9007199254740993 would become 9007199254740992",
 		"\"\xff\"":                    "invalid UTF-8",
 		`{"a":`:                       "unexpected end of input",
 		``:                            "invalid JSON",
