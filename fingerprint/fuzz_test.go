@@ -3,6 +3,7 @@ package fingerprint_test
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"testing"
 
 	"github.com/idemgate/idemgate/fingerprint"
@@ -48,6 +49,48 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !bytes.Equal(again, canon) {
 			t.Fatalf("not a fixed point:\n%q\n%q", canon, again)
+		}
+	})
+}
+
+// FuzzParseForm checks, for any input: ParseForm never panics; a refusal says
+// why; and what it accepts, url.ParseQuery reads without error as the same
+// names and values in the same order.
+func FuzzParseForm(f *testing.F) {
+	for _, seed := range []string{
+		"a=1&b=2&a=3", "a=1&&b=2", "q=hello+world%21&%C3%A9=%E2%82%AC", "flag&=x&a=b=c", "a=1;b=2",
+		"a=%zz", "a=%C3%28", "a=%", "%ED%A0%80=1", "expand[]=x&expand[]=y", "&", "",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		form, err := fingerprint.ParseForm(data, fingerprint.Limits{})
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		want, err := url.ParseQuery(string(data))
+		if err != nil {
+			t.Fatalf("accepted %q, which url.ParseQuery refuses: %v", data, err)
+		}
+		if len(form) != len(want) {
+			t.Fatalf("%q: %d names, url.ParseQuery %d", data, len(form), len(want))
+		}
+		for name, values := range want {
+			got, _ := form[name].([]any)
+			if len(got) != len(values) {
+				t.Fatalf("%q: %q has %v, url.ParseQuery %q", data, name, got, values)
+			}
+			for i, v := range values {
+				if got[i] != v {
+					t.Fatalf("%q: %q[%d] is %q, url.ParseQuery %q", data, name, i, got[i], v)
+				}
+			}
+		}
+		if _, err := fingerprint.Canonical(form); err != nil {
+			t.Fatalf("%q: parsed but cannot canonicalize: %v", data, err)
 		}
 	})
 }

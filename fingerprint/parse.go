@@ -40,6 +40,9 @@ var (
 	// value (9007199254740993 would become 9007199254740992): two different
 	// amounts must never share a fingerprint.
 	ErrInexactNumber = errors.New("number cannot be represented exactly")
+	// ErrFormSyntax is a form body that cannot be read one way only: a ';'
+	// between pairs, which some servers take for '&'.
+	ErrFormSyntax = errors.New("invalid form body")
 	// ErrUnsupportedMediaType is a body whose Content-Type is neither JSON
 	// nor a form, on a route that does not take opaque bodies.
 	ErrUnsupportedMediaType = errors.New("unsupported media type")
@@ -75,10 +78,12 @@ func (e *Error) Error() string {
 // Unwrap returns the kind, for errors.Is.
 func (e *Error) Unwrap() error { return e.Kind }
 
-// Limits bound what Parse accepts. Zero fields take the defaults.
+// Limits bound what Parse, ParseForm and Body accept. Zero fields take the
+// defaults.
 type Limits struct {
-	MaxBytes int // size of the whole document in bytes
-	MaxDepth int // nested arrays and objects
+	MaxBytes  int // size of the whole document in bytes
+	MaxDepth  int // nested arrays and objects
+	MaxFields int // pairs of a form body, empty ones counted (ParseForm)
 
 	// Rounding is RFC 8785 as written: numbers are rounded to the nearest
 	// double (333333333.33333329 becomes 333333333.3333333, 1e-400 becomes
@@ -94,6 +99,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
+	}
+	if l.MaxFields <= 0 {
+		l.MaxFields = DefaultMaxFields
 	}
 	return l
 }
