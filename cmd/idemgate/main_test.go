@@ -125,6 +125,47 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestFingerprintTargetAndBodies: --param, --query and --content-type give
+// the fingerprint the library computes for the same request.
+func TestFingerprintTargetAndBodies(t *testing.T) {
+	capture := []string{"fingerprint", "--method", "POST", "--route", "/v1/payment-intents/{id}/capture", "--tenant", "acme"}
+	form := "amount_to_capture=1999&expand[]=customer&expand[]=invoice"
+	r := run(t, form, append(capture, "--param", "id=pi_1", "--query", "dry_run=true&tag=b&tag=a",
+		"--content-type", "application/x-www-form-urlencoded; charset=utf-8")...)
+	cmd, _ := fingerprint.ParseForm([]byte(form), fingerprint.Limits{})
+	want, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/payment-intents/{id}/capture",
+		Tenant: "acme", Command: cmd, Params: map[string]string{"id": "pi_1"},
+		Query: map[string][]string{"dry_run": {"true"}, "tag": {"b", "a"}}})
+	if r.code != 0 || r.stdout != want+"\n" {
+		t.Fatalf("form body: %+v, want %s", r, want)
+	}
+	other := run(t, form, append(capture, "--param", "id=pi_2", "--query", "dry_run=true&tag=b&tag=a",
+		"--content-type", "application/x-www-form-urlencoded")...)
+	if other.code != 0 || other.stdout == r.stdout {
+		t.Errorf("another payment intent: %+v", other)
+	}
+	opaque := run(t, "%PDF-1.7\n", append(capture, "--param", "id=pi_1", "--opaque", "--content-type", "Application/PDF")...)
+	want, _ = fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/payment-intents/{id}/capture",
+		Tenant: "acme", Params: map[string]string{"id": "pi_1"}, Command: map[string]any{
+			"sha256": "0716f9264c9fe19f5d7455276107f3ddcc1d3497f63d60689a73558ae8a1bf5e", "type": "application/pdf"}})
+	if opaque.code != 0 || opaque.stdout != want+"\n" {
+		t.Errorf("opaque body: %+v, want %s", opaque, want)
+	}
+	for reason, args := range map[string][]string{
+		"want NAME=VALUE":          {"--param", "id"},
+		"id given twice":           {"--param", "id=1", "--param", "id=2"},
+		"without its leading '?'":  {"--query", "?dry_run=true"},
+		`invalid URL escape "%zz"`: {"--query", "a=%zz"},
+		"text/plain was sent":      {"--content-type", "text/plain"},
+		"cannot be represented":    {"--content-type", "application/merge-patch+json"},
+	} {
+		r := run(t, `{"amount":9007199254740993}`, append(capture, args...)...)
+		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, reason) {
+			t.Errorf("%v: want exit 1 and %q on stderr, got %+v", args, reason, r)
+		}
+	}
+}
+
 // stores makes a DSN of each kind on fresh storage; the PostgreSQL one
 // skips (or, under CI, fails) only its own subtest when there is no server.
 var stores = map[string]func(t *testing.T) string{
