@@ -3,6 +3,7 @@
 # deadline that Go 1.26's fuzz coordinator can report as a failure
 # (golang/go#75804, fixed in Go 1.27). These take a few seconds each here.
 FUZZ_CANONICAL ?= 200000x
+FUZZ_FORM ?= 100000x
 FUZZ_KEY ?= 20000x
 
 .PHONY: test vet race fuzz bench
@@ -23,6 +24,7 @@ race:
 # Short coverage-guided runs of the parsers on every CI run.
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZ_CANONICAL) -fuzzminimizetime 1000x ./fingerprint
+	go test -run '^$$' -fuzz '^FuzzParseForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./httpidem
 
 # Benchmarks with the raw-SQL floor side by side (see README.md).

@@ -9,22 +9,30 @@ import (
 	"unicode/utf8"
 )
 
-// Canonicalize parses data and returns its RFC 8785 canonical form.
+// Canonicalize parses data and returns its RFC 8785 canonical form. Numbers
+// follow Parse's exact-value rule, or are rounded if limits.Rounding says so.
 func Canonicalize(data []byte, limits Limits) ([]byte, error) {
 	v, err := Parse(data, limits)
 	if err != nil {
 		return nil, err
 	}
-	return Canonical(v)
+	return canonical(v, limits.Rounding)
 }
 
 // Canonical serializes a value made of map[string]any, []any, string,
 // json.Number, float64, integers, bool and nil as RFC 8785 canonical JSON:
 // members sorted by UTF-16 code units, numbers as ECMAScript prints them,
 // minimal string escaping, no whitespace. Values built by code rather than by
-// Parse go through the same checks (finite numbers, safe integers, UTF-8).
+// Parse go through the same checks (valid UTF-8; a json.Number or an integer
+// only if its canonical form denotes exactly its value, so int64(1)<<60 is
+// refused; a float64 or float32 stands for its shortest decimal and passes if
+// finite).
 func Canonical(v any) ([]byte, error) {
-	w := writer{buf: make([]byte, 0, 256)}
+	return canonical(v, false)
+}
+
+func canonical(v any, rounding bool) ([]byte, error) {
+	w := writer{buf: make([]byte, 0, 256), rounding: rounding}
 	if err := w.value(v); err != nil {
 		return nil, err
 	}
@@ -32,8 +40,9 @@ func Canonical(v any) ([]byte, error) {
 }
 
 type writer struct {
-	buf  []byte
-	path []segment
+	buf      []byte
+	path     []segment
+	rounding bool // json.Number literals are rounded (Limits.Rounding)
 }
 
 func (w *writer) fail(kind error, detail string) error {
@@ -51,54 +60,51 @@ func (w *writer) value(v any) error {
 		return w.string(x)
 	case json.Number:
 		return w.numberLiteral(string(x))
-	case float64:
-		return w.float(x)
-	case float32:
-		// The decimal a float32 stands for (0.1), not its binary
-		// expansion as a double (0.10000000149011612).
-		f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
-		return w.float(f)
 	case map[string]any:
 		return w.nested(func() error { return w.object(x) })
 	case []any:
 		return w.nested(func() error { return w.array(x) })
 	default:
-		if n, ok := asInt64(v); ok {
-			return w.integer(n)
-		}
-		if u, ok := v.(uint64); ok {
-			return w.fail(ErrUnsafeInteger, strconv.FormatUint(u, 10))
+		if done, err := w.goNumber(v); done {
+			return err
 		}
 		return w.fail(ErrUnsupported, fmt.Sprintf("type %T", v))
 	}
 	return nil
 }
 
-// asInt64 widens Go's integer types; a uint64 beyond int64 is not one.
-func asInt64(v any) (int64, bool) {
+// goNumber writes Go's number types; done is false for any other value.
+func (w *writer) goNumber(v any) (done bool, err error) {
 	switch x := v.(type) {
+	case float64:
+		return true, w.float(x)
+	case float32:
+		// The decimal a float32 stands for (0.1), not its binary
+		// expansion as a double (0.10000000149011612).
+		f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+		return true, w.float(f)
 	case int:
-		return int64(x), true
+		return true, w.integer(int64(x))
 	case int8:
-		return int64(x), true
+		return true, w.integer(int64(x))
 	case int16:
-		return int64(x), true
+		return true, w.integer(int64(x))
 	case int32:
-		return int64(x), true
+		return true, w.integer(int64(x))
 	case int64:
-		return x, true
+		return true, w.integer(x)
 	case uint:
-		return int64(x), uint64(x) <= math.MaxInt64
+		return true, w.unsigned(uint64(x))
 	case uint8:
-		return int64(x), true
+		return true, w.unsigned(uint64(x))
 	case uint16:
-		return int64(x), true
+		return true, w.unsigned(uint64(x))
 	case uint32:
-		return int64(x), true
+		return true, w.unsigned(uint64(x))
 	case uint64:
-		return int64(x), x <= math.MaxInt64
+		return true, w.unsigned(x)
 	}
-	return 0, false
+	return false, nil
 }
 
 // nested writes a container one level deeper, within the same depth limit
@@ -110,38 +116,57 @@ func (w *writer) nested(write func() error) error {
 	return write()
 }
 
+// integer writes n as itself if its canonical form denotes it: always up to
+// 2^53, and beyond where the nearest double prints as the same digits
+// (1<<53 + 2 does; 1<<60 would print as 1152921504606847000).
 func (w *writer) integer(n int64) error {
-	if n > MaxSafeInteger || n < -MaxSafeInteger {
-		return w.fail(ErrUnsafeInteger, strconv.FormatInt(n, 10))
+	if n >= -maxExactInteger && n <= maxExactInteger {
+		w.buf = strconv.AppendInt(w.buf, n, 10)
+		return nil
 	}
-	w.buf = strconv.AppendInt(w.buf, n, 10)
+	return w.wideInteger(strconv.FormatInt(n, 10), float64(n))
+}
+
+// unsigned is integer for the unsigned types, which reach beyond int64.
+func (w *writer) unsigned(u uint64) error {
+	if u <= maxExactInteger {
+		w.buf = strconv.AppendUint(w.buf, u, 10)
+		return nil
+	}
+	return w.wideInteger(strconv.FormatUint(u, 10), float64(u))
+}
+
+// wideInteger writes an integer beyond 2^53 given as its decimal digits and
+// its nearest double. Below 1e21 ECMAScript prints every double as plain
+// digits, so the two strings are equal exactly when the values are.
+func (w *writer) wideInteger(digits string, f float64) error {
+	n := len(w.buf)
+	w.buf = AppendNumber(w.buf, f)
+	if canon := string(w.buf[n:]); canon != digits {
+		w.buf = w.buf[:n]
+		return w.fail(ErrInexactNumber, digits+" would become "+canon)
+	}
 	return nil
 }
 
+// numberLiteral writes a json.Number, from Parse or built by code, which must
+// then be a number of the JSON grammar (not "0x10", "+1" or ".5").
 func (w *writer) numberLiteral(lit string) error {
-	integer := true
-	for i := 0; i < len(lit); i++ {
-		if c := lit[i]; c == '.' || c == 'e' || c == 'E' {
-			integer = false
-			break
-		}
-	}
-	if err := checkNumber(lit, integer); err != nil {
-		return w.fail(err, lit)
-	}
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
+	p := parser{data: []byte(lit)}
+	if p.scanNumber() != nil || p.pos != len(lit) {
 		return w.fail(ErrSyntax, "bad number "+strconv.Quote(lit))
 	}
-	return w.float(f)
+	if detail, kind := checkNumber(lit, w.rounding); kind != nil {
+		return w.fail(kind, detail)
+	}
+	f, _ := strconv.ParseFloat(lit, 64) // checked: finite
+	w.buf = AppendNumber(w.buf, f)
+	return nil
 }
 
 func (w *writer) float(f float64) error {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return w.fail(ErrNumberRange, strconv.FormatFloat(f, 'g', -1, 64))
-	}
-	if unsafeInteger(f) {
-		return w.fail(ErrUnsafeInteger, strconv.FormatFloat(f, 'f', -1, 64))
 	}
 	w.buf = AppendNumber(w.buf, f)
 	return nil

@@ -4,16 +4,15 @@
 //
 // The parser is strict on purpose. A fingerprint is a promise that two
 // requests mean the same thing, so anything a lenient decoder would quietly
-// reinterpret (a duplicate member, a lone surrogate, an integer too large to
-// survive a float64) is refused with an error saying what and where.
+// reinterpret (a duplicate member, a lone surrogate, a number that a double
+// would round to another value) is refused with an error saying what and
+// where.
 package fingerprint
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -27,15 +26,6 @@ const (
 	DefaultMaxDepth = 64
 )
 
-// MaxSafeInteger is 2^53, the largest magnitude up to which every integer is
-// exactly representable as an IEEE-754 double. Integers beyond it are refused
-// rather than rounded, however they are written (9007199254740993,
-// 9007199254740993.0, 90071992547409930e-1): an amount of money must never
-// change silently. From 1e21 on, ECMAScript writes numbers in exponent form
-// (1e+30), which says plainly that they are approximate, so those pass.
-// Numbers that underflow (1e-400) become 0, as in ECMAScript.
-const MaxSafeInteger = 1 << 53
-
 // The kinds of Error; test with errors.Is.
 var (
 	ErrSyntax        = errors.New("invalid JSON")
@@ -44,9 +34,15 @@ var (
 	ErrDuplicateKey  = errors.New("duplicate member name")
 	ErrTooDeep       = errors.New("nesting too deep")
 	ErrTooLarge      = errors.New("document too large")
-	ErrUnsafeInteger = errors.New("integer beyond 2^53")
 	ErrNumberRange   = errors.New("number out of range")
 	ErrUnsupported   = errors.New("unsupported value")
+	// ErrInexactNumber is a number whose canonical form would denote another
+	// value (9007199254740993 would become 9007199254740992): two different
+	// amounts must never share a fingerprint.
+	ErrInexactNumber = errors.New("number cannot be represented exactly")
+	// ErrFormSyntax is a form body that cannot be read one way only: a ';'
+	// between pairs, which some servers take for '&'.
+	ErrFormSyntax = errors.New("invalid form body")
 	// ErrUnsupportedMediaType is a body whose Content-Type is neither JSON
 	// nor a form, on a route that does not take opaque bodies.
 	ErrUnsupportedMediaType = errors.New("unsupported media type")
@@ -82,10 +78,19 @@ func (e *Error) Error() string {
 // Unwrap returns the kind, for errors.Is.
 func (e *Error) Unwrap() error { return e.Kind }
 
-// Limits bound what Parse accepts. Zero fields take the defaults.
+// Limits bound what Parse, ParseForm and Body accept. Zero fields take the
+// defaults.
 type Limits struct {
-	MaxBytes int // size of the whole document in bytes
-	MaxDepth int // nested arrays and objects
+	MaxBytes  int // size of the whole document in bytes
+	MaxDepth  int // nested arrays and objects
+	MaxFields int // pairs of a form body, empty ones counted (ParseForm)
+
+	// Rounding is RFC 8785 as written: numbers are rounded to the nearest
+	// double (333333333.33333329 becomes 333333333.3333333, 1e-400 becomes
+	// 0). Never for fingerprints, where a rounded amount would share the
+	// fingerprint of another; it is there for the RFC's own test vectors and
+	// for tools that must agree with other RFC 8785 implementations.
+	Rounding bool
 }
 
 func (l Limits) withDefaults() Limits {
@@ -95,19 +100,28 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
 	}
+	if l.MaxFields <= 0 {
+		l.MaxFields = DefaultMaxFields
+	}
 	return l
 }
 
 // Parse decodes one JSON document into map[string]any, []any, string,
 // json.Number, bool and nil values. Numbers keep their literal (json.Number)
 // so that nothing is rounded before canonicalization; Canonical formats them.
+//
+// A number is accepted only if its canonical form denotes exactly the value
+// written: 1.0, 1e2, 123000000000000000 and 1e+21 pass; 9007199254740993,
+// 1000000000000000000001, 0.10000000000000000001 and 1e-400 are refused with
+// ErrInexactNumber, since a double would silently make them another value
+// (unless limits.Rounding asks for that).
 func Parse(data []byte, limits Limits) (any, error) {
 	limits = limits.withDefaults()
 	if len(data) > limits.MaxBytes {
 		return nil, &Error{Kind: ErrTooLarge, Offset: limits.MaxBytes,
 			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), limits.MaxBytes)}
 	}
-	p := &parser{data: data, maxDepth: limits.MaxDepth}
+	p := &parser{data: data, maxDepth: limits.MaxDepth, rounding: limits.Rounding}
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
@@ -131,6 +145,7 @@ type parser struct {
 	data     []byte
 	pos      int
 	maxDepth int
+	rounding bool
 	path     []segment
 }
 
@@ -405,41 +420,47 @@ func (p *parser) hex4() (rune, error) {
 
 func (p *parser) number() (any, error) {
 	start := p.pos
-	if p.data[p.pos] == '-' {
+	if err := p.scanNumber(); err != nil {
+		return nil, err
+	}
+	lit := string(p.data[start:p.pos])
+	if detail, kind := checkNumber(lit, p.rounding); kind != nil {
+		p.pos = start
+		return nil, p.fail(kind, detail)
+	}
+	return json.Number(lit), nil
+}
+
+// scanNumber moves past one number of the JSON grammar, or says where it
+// departs from it.
+func (p *parser) scanNumber() error {
+	if p.pos < len(p.data) && p.data[p.pos] == '-' {
 		p.pos++
 	}
 	intStart := p.pos
 	if !p.digits() {
-		return nil, p.fail(ErrSyntax, "expected a digit")
+		return p.fail(ErrSyntax, "expected a digit")
 	}
 	if p.data[intStart] == '0' && p.pos-intStart > 1 {
 		p.pos = intStart
-		return nil, p.fail(ErrSyntax, "leading zero in number")
+		return p.fail(ErrSyntax, "leading zero in number")
 	}
-	integer := true
 	if p.pos < len(p.data) && p.data[p.pos] == '.' {
-		integer = false
 		p.pos++
 		if !p.digits() {
-			return nil, p.fail(ErrSyntax, "expected a digit after '.'")
+			return p.fail(ErrSyntax, "expected a digit after '.'")
 		}
 	}
 	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
-		integer = false
 		p.pos++
 		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
 			p.pos++
 		}
 		if !p.digits() {
-			return nil, p.fail(ErrSyntax, "expected a digit in exponent")
+			return p.fail(ErrSyntax, "expected a digit in exponent")
 		}
 	}
-	lit := string(p.data[start:p.pos])
-	if err := checkNumber(lit, integer); err != nil {
-		p.pos = start
-		return nil, p.fail(err, lit)
-	}
-	return json.Number(lit), nil
+	return nil
 }
 
 func (p *parser) digits() bool {
@@ -448,41 +469,4 @@ func (p *parser) digits() bool {
 		p.pos++
 	}
 	return p.pos > start
-}
-
-// checkNumber refuses what a double cannot carry: integer literals beyond
-// 2^53 and magnitudes beyond the double range.
-func checkNumber(lit string, integer bool) error {
-	if integer {
-		digits := strings.TrimPrefix(lit, "-")
-		if len(digits) >= 16 {
-			if n, err := strconv.ParseUint(digits, 10, 64); err != nil || n > MaxSafeInteger {
-				return ErrUnsafeInteger
-			}
-		}
-		return nil
-	}
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
-		return ErrNumberRange
-	}
-	if unsafeInteger(f) || (math.Abs(f) == MaxSafeInteger && !exact(lit, f)) {
-		return ErrUnsafeInteger
-	}
-	return nil
-}
-
-// exact reports whether the decimal literal lit is exactly f. Only asked at
-// 2^53, where 9007199254740993.0 lands after rounding.
-func exact(lit string, f float64) bool {
-	r, ok := new(big.Rat).SetString(lit)
-	return ok && r.Cmp(new(big.Rat).SetFloat64(f)) == 0
-}
-
-// unsafeInteger reports whether f lies beyond 2^53 but below 1e21, where
-// every double is an integer that ECMAScript prints in full, digits that
-// may not be the ones written.
-func unsafeInteger(f float64) bool {
-	abs := math.Abs(f)
-	return abs > MaxSafeInteger && abs < 1e21
 }

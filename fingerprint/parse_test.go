@@ -3,6 +3,7 @@ package fingerprint_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -11,12 +12,13 @@ import (
 
 func TestCanonicalizeExamples(t *testing.T) {
 	cases := []struct{ in, want string }{
-		{`{"b":1e30,"a":[333333333.33333329]}`, `{"a":[333333333.3333333],"b":1e+30}`},
+		{`{"b":1e30,"a":[333333333.3333333]}`, `{"a":[333333333.3333333],"b":1e+30}`},
 		{` [ 1 , 2.50 , -0 , 0.0 , 1E-7, 1e-6, 1e21, 1000000000000000 ] `, `[1,2.5,0,0,1e-7,0.000001,1e+21,1000000000000000]`},
 		{`9007199254740992`, `9007199254740992`},
 		{`-9007199254740992`, `-9007199254740992`},
 		{`9007199254740992.0`, `9007199254740992`},
-		{`1e-400`, `0`},
+		{`0e-400`, `0`},
+		{`-0.0e99999999999999999999`, `0`},
 		{`[1e21,-1e21,1.5e300]`, `[1e+21,-1e+21,1.5e+300]`},
 		{`"\u00e9\ud83d\ude00\u2028/\u001f"`, "\"é😀\u2028/\\u001f\""},
 		{`{"\ue000":1,"\ud800\udc00":2}`, "{\"\U00010000\":2,\"\ue000\":1}"},
@@ -64,13 +66,20 @@ func TestParseRefuses(t *testing.T) {
 		{"duplicate", `{"a":{"b":1,"b":2}}`, fingerprint.ErrDuplicateKey, "path /a/b"},
 		{"duplicate after escape", `{"a":1,"\u0061":2}`, fingerprint.ErrDuplicateKey, `"a"`},
 		{"too deep", deep, fingerprint.ErrTooDeep, "limit 64"},
-		{"unsafe integer", `{"amount":9007199254740993}`, fingerprint.ErrUnsafeInteger, "path /amount"},
-		{"unsafe negative", `[-12345678901234567890]`, fingerprint.ErrUnsafeInteger, "path /0"},
+		{"inexact integer", `{"amount":9007199254740993}`, fingerprint.ErrInexactNumber, "path /amount"},
+		{"inexact negative", `[-12345678901234567890]`, fingerprint.ErrInexactNumber, "path /0"},
 		{"huge", `[1e400]`, fingerprint.ErrNumberRange, "1e400"},
-		{"unsafe with fraction", `{"a":9007199254740993.0}`, fingerprint.ErrUnsafeInteger, "path /a"},
-		{"unsafe with exponent", `[90071992547409930e-1]`, fingerprint.ErrUnsafeInteger, "path /0"},
-		{"unsafe, exact but large", `[1.5e16]`, fingerprint.ErrUnsafeInteger, "path /0"},
-		{"unsafe float", `[1e20]`, fingerprint.ErrUnsafeInteger, "1e20"},
+		{"inexact with fraction", `{"a":9007199254740993.0}`, fingerprint.ErrInexactNumber, "path /a"},
+		{"inexact with exponent", `[90071992547409930e-1]`, fingerprint.ErrInexactNumber, "path /0"},
+		{"inexact beyond 1e21", `[1000000000000000000001]`, fingerprint.ErrInexactNumber, "offset 1"},
+		{"inexact fraction", `{"rate":0.10000000000000000001}`, fingerprint.ErrInexactNumber,
+			"0.10000000000000000001 would become 0.1"},
+		{"2^60", `[1152921504606846976]`, fingerprint.ErrInexactNumber, "would become 1152921504606847000"},
+		{"underflow", `[1e-400]`, fingerprint.ErrInexactNumber, "1e-400 would become 0 "},
+		{"inexact, said plainly", `[9007199254740993]`, fingerprint.ErrInexactNumber,
+			"number cannot be represented exactly: 9007199254740993 would become 9007199254740992"},
+		{"long literal cut", `[0.` + strings.Repeat("1", 100) + `]`, fingerprint.ErrInexactNumber,
+			"1111... would become 0.1111111111111111"},
 		{"lone high offset", `["\ud800x"]`, fingerprint.ErrInvalidEscape, "offset 2"},
 	}
 	for _, c := range cases {
@@ -134,19 +143,89 @@ func TestCanonicalOfBuiltValues(t *testing.T) {
 	if _, err := fingerprint.Canonical(deep); !errors.Is(err, fingerprint.ErrTooDeep) {
 		t.Fatalf("100 levels built in code: %v", err)
 	}
-	refused := []any{
-		map[string]any{"x": int64(1) << 60},
-		[]any{"\xff"},
-		map[string]any{"\xfe": 1},
-		struct{}{},
-		json.Number("1e999"),
-		json.Number("18014398509481984"),
-		1e20,
-		uint64(1) << 63,
+	refused := map[error][]any{
+		fingerprint.ErrInexactNumber: {int64(1) << 60, -(int64(1) << 60), uint64(1) << 63, uint64(math.MaxUint64),
+			int64(math.MaxInt64), json.Number("9007199254740993"), json.Number("1e-400")},
+		fingerprint.ErrNumberRange: {json.Number("1e999"), math.Inf(1), math.NaN(), float32(math.Inf(-1))},
+		fingerprint.ErrSyntax:      {json.Number("0x10"), json.Number("+1"), json.Number(".5"), json.Number(""), json.Number("1 ")},
+		fingerprint.ErrInvalidUTF8: {[]any{"\xff"}, map[string]any{"\xfe": 1}},
+		fingerprint.ErrUnsupported: {struct{}{}, complex(1, 0)},
 	}
-	for _, v := range refused {
-		if _, err := fingerprint.Canonical(v); err == nil {
-			t.Errorf("Canonical(%#v) accepted", v)
+	for kind, values := range refused {
+		for _, v := range values {
+			if _, err := fingerprint.Canonical(v); !errors.Is(err, kind) {
+				t.Errorf("Canonical(%#v): %v, want %v", v, err, kind)
+			}
 		}
+	}
+	if _, err := fingerprint.Canonical(map[string]any{"x": int64(1) << 60}); err == nil ||
+		!strings.Contains(err.Error(), "1152921504606846976 would become 1152921504606847000") ||
+		!strings.Contains(err.Error(), "path /x") {
+		t.Errorf("1<<60: %v", err)
+	}
+}
+
+// TestCanonicalOfWideIntegers: an integer built by code beyond 2^53 passes
+// when the double nearest it prints as the same digits.
+func TestCanonicalOfWideIntegers(t *testing.T) {
+	for v, want := range map[any]string{
+		int64(1)<<53 + 2:                 "9007199254740994",
+		-(int64(1)<<53 + 2):              "-9007199254740994",
+		int64(1) << 54:                   "18014398509481984",
+		int64(1000000000000000000):       "1000000000000000000",
+		uint64(10000000000000000000):     "10000000000000000000",
+		uint(1) << 53:                    "9007199254740992",
+		1e20:                             "100000000000000000000",
+		json.Number("18014398509481984"): "18014398509481984",
+		float32(16777216):                "16777216",
+	} {
+		got, err := fingerprint.Canonical(v)
+		if err != nil || string(got) != want {
+			t.Errorf("Canonical(%#v) = %s, %v; want %s", v, got, err, want)
+		}
+	}
+}
+
+// TestExactNumbers: a literal passes exactly when its canonical form denotes
+// the value written, however it is written.
+func TestExactNumbers(t *testing.T) {
+	for in, want := range map[string]string{
+		"1.0": "1", "1e2": "100", "123000000000000000": "123000000000000000", "1e+21": "1e+21",
+		"0.1": "0.1", "1.23e17": "123000000000000000", "9007199254740994": "9007199254740994",
+		"1152921504606847000": "1152921504606847000", "-9007199254740994.000": "-9007199254740994",
+		"1.5e16": "15000000000000000", "1e20": "100000000000000000000", "100000000000000000000": "100000000000000000000",
+		"0.30000000000000004": "0.30000000000000004", "5e-324": "5e-324", "1.7976931348623157e308": "1.7976931348623157e+308",
+		"4.35": "4.35", "-0": "0",
+		"0.000001": "0.000001", "1E-7": "1e-7", "2.2250738585072014E-308": "2.2250738585072014e-308",
+	} {
+		got, err := fingerprint.Canonicalize([]byte(in), fingerprint.Limits{})
+		if err != nil || string(got) != want {
+			t.Errorf("%s: got %s, %v; want %s", in, got, err, want)
+		}
+	}
+}
+
+// TestRounding: the RFC 8785 mode rounds what the strict mode refuses, and
+// still refuses what no double can hold.
+func TestRounding(t *testing.T) {
+	rounding := fingerprint.Limits{Rounding: true}
+	for in, want := range map[string]string{
+		"9007199254740993": "9007199254740992", "0.10000000000000000001": "0.1", "1e-400": "0",
+		"1152921504606846976": "1152921504606847000", "333333333.33333329": "333333333.3333333",
+	} {
+		got, err := fingerprint.Canonicalize([]byte(in), rounding)
+		if err != nil || string(got) != want {
+			t.Errorf("%s: got %s, %v; want %s", in, got, err, want)
+		}
+		if _, err := fingerprint.Canonicalize([]byte(in), fingerprint.Limits{}); !errors.Is(err, fingerprint.ErrInexactNumber) {
+			t.Errorf("%s in strict mode: %v", in, err)
+		}
+	}
+	if _, err := fingerprint.Canonicalize([]byte("1e400"), rounding); !errors.Is(err, fingerprint.ErrNumberRange) {
+		t.Errorf("1e400 rounded: %v", err)
+	}
+	v, _ := fingerprint.Parse([]byte("[9007199254740993]"), rounding)
+	if _, err := fingerprint.Canonical(v); !errors.Is(err, fingerprint.ErrInexactNumber) {
+		t.Errorf("Canonical rounded a literal parsed with rounding: %v", err)
 	}
 }

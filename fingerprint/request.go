@@ -12,20 +12,42 @@ import (
 // day without old and new fingerprints ever comparing equal by accident.
 const Prefix = "sha256:"
 
-// Request is what a fingerprint covers: the method, the route template (not
-// the concrete path, so /v1/tickets/{id} stays one route), the tenant, the
-// validated command and the headers the route names. Everything else
-// (tracing headers, the key itself, connection data) is left out by design.
+// Request is what a fingerprint covers: the method, the route template (so
+// /v1/tickets/{id} stays one route), the values of its path parameters and
+// the query string (so /v1/payment-intents/1/capture and /2/capture, or
+// ?dry_run=true, never share a fingerprint), the tenant, the validated
+// command and the headers the route names. Everything else (tracing headers,
+// the key itself, connection data) is left out by design.
 type Request struct {
-	Method  string
-	Route   string
-	Tenant  string
-	Command any               // the parsed body, after validation; nil when there is none
+	Method string
+	Route  string
+	Params map[string]string // path parameter values by name: {"id": "T-7"}
+	// Query is the query string, name → values in their order, as
+	// url.Values holds it; a name without values counts as absent.
+	Query  map[string][]string
+	Tenant string
+	// Command is the parsed body after validation (ParseBody), nil when
+	// there is none.
+	Command any
 	Headers map[string]string // only the headers the route names; names are case-insensitive
 }
 
 // Of returns the fingerprint of r: "sha256:" and the hex SHA-256 of the
-// canonical JSON of {"method","route","tenant","command"[,"headers"]}.
+// RFC 8785 canonical JSON of
+//
+//	{"method","route","params","query","tenant","command"[,"headers"]}
+//
+// where method is upper-case, params is {"name":"value",...} and query is
+// {"name":["value",...],...}, each {} when empty, command is null when there
+// is none, and headers, present only when the route names some, has
+// lower-case names. For example POST /v1/tickets/T-7?notify=a&notify=b by
+// tenant acme with body {"title":"x"}, route /v1/tickets/{id}:
+//
+//	{"command":{"title":"x"},"method":"POST","params":{"id":"T-7"},
+//	"query":{"notify":["a","b"]},"route":"/v1/tickets/{id}","tenant":"acme"}
+//
+// (on one line). Any other implementation that builds this document gets the
+// same fingerprint.
 func Of(r Request) (string, error) {
 	if r.Method == "" || r.Route == "" || r.Tenant == "" {
 		return "", errors.New("fingerprint: method, route and tenant are required")
@@ -33,17 +55,15 @@ func Of(r Request) (string, error) {
 	doc := map[string]any{
 		"method":  strings.ToUpper(r.Method),
 		"route":   r.Route,
+		"params":  paramsDoc(r.Params),
+		"query":   queryDoc(r.Query),
 		"tenant":  r.Tenant,
 		"command": r.Command,
 	}
 	if len(r.Headers) > 0 {
-		h := make(map[string]any, len(r.Headers))
-		for name, value := range r.Headers {
-			lower := strings.ToLower(name)
-			if _, dup := h[lower]; dup {
-				return "", fmt.Errorf("fingerprint: header %q named twice", lower)
-			}
-			h[lower] = value
+		h, err := headersDoc(r.Headers)
+		if err != nil {
+			return "", err
 		}
 		doc["headers"] = h
 	}
@@ -53,4 +73,41 @@ func Of(r Request) (string, error) {
 	}
 	sum := sha256.Sum256(canon)
 	return Prefix + hex.EncodeToString(sum[:]), nil
+}
+
+func paramsDoc(params map[string]string) map[string]any {
+	doc := make(map[string]any, len(params))
+	for name, value := range params {
+		doc[name] = value
+	}
+	return doc
+}
+
+// queryDoc keeps every value in its order: ?a=1&a=2 and ?a=2&a=1 may mean
+// different things to the upstream, so they fingerprint differently.
+func queryDoc(query map[string][]string) map[string]any {
+	doc := make(map[string]any, len(query))
+	for name, values := range query {
+		if len(values) == 0 {
+			continue // no such parameter was sent
+		}
+		list := make([]any, len(values))
+		for i, v := range values {
+			list[i] = v
+		}
+		doc[name] = list
+	}
+	return doc
+}
+
+func headersDoc(headers map[string]string) (map[string]any, error) {
+	doc := make(map[string]any, len(headers))
+	for name, value := range headers {
+		lower := strings.ToLower(name)
+		if _, dup := doc[lower]; dup {
+			return nil, fmt.Errorf("fingerprint: header %q named twice", lower)
+		}
+		doc[lower] = value
+	}
+	return doc, nil
 }

@@ -58,22 +58,33 @@ func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 }
 
 func TestCanonicalize(t *testing.T) {
-	r := run(t, `{"b":1e30,"a":[333333333.33333329]}`+"\n", "canonicalize")
-	if r.code != 0 || r.stdout != `{"a":[333333333.3333333],"b":1e+30}` {
+	r := run(t, `{"b":1e30,"a":[333333333.3333333,9007199254740994]}`+"\n", "canonicalize")
+	if r.code != 0 || r.stdout != `{"a":[333333333.3333333,9007199254740994],"b":1e+30}` {
 		t.Fatalf("got %+v", r)
 	}
-	dir := filepath.Join(testenv.SharedDir(t), "testdata", "jcs")
+	// Rounding only when asked: the number is 333333333.3333333 to a double.
+	rounded := run(t, `{"b":1e30,"a":[333333333.33333329]}`, "canonicalize", "--rfc8785")
+	strict := run(t, `{"b":1e30,"a":[333333333.33333329]}`, "canonicalize")
+	if rounded.code != 0 || rounded.stdout != `{"a":[333333333.3333333],"b":1e+30}` || strict.code != 1 ||
+		!strings.Contains(strict.stderr, "333333333.33333329 would become 333333333.3333333") ||
+		!strings.Contains(strict.stderr, "path /a/0") {
+		t.Fatalf("--rfc8785: %+v; strict: %+v", rounded, strict)
+	}
+	dir := filepath.Join("..", "..", "fingerprint", "testdata", "jcs")
 	inputs, _ := filepath.Glob(filepath.Join(dir, "input", "*.json"))
+	if len(inputs) != 6 {
+		t.Fatalf("found %d input vectors in %s, want 6", len(inputs), dir)
+	}
 	for _, in := range inputs {
 		src, _ := os.ReadFile(in)
 		want, _ := os.ReadFile(filepath.Join(dir, "output", filepath.Base(in)))
-		if r := run(t, string(src), "canonicalize"); r.code != 0 || r.stdout != string(want) {
+		if r := run(t, string(src), "canonicalize", "--rfc8785"); r.code != 0 || r.stdout != string(want) {
 			t.Errorf("%s: %+v", filepath.Base(in), r)
 		}
 	}
 	for in, reason := range map[string]string{
 		`{"a":1,"a":2}`:               "duplicate member name",
-		`{"amount":9007199254740993}`: "integer beyond 2^53",
+		`{"amount":9007199254740993}`: "9007199254740993 would become 9007199254740992",
 		"\"\xff\"":                    "invalid UTF-8",
 		`{"a":`:                       "unexpected end of input",
 		``:                            "invalid JSON",
@@ -111,6 +122,47 @@ func TestFingerprint(t *testing.T) {
 	if r := run(t, `{"a":1,"a":2}`, "fingerprint", "--method", "POST", "--route", "/r", "--tenant", "t"); r.code != 1 ||
 		!strings.Contains(r.stderr, "duplicate") {
 		t.Errorf("bad body: %+v", r)
+	}
+}
+
+// TestFingerprintTargetAndBodies: --param, --query and --content-type give
+// the fingerprint the library computes for the same request.
+func TestFingerprintTargetAndBodies(t *testing.T) {
+	capture := []string{"fingerprint", "--method", "POST", "--route", "/v1/payment-intents/{id}/capture", "--tenant", "acme"}
+	form := "amount_to_capture=1999&expand[]=customer&expand[]=invoice"
+	r := run(t, form, append(capture, "--param", "id=pi_1", "--query", "dry_run=true&tag=b&tag=a",
+		"--content-type", "application/x-www-form-urlencoded; charset=utf-8")...)
+	cmd, _ := fingerprint.ParseForm([]byte(form), fingerprint.Limits{})
+	want, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/payment-intents/{id}/capture",
+		Tenant: "acme", Command: cmd, Params: map[string]string{"id": "pi_1"},
+		Query: map[string][]string{"dry_run": {"true"}, "tag": {"b", "a"}}})
+	if r.code != 0 || r.stdout != want+"\n" {
+		t.Fatalf("form body: %+v, want %s", r, want)
+	}
+	other := run(t, form, append(capture, "--param", "id=pi_2", "--query", "dry_run=true&tag=b&tag=a",
+		"--content-type", "application/x-www-form-urlencoded")...)
+	if other.code != 0 || other.stdout == r.stdout {
+		t.Errorf("another payment intent: %+v", other)
+	}
+	opaque := run(t, "%PDF-1.7\n", append(capture, "--param", "id=pi_1", "--opaque", "--content-type", "Application/PDF")...)
+	want, _ = fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/payment-intents/{id}/capture",
+		Tenant: "acme", Params: map[string]string{"id": "pi_1"}, Command: map[string]any{
+			"sha256": "0716f9264c9fe19f5d7455276107f3ddcc1d3497f63d60689a73558ae8a1bf5e", "type": "application/pdf"}})
+	if opaque.code != 0 || opaque.stdout != want+"\n" {
+		t.Errorf("opaque body: %+v, want %s", opaque, want)
+	}
+	for reason, args := range map[string][]string{
+		"want NAME=VALUE":          {"--param", "id"},
+		"id given twice":           {"--param", "id=1", "--param", "id=2"},
+		"without its leading '?'":  {"--query", "?dry_run=true"},
+		`invalid URL escape "%zz"`: {"--query", "a=%zz"},
+		"text/plain was sent":      {"--content-type", "text/plain"},
+		"cannot be represented":    {"--content-type", "application/merge-patch+json"},
+	} {
+		r := run(t, `{"amount":9007199254740993}`, append(capture, args...)...)
+		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, reason) {
+			t.Errorf("%v: want exit 1 and %q on stderr, got %+v", args, reason, r)
+		}
 	}
 }
 
