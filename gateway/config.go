@@ -84,9 +84,13 @@ type RouteConfig struct {
 	Lease       time.Duration `yaml:"lease"`
 	MaxBody     Size          `yaml:"max_body"`
 	Fingerprint struct {
-		Headers []string `yaml:"headers"`
-		Ignore  []string `yaml:"ignore"`
+		Headers     []string `yaml:"headers"`
+		Ignore      []string `yaml:"ignore"`
+		IgnoreQuery []string `yaml:"ignore_query"`
 	} `yaml:"fingerprint"`
+	// Body is "opaque" for a route whose bodies are neither JSON nor forms:
+	// they are fingerprinted as their bytes and media type.
+	Body           string `yaml:"body"`
 	Schema         string `yaml:"schema"`
 	BusinessKey    string `yaml:"business_key"`
 	KeyFrom        string `yaml:"key_from"`
@@ -422,6 +426,9 @@ func (r *RouteConfig) checkPolicies() error {
 	}
 	if r.Lease < 0 || r.Retention < 0 {
 		return errors.New("lease and retention must be positive")
+	}
+	if r.Body != "" && r.Body != "opaque" {
+		return fmt.Errorf("body %q: the only setting is opaque (JSON and form bodies are read by default)", r.Body)
 	}
 	for _, st := range append(slices.Clone(r.Outcomes.NotApplied), r.Outcomes.Final...) {
 		if st < 400 || st > 599 {

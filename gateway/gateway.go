@@ -97,7 +97,8 @@ func (g *Gateway) routes() (http.Handler, error) {
 
 func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
 	route := httpidem.Route{Method: rc.method, Pattern: rc.pattern, RequireKey: rc.RequireKey, KeyFrom: rc.KeyFrom,
-		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, BusinessKey: rc.BusinessKey,
+		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
+		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
 		Resend: uc.cfg.HonoursKey, Classify: classifier(rc)}
 	if rc.Schema != "" {

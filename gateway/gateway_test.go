@@ -240,6 +240,9 @@ type reply struct {
 func (e *env) do(method, path, token, body string, headers ...string) reply {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, e.gw.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

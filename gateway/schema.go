@@ -27,6 +27,9 @@ func loadSchema(path string) (func(any) (any, error), error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	closeObjects(doc)
+	if err := checkDefaults(doc, ""); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	url, _ := filepath.Abs(path)
@@ -70,6 +73,37 @@ func closeObjects(s any) {
 	}
 }
 
+// checkDefaults refuses, at start-up, a default that could not be part of
+// a command: one the fingerprint's parser would refuse (a number a double
+// would round) would otherwise be skipped without a word, and a command
+// that omits it would differ from one that sends it.
+func checkDefaults(s any, at string) error {
+	switch x := s.(type) {
+	case map[string]any:
+		if def, has := x["default"]; has {
+			b, err := fingerprint.Canonical(def)
+			if err == nil {
+				_, err = fingerprint.Parse(b, fingerprint.Limits{})
+			}
+			if err != nil {
+				return fmt.Errorf("default at %s/default: %w", at, err)
+			}
+		}
+		for k, v := range x {
+			if err := checkDefaults(v, at+"/"+strings.NewReplacer("~", "~0", "/", "~1").Replace(k)); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, v := range x {
+			if err := checkDefaults(v, fmt.Sprintf("%s/%d", at, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // applyDefaults fills absent object members that the schema gives a
 // default, before validation and fingerprinting: sending the default and
 // omitting it are the same command.
@@ -88,9 +122,9 @@ func applyDefaults(schema, v any) any {
 		if cur, present := obj[name]; present {
 			obj[name] = applyDefaults(p, cur)
 		} else if def, has := p["default"]; has {
-			if b, err := fingerprint.Canonical(def); err == nil {
-				obj[name], _ = fingerprint.Parse(b, fingerprint.Limits{})
-			}
+			// checkDefaults proved at start-up that this cannot fail.
+			b, _ := fingerprint.Canonical(def)
+			obj[name], _ = fingerprint.Parse(b, fingerprint.Limits{})
 		}
 	}
 	return obj

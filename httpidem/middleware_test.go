@@ -91,6 +91,7 @@ type reply struct {
 func (a *app) post(key, tenant, body string, extra ...string) reply {
 	a.t.Helper()
 	req, _ := http.NewRequest("POST", a.srv.URL+"/v1/tickets", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
@@ -364,6 +365,7 @@ func TestPanicLeavesUnknown(t *testing.T) {
 			panic("boom")
 		}
 		req, _ := http.NewRequest("POST", a.srv.URL+"/v1/tickets", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "p")
 		req.Header.Set("X-Tenant", "acme")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -440,6 +442,7 @@ func TestClientGoneGetsReplay(t *testing.T) {
 		}
 		impatient := &http.Client{Timeout: 50 * time.Millisecond}
 		req, _ := http.NewRequest("POST", a.srv.URL+"/v1/tickets", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", "gone")
 		req.Header.Set("X-Tenant", "acme")
 		if _, err := impatient.Do(req); err == nil {

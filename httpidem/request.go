@@ -1,7 +1,6 @@
 package httpidem
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,7 +46,7 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem
 	if req.tenant, err = m.opts.Tenant(r); err != nil {
 		return nil, NewProblem(CodeUnauthorized, err.Error())
 	}
-	if p := req.parseCommand(); p != nil {
+	if p := req.parseCommand(r); p != nil {
 		return nil, p
 	}
 	if rt.keyPointer != nil {
@@ -55,11 +54,30 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem
 			return nil, p
 		}
 	}
-	if req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template,
-		Tenant: req.tenant, Command: req.command, Headers: fingerprintHeaders(r, rt.Headers)}); err != nil {
-		return nil, NewProblem(CodeInvalidCommand, err.Error())
+	if p := req.fingerprintOf(r); p != nil {
+		return nil, p
 	}
 	return req, nil
+}
+
+// fingerprintOf binds everything the request does: the route, its path
+// parameters, its query, the command and the named headers.
+func (req *request) fingerprintOf(r *http.Request) *Problem {
+	rt := req.route
+	params, err := rt.pathParams(r)
+	if err != nil {
+		return NewProblem(CodeInvalidRequest, err.Error())
+	}
+	query, err := rt.query(r)
+	if err != nil {
+		return NewProblem(CodeInvalidRequest, err.Error())
+	}
+	req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template, Params: params,
+		Query: query, Tenant: req.tenant, Command: req.command, Headers: fingerprintHeaders(r, rt.Headers)})
+	if err != nil {
+		return NewProblem(CodeInvalidCommand, err.Error())
+	}
+	return nil
 }
 
 // readBody reads at most max bytes; a larger body is ErrTooLarge.
@@ -84,17 +102,20 @@ func tooLarge(size, max int64) error {
 	return fmt.Errorf("%w: body of %d bytes, limit %d", fingerprint.ErrTooLarge, size, max)
 }
 
-// parseCommand parses the body (none is a null command), validates it and
-// removes the ignored members.
-func (req *request) parseCommand() *Problem {
+// parseCommand parses the body by its media type (none is a null
+// command), validates it and removes the ignored members.
+func (req *request) parseCommand(r *http.Request) *Problem {
 	rt := req.route
-	if len(bytes.TrimSpace(req.body)) > 0 {
-		cmd, err := fingerprint.Parse(req.body, fingerprint.Limits{MaxBytes: int(rt.MaxBody)})
-		if err != nil {
-			return ProblemFor(err)
-		}
-		req.command = cmd
+	types := r.Header.Values("Content-Type")
+	if len(types) > 1 {
+		return NewProblem(CodeInvalidRequest, "two Content-Type headers; send one")
 	}
+	cmd, err := fingerprint.ParseBody(r.Header.Get("Content-Type"), req.body,
+		fingerprint.BodyOptions{Limits: fingerprint.Limits{MaxBytes: int(rt.MaxBody)}, Opaque: rt.Opaque})
+	if err != nil {
+		return ProblemFor(err)
+	}
+	req.command = cmd
 	if rt.Validate != nil {
 		cmd, err := rt.Validate(req.command)
 		if err != nil {

@@ -3,6 +3,7 @@ package httpidem
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -24,9 +25,14 @@ type Route struct {
 	// "body:/event_id" (webhooks, alerts). Default: Idempotency-Key.
 	KeyFrom string
 	// Headers are fingerprinted with the body; Ignore lists JSON Pointers
-	// removed from the command before it is fingerprinted.
-	Headers []string
-	Ignore  []string
+	// removed from the command before it is fingerprinted; IgnoreQuery
+	// lists query parameters left out of it (utm_source and its kin).
+	Headers     []string
+	Ignore      []string
+	IgnoreQuery []string
+	// Opaque fingerprints the body as its bytes and media type, whatever
+	// the type, for routes whose bodies are neither JSON nor forms.
+	Opaque bool
 	// Validate checks the command and may return it changed (schema
 	// defaults applied) before it is fingerprinted; an error is 422
 	// invalid_command and nothing is reserved.
@@ -74,6 +80,7 @@ func DefaultClassify(status int) Fate {
 type route struct {
 	Route
 	template   string // the fingerprinted route: Pattern
+	params     []param
 	keyHeader  string
 	keyPointer []string
 	ignore     [][]string
@@ -86,7 +93,7 @@ func compileRoute(r Route, o *Options) (*route, error) {
 	if r.Method == "" || !strings.HasPrefix(r.Pattern, "/") {
 		return nil, fmt.Errorf("route %q %q: want a method and a path starting with /", r.Method, r.Pattern)
 	}
-	c := &route{Route: r, template: r.Pattern, keyHeader: HeaderKey}
+	c := &route{Route: r, template: r.Pattern, keyHeader: HeaderKey, params: patternParams(r.Pattern)}
 	c.Method = strings.ToUpper(r.Method)
 	c.requireKey = c.Method == http.MethodPost || c.Method == http.MethodPatch
 	if r.RequireKey != nil {
@@ -182,4 +189,69 @@ func (rt *router) match(r *http.Request) *route {
 		return nil
 	}
 	return rt.routes[pattern]
+}
+
+// param is a wildcard of a route's pattern: its segment and its name.
+type param struct {
+	segment int
+	name    string
+	rest    bool // {name...}: the rest of the path
+}
+
+// patternParams lists the wildcards of a net/http pattern's path.
+func patternParams(pattern string) []param {
+	var out []param
+	for i, seg := range strings.Split(strings.TrimPrefix(pattern, "/"), "/") {
+		if !strings.HasPrefix(seg, "{") || !strings.HasSuffix(seg, "}") || seg == "{$}" {
+			continue
+		}
+		name, rest := strings.CutSuffix(seg[1:len(seg)-1], "...")
+		out = append(out, param{segment: i, name: name, rest: rest})
+	}
+	return out
+}
+
+// pathParams returns the values of rt's wildcards in r's path, as net/http
+// matches them: segment by segment on the escaped path, each segment
+// unescaped. The rest of a path ({name...}) is kept as sent, escapes and
+// all, since an upstream may read a%2Fb and a/b apart.
+func (rt *route) pathParams(r *http.Request) (map[string]string, error) {
+	if len(rt.params) == 0 {
+		return nil, nil
+	}
+	segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+	out := make(map[string]string, len(rt.params))
+	for _, p := range rt.params {
+		if p.segment >= len(segs) {
+			out[p.name] = ""
+			continue
+		}
+		if p.rest {
+			out[p.name] = strings.Join(segs[p.segment:], "/")
+			continue
+		}
+		v, err := url.PathUnescape(segs[p.segment])
+		if err != nil {
+			return nil, fmt.Errorf("path parameter %s: %w", p.name, err)
+		}
+		out[p.name] = v
+	}
+	return out, nil
+}
+
+// query returns r's query as name → values, in order, without the names
+// the route ignores. A query that does not parse is refused: the upstream
+// might read it otherwise than the fingerprint would.
+func (rt *route) query(r *http.Request) (map[string][]string, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("query string: %w", err)
+	}
+	for _, name := range rt.IgnoreQuery {
+		delete(q, name)
+	}
+	return q, nil
 }

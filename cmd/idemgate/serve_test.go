@@ -90,6 +90,7 @@ routes:
 func post(t *testing.T, base, path, key string, headers ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", base+path, strings.NewReader(`{"n":1}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer agent-token")
 	req.Header.Set("Idempotency-Key", key)
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -195,6 +196,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	up := newSlowUpstream(t, 0)
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
 	req, _ := http.NewRequest("POST", g.URL+"/v1/writes?email=pii@example.com", strings.NewReader(`{"card":"4111-secret"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer agent-token")
 	req.Header.Set("Idempotency-Key", "key-visible-only-to-the-store")
 	resp, err := http.DefaultClient.Do(req)

@@ -41,6 +41,7 @@ func start(t *testing.T, naive, faults bool) *client {
 func (c *client) call(method, path, key, body string) (int, map[string]any) {
 	c.t.Helper()
 	req, _ := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if method != "GET" {
 		if key == "" {
 			c.n++
@@ -229,6 +230,7 @@ func TestDefaultModeIsIdempotentAndNaiveIsNot(t *testing.T) {
 		}
 		if !naive {
 			req, _ := http.NewRequest("POST", c.url+"/v1/tickets", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, _ := http.DefaultClient.Do(req)
 			resp.Body.Close()
 			if resp.StatusCode != 400 {
