@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
+	"github.com/idemgate/idemgate/limits"
 )
 
 // Config is the YAML of DESIGN.md, "Configuration".
@@ -31,6 +32,7 @@ type Config struct {
 	Upstreams  map[string]*Upstream `yaml:"upstreams"`
 	Principals []*Principal         `yaml:"principals"`
 	Routes     []*RouteConfig       `yaml:"routes"`
+	Limits     LimitsConfig         `yaml:"limits"`
 	// Instance names this gateway in operation histories (default: host name).
 	Instance string `yaml:"instance"`
 	// SweepInterval and PurgeInterval pace the background work (1s, 1m);
@@ -111,26 +113,105 @@ type RouteConfig struct {
 	pattern string
 }
 
+// LimitsConfig is DESIGN.md's per-tenant limits: a default for every
+// tenant, and per-tenant settings that override it field by field.
+type LimitsConfig struct {
+	Default Limit            `yaml:"default"`
+	Tenants map[string]Limit `yaml:"tenants"`
+	// UsageInterval is how stale a tenant's usage may get (10s).
+	UsageInterval time.Duration `yaml:"usage_interval"`
+
+	lines map[string]int // "default", "tenants.NAME": where each is set
+}
+
+// Limit is one tenant's limits; an unset field takes the default's, and 0
+// means unlimited.
+type Limit struct {
+	Rate      *string `yaml:"rate"` // "100/s", "6000/m"
+	Burst     *int    `yaml:"burst"`
+	MaxLive   *int64  `yaml:"max_live"`
+	MaxStored *Size   `yaml:"max_stored"`
+}
+
+// Built-in limits, for a configuration that sets none: generous for one
+// agent fleet, and a bound on what one tenant can fill the disk with.
+var builtinLimit = Limit{Rate: ptr("1000/s"), Burst: ptr(2000), MaxLive: ptr(int64(10000)), MaxStored: ptr(Size(1 << 30))}
+
+func ptr[T any](v T) *T { return &v }
+
+// over returns l with the fields o sets taken from o.
+func (l Limit) over(o Limit) Limit {
+	if o.Rate != nil {
+		l.Rate = o.Rate
+	}
+	if o.Burst != nil {
+		l.Burst = o.Burst
+	}
+	if o.MaxLive != nil {
+		l.MaxLive = o.MaxLive
+	}
+	if o.MaxStored != nil {
+		l.MaxStored = o.MaxStored
+	}
+	return l
+}
+
+// Policy returns the limits of a tenant.
+func (c *Config) Policy(tenant string) limits.Policy {
+	l := builtinLimit.over(c.Limits.Default).over(c.Limits.Tenants[tenant])
+	r, _ := limits.ParseRate(*l.Rate) // checked at load
+	return limits.Policy{Rate: r, Burst: *l.Burst, MaxLive: *l.MaxLive, MaxStored: int64(*l.MaxStored)}
+}
+
+// limitLines finds where each limit is set in the limits: node.
+func limitLines(line int, n *yaml.Node) map[string]int {
+	lines := map[string]int{"default": line}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch key, val := n.Content[i], n.Content[i+1]; key.Value {
+		case "default":
+			lines["default"] = key.Line
+		case "tenants":
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				lines["tenants."+val.Content[j].Value] = val.Content[j].Line
+			}
+		}
+	}
+	return lines
+}
+
+// checkLimits refuses limits that cannot be read or make no sense.
+func (c *Config) checkLimits() error {
+	all := map[string]Limit{"default": c.Limits.Default}
+	for name, l := range c.Limits.Tenants {
+		all["tenants."+name] = l
+	}
+	for name, l := range all {
+		l = builtinLimit.over(l)
+		if _, err := limits.ParseRate(*l.Rate); err != nil {
+			return c.errorf(c.Limits.lines[name], "limits.%s: %v", name, err)
+		}
+		if *l.Burst < 0 || *l.MaxLive < 0 || *l.MaxStored < 0 {
+			return c.errorf(c.Limits.lines[name], "limits.%s: burst, max_live and max_stored must be 0 (unlimited) or more", name)
+		}
+	}
+	if c.Limits.UsageInterval <= 0 {
+		c.Limits.UsageInterval = 10 * time.Second
+	}
+	return nil
+}
+
 // Size is a byte count written as 1024, 64KiB, 1MiB, 2MB...
 type Size int64
 
-// UnmarshalYAML reads a Size.
+// UnmarshalYAML reads a Size; 0 leaves a setting at its default (or, for
+// a limit, unlimited).
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseSize(n.Value)
+	v, err := size.Parse(n.Value)
 	if err != nil {
 		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	*s = Size(v)
 	return nil
-}
-
-// ParseSize reads "1MiB" and its kin: a positive size.
-func ParseSize(s string) (int64, error) {
-	n, err := size.Parse(s)
-	if err == nil && n <= 0 {
-		err = fmt.Errorf("size %q: want a positive number", s)
-	}
-	return n, err
 }
 
 // LoadConfig reads, expands and checks a configuration file. Every mistake
@@ -279,6 +360,8 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Principals[j].line = n.Line
 				}
 			}
+		case "limits":
+			cfg.Limits.lines = limitLines(doc.Content[i].Line, val)
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {
@@ -308,6 +391,9 @@ func (c *Config) check() error {
 		}
 	}
 	if err := c.checkPrincipals(); err != nil {
+		return err
+	}
+	if err := c.checkLimits(); err != nil {
 		return err
 	}
 	if len(c.Routes) == 0 {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/limits"
 )
 
 // ControlPrefix is where the control API lives, on the same listener.
@@ -22,6 +25,7 @@ type Gateway struct {
 	store   ledger.Store
 	log     *slog.Logger
 	handler http.Handler
+	limits  *limits.Limiter
 }
 
 // New builds the gateway. The store must be migrated.
@@ -30,6 +34,10 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, store: store, log: log}
+	g.limits = limits.New(limits.Options{Usage: store.Usage, Policy: cfg.Policy, Resync: cfg.Limits.UsageInterval,
+		OnError: func(tenant string, err error) {
+			log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		}})
 	routes, err := g.routes()
 	if err != nil {
 		return nil, err
@@ -76,7 +84,7 @@ func (g *Gateway) routes() (http.Handler, error) {
 	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
-		Logger: g.log})
+		Logger: g.log, Admit: g.admit, Recorded: g.recorded})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
@@ -87,7 +95,7 @@ func (g *Gateway) routes() (http.Handler, error) {
 		if rc.IsWrite() {
 			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse), hold: g.cfg.HoldBeforeForward})
 		}
-		mux.Handle(rc.method+" "+rc.pattern, g.allowed(rc, h))
+		mux.Handle(rc.method+" "+rc.pattern, g.limited(g.allowed(rc, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.NewProblem(httpidem.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
@@ -143,6 +151,45 @@ func (g *Gateway) authenticated(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// limited applies the tenant's request rate to every proxied request,
+// reads included: 429 rate_limited with Retry-After, nothing reserved.
+func (g *Gateway) limited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ref := g.limits.Request(PrincipalFrom(r.Context()).Tenant); ref != nil {
+			refused(ref).Write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admit applies the tenant's budgets of live operations and stored bytes
+// to a request that would reserve a new operation.
+func (g *Gateway) admit(ctx context.Context, tenant string) *httpidem.Problem {
+	if ref := g.limits.NewOperation(ctx, tenant); ref != nil {
+		return refused(ref)
+	}
+	return nil
+}
+
+// recorded counts a stored response against its tenant's budget.
+func (g *Gateway) recorded(op *ledger.Operation) {
+	if op.Response != nil {
+		n := len(op.Response.Body)
+		for k, v := range op.Response.Header {
+			n += len(k) + len(strings.Join(v, ""))
+		}
+		g.limits.Stored(op.Tenant, int64(n))
+	}
+}
+
+// refused is the problem of a request over its tenant's limits.
+func refused(r *limits.Refusal) *httpidem.Problem {
+	p := httpidem.NewProblem(httpidem.CodeRateLimited, r.Reason+"; nothing was done, retry with the same key later")
+	p.RetryAfter = int(math.Ceil(r.RetryAfter.Seconds()))
+	return p
 }
 
 // allowed applies a route's roles.

@@ -46,6 +46,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	if exec.completedInTx() {
 		if op, err := m.opts.Store.Get(ctx, lease.OpID); err == nil && op.State.Final() {
 			m.cache.put(op)
+			m.recorded(op)
 			c.flush()
 			return
 		}
@@ -88,6 +89,7 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		m.log(ctx, "answer_unrecorded", lease.OpID, err)
 	} else if done != nil {
 		m.cache.put(done)
+		m.recorded(done)
 	}
 	c.flush()
 }

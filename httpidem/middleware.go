@@ -40,6 +40,14 @@ type Options struct {
 	// StatusBase, if set, is the control API prefix whose status resource
 	// problems link to (e.g. "/_idem/v1").
 	StatusBase string
+	// Admit, if set, is asked before a request may reserve a new
+	// operation for tenant; a problem (429 rate_limited, say) refuses it
+	// with nothing reserved. A retry of a key that exists is never refused
+	// by it: it adds nothing.
+	Admit func(ctx context.Context, tenant string) *Problem
+	// Recorded, if set, hears each final operation this middleware
+	// recorded, with its stored response (for budgets of stored bytes).
+	Recorded func(op *ledger.Operation)
 	// ReplayCache bounds, in bytes, the final operations kept in memory to
 	// answer replays without the store (default 32 MiB; negative: none).
 	// It holds only what the store has durably recorded, so it is off for a
@@ -143,6 +151,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.cached(w, req, op)
 		return
 	}
+	if p := m.admit(r.Context(), req); p != nil {
+		p.Write(w)
+		return
+	}
 	// Detached: a client that leaves must not cut a reservation between its
 	// commit and its reply, leaving an operation nobody owns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
@@ -158,6 +170,29 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.duplicate(w, r, req, res.Op, next)
 	default:
 		m.existing(w, r, req, res.Op, next)
+	}
+}
+
+// admit asks Admit whether req may create an operation; one refused whose
+// key exists already goes on, since its reservation creates nothing.
+func (m *Middleware) admit(ctx context.Context, req *request) *Problem {
+	if m.opts.Admit == nil {
+		return nil
+	}
+	p := m.opts.Admit(ctx, req.tenant)
+	if p == nil {
+		return nil
+	}
+	if _, err := m.opts.Store.GetByKey(ctx, req.tenant, req.key); err == nil {
+		return nil
+	}
+	return p
+}
+
+// recorded tells Recorded of a final operation.
+func (m *Middleware) recorded(op *ledger.Operation) {
+	if m.opts.Recorded != nil && op != nil && op.State.Final() {
+		m.opts.Recorded(op)
 	}
 }
 

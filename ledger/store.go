@@ -63,6 +63,9 @@ type Store interface {
 	List(ctx context.Context, p ListParams) (Page, error)
 	// History returns an operation's transitions, oldest first.
 	History(ctx context.Context, id string) ([]Event, error)
+	// Usage returns what a tenant holds: its operations that are not final,
+	// and the bytes of its stored responses. Limits are enforced on it.
+	Usage(ctx context.Context, tenant string) (Usage, error)
 
 	// Purge deletes up to limit operations past their retention and returns
 	// how many. Executing and unknown operations are never purged: forgetting
@@ -285,6 +288,12 @@ func (p DenyParams) Validate() error {
 		return invalid("deny needs an operation id and an actor, in UTF-8 text")
 	}
 	return nil
+}
+
+// Usage is what one tenant holds in the store.
+type Usage struct {
+	Live   int64 // operations prepared, executing or unknown
+	Stored int64 // bytes of stored responses, headers and bodies
 }
 
 // ListParams selects a page of operations. Empty fields do not filter.

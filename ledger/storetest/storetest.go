@@ -49,6 +49,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ExpireLeases", func(t *testing.T) { testExpireLeases(t, b) })
 	t.Run("Retention", func(t *testing.T) { testRetention(t, b) })
 	t.Run("List", func(t *testing.T) { testList(t, b) })
+	t.Run("Usage", func(t *testing.T) { testUsage(t, b) })
 	t.Run("RaceReserve", func(t *testing.T) { testRaceReserve(t, b) })
 	t.Run("RaceTwoHandles", func(t *testing.T) { testRaceTwoHandles(t, b) })
 	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })

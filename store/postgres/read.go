@@ -63,3 +63,16 @@ func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) 
 	})
 	return events, mapErr("history", err)
 }
+
+// usageSQL counts a tenant's live operations and stored bytes;
+// octet_length reads a value's size without detoasting it.
+const usageSQL = `SELECT count(*) FILTER (WHERE state IN ('prepared', 'executing', 'unknown')),
+	coalesce(sum(octet_length(response_body)), 0) + coalesce(sum(octet_length(response_headers)), 0)
+	FROM idem_operations WHERE tenant = $1`
+
+// Usage implements ledger.Store.
+func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) {
+	var u ledger.Usage
+	err := s.pool.QueryRow(ctx, usageSQL, tenant).Scan(&u.Live, &u.Stored)
+	return u, mapErr("usage", err)
+}

@@ -74,3 +74,16 @@ func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql
 	}
 	return errors.Join(rows.Err(), rows.Close())
 }
+
+// usageSQL counts a tenant's live operations and stored bytes; length()
+// reads a blob's size from its record header, not its content.
+const usageSQL = `SELECT count(*) FILTER (WHERE state IN ('prepared', 'executing', 'unknown')),
+	coalesce(sum(length(response_body)), 0) + coalesce(sum(length(response_headers)), 0)
+	FROM idem_operations WHERE tenant = ?`
+
+// Usage implements ledger.Store.
+func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) {
+	var u ledger.Usage
+	err := queryRow(ctx, s.reads, usageSQL, tenant).Scan(&u.Live, &u.Stored)
+	return u, mapErr("usage", err)
+}

@@ -1,0 +1,199 @@
+// Package limits keeps one tenant from taking what belongs to all: a
+// request rate (a token bucket per tenant, golang.org/x/time/rate), a
+// budget of live operations and a budget of stored bytes. A request over
+// them is refused before anything is reserved; the gateway answers 429
+// rate_limited with Retry-After.
+//
+// The budgets are read from the store (ledger.Store.Usage), so that
+// several gateway instances share them, at most every Resync per tenant,
+// in the background once known; in between, each instance adds what it
+// admitted and recorded itself. A budget can so be overshot by what other
+// instances did since the last reading, and never by this one.
+package limits
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Policy is one tenant's limits. Zero fields are unlimited.
+type Policy struct {
+	Rate      rate.Limit // requests per second
+	Burst     int        // requests allowed at once above the rate
+	MaxLive   int64      // operations prepared, executing or unknown
+	MaxStored int64      // bytes of stored responses
+}
+
+// Refusal is a request over a tenant's limits: why, and when a retry may
+// pass.
+type Refusal struct {
+	Reason     string
+	RetryAfter time.Duration
+}
+
+// Error says why.
+func (r *Refusal) Error() string { return r.Reason }
+
+// Options configure a Limiter.
+type Options struct {
+	// Usage reads what a tenant holds; ledger.Store.Usage.
+	Usage func(ctx context.Context, tenant string) (ledger.Usage, error)
+	// Policy returns a tenant's limits.
+	Policy func(tenant string) Policy
+	// Resync is how stale a tenant's usage may get (default 10s).
+	Resync time.Duration
+	// OnError hears a usage that could not be read; the request is then
+	// admitted (the store that cannot answer Usage will refuse the
+	// reservation itself).
+	OnError func(tenant string, err error)
+}
+
+// Limiter enforces policies per tenant. Tenants come from authenticated
+// principals, so the set it tracks is bounded by the configuration.
+type Limiter struct {
+	opts    Options
+	mu      sync.Mutex
+	tenants map[string]*tenant
+	now     func() time.Time
+}
+
+// New returns a Limiter.
+func New(opts Options) *Limiter {
+	if opts.Resync <= 0 {
+		opts.Resync = 10 * time.Second
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(string, error) {}
+	}
+	return &Limiter{opts: opts, tenants: map[string]*tenant{}, now: time.Now}
+}
+
+// tenant is one tenant's bucket and what it is known to hold.
+type tenant struct {
+	policy     Policy
+	bucket     *rate.Limiter // nil: no rate limit
+	mu         sync.Mutex
+	known      bool
+	base       ledger.Usage // as the store last said
+	readAt     time.Time
+	added      ledger.Usage // what this instance admitted and recorded since
+	refreshing bool
+}
+
+func (l *Limiter) tenant(name string) *tenant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenants[name]
+	if t == nil {
+		t = &tenant{policy: l.opts.Policy(name)}
+		if t.policy.Rate > 0 {
+			t.bucket = rate.NewLimiter(t.policy.Rate, max(t.policy.Burst, 1))
+		}
+		l.tenants[name] = t
+	}
+	return t
+}
+
+// Request takes one request from the tenant's rate, or says how long to
+// wait for one.
+func (l *Limiter) Request(tenantName string) *Refusal {
+	t := l.tenant(tenantName)
+	if t.bucket == nil || t.bucket.Allow() {
+		return nil
+	}
+	wait := time.Duration((1 - t.bucket.Tokens()) / float64(t.bucket.Limit()) * float64(time.Second))
+	return &Refusal{Reason: fmt.Sprintf("tenant %s is over its request rate (%g/s, burst %d)", tenantName,
+		float64(t.policy.Rate), max(t.policy.Burst, 1)), RetryAfter: max(wait, time.Second)}
+}
+
+// NewOperation admits one more operation of the tenant within its budgets,
+// and counts it, or refuses it.
+func (l *Limiter) NewOperation(ctx context.Context, tenantName string) *Refusal {
+	t := l.tenant(tenantName)
+	if t.policy.MaxLive <= 0 && t.policy.MaxStored <= 0 {
+		return nil
+	}
+	l.refresh(ctx, tenantName, t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	live, stored := t.base.Live+t.added.Live, t.base.Stored+t.added.Stored
+	retry := max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))
+	switch {
+	case t.policy.MaxLive > 0 && live >= t.policy.MaxLive:
+		return &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", tenantName, live),
+			RetryAfter: retry}
+	case t.policy.MaxStored > 0 && stored >= t.policy.MaxStored:
+		return &Refusal{Reason: fmt.Sprintf("tenant %s stores %d MiB of answers, its limit is %d MiB", tenantName,
+			stored>>20, t.policy.MaxStored>>20), RetryAfter: retry}
+	}
+	t.added.Live++
+	return nil
+}
+
+// Stored counts a response this instance has just recorded for the tenant.
+func (l *Limiter) Stored(tenantName string, bytes int64) {
+	t := l.tenant(tenantName)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.added.Stored += bytes
+}
+
+// refresh reads the tenant's usage: now, the first time; in the
+// background once it is stale.
+func (l *Limiter) refresh(ctx context.Context, name string, t *tenant) {
+	t.mu.Lock()
+	known, stale := t.known, l.now().Sub(t.readAt) >= l.opts.Resync
+	if known && (!stale || t.refreshing) {
+		t.mu.Unlock()
+		return
+	}
+	t.refreshing = true
+	since := t.added
+	t.mu.Unlock()
+	if known {
+		go l.read(context.WithoutCancel(ctx), name, t, since)
+		return
+	}
+	l.read(ctx, name, t, since)
+}
+
+// read takes the store's word for the tenant's usage; what this instance
+// added after since was not in it yet.
+func (l *Limiter) read(ctx context.Context, name string, t *tenant, since ledger.Usage) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	at := l.now()
+	u, err := l.opts.Usage(ctx, name)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refreshing = false
+	if err != nil {
+		l.opts.OnError(name, err)
+		return
+	}
+	t.known, t.base, t.readAt = true, u, at
+	t.added = ledger.Usage{Live: t.added.Live - since.Live, Stored: t.added.Stored - since.Stored}
+}
+
+// ParseRate reads "100/s", "6000/m", "50/h" or a plain number per second.
+func ParseRate(s string) (rate.Limit, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		unit = "s"
+	}
+	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || per == 0 || !(n >= 0) || math.IsInf(n, 0) {
+		return 0, fmt.Errorf("rate %q: want N/s, N/m or N/h with N >= 0", s)
+	}
+	return rate.Limit(n / per), nil
+}

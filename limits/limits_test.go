@@ -1,0 +1,110 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// fakeClock is the limiter's clock, moved by hand.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newTest(p Policy, usage func(context.Context, string) (ledger.Usage, error)) (*Limiter, *fakeClock) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	l := New(Options{Usage: usage, Policy: func(string) Policy { return p }, Resync: 10 * time.Second})
+	l.now = clock.now
+	return l, clock
+}
+
+func TestRate(t *testing.T) {
+	l, _ := newTest(Policy{Rate: 1, Burst: 3}, nil)
+	for i := range 3 {
+		if r := l.Request("acme"); r != nil {
+			t.Fatalf("request %d within the burst: %v", i, r)
+		}
+	}
+	r := l.Request("acme")
+	if r == nil || r.RetryAfter < time.Second {
+		t.Fatalf("over the burst: %+v", r)
+	}
+	if r := l.Request("globex"); r != nil {
+		t.Fatalf("another tenant shares the bucket: %v", r)
+	}
+}
+
+func TestBudgets(t *testing.T) {
+	var reads atomic.Int64
+	held := ledger.Usage{Live: 8, Stored: 1 << 20}
+	l, clock := newTest(Policy{MaxLive: 10, MaxStored: 2 << 20}, func(context.Context, string) (ledger.Usage, error) {
+		reads.Add(1)
+		return held, nil
+	})
+	c := context.Background()
+	for i := range 2 {
+		if r := l.NewOperation(c, "acme"); r != nil {
+			t.Fatalf("operation %d within the budget: %v", i, r)
+		}
+	}
+	if r := l.NewOperation(c, "acme"); r == nil || r.RetryAfter != 10*time.Second {
+		t.Fatalf("the 11th live operation: %+v", r)
+	}
+	if reads.Load() != 1 {
+		t.Fatalf("usage read %d times within Resync", reads.Load())
+	}
+	// Once stale, the store's figure (which holds the two admitted) replaces
+	// what this instance counted before it read; what it admits while the
+	// read runs in the background is kept on top of it.
+	clock.t = clock.t.Add(11 * time.Second)
+	l.NewOperation(c, "acme")
+	acme := l.tenant("acme")
+	waitFor(t, func() bool { acme.mu.Lock(); defer acme.mu.Unlock(); return reads.Load() == 2 && !acme.refreshing })
+	if r := l.NewOperation(c, "acme"); r != nil {
+		t.Fatalf("after the store's new figure: %v", r)
+	}
+	l.Stored("acme", 1<<20)
+	if r := l.NewOperation(c, "acme"); r == nil {
+		t.Fatal("over the stored-bytes budget: admitted")
+	}
+}
+
+func TestUsageErrorAdmits(t *testing.T) {
+	var heard error
+	l := New(Options{Policy: func(string) Policy { return Policy{MaxLive: 1} },
+		Usage:   func(context.Context, string) (ledger.Usage, error) { return ledger.Usage{}, errors.New("down") },
+		OnError: func(_ string, err error) { heard = err }})
+	if r := l.NewOperation(context.Background(), "acme"); r != nil || heard == nil {
+		t.Fatalf("a store that cannot say: %v, heard %v", r, heard)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]rate.Limit{"100/s": 100, "60/m": 1, "3600/h": 1, "2.5": 2.5, "0/s": 0} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "fast", "10/d", "-1/s", "1/s/s", "Inf", "NaN"} {
+		if _, err := ParseRate(bad); err == nil {
+			t.Errorf("ParseRate(%q) accepted", bad)
+		}
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
