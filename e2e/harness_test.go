@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -67,6 +68,11 @@ type setup struct {
 	hold time.Duration
 	// apiLease is opsapi's lease in default mode.
 	apiLease time.Duration
+	// storeDir holds the gateway's SQLite file (default: the drill's own
+	// directory), and storeQuery is added to its DSN (?min_free=0).
+	storeDir, storeQuery string
+	// config is added to the gateway's configuration.
+	config string
 }
 
 // drill is one gateway in front of one ops API with faults.
@@ -88,11 +94,12 @@ const (
 
 func newDrill(t *testing.T, s setup) *drill {
 	dir := t.TempDir()
-	d := &drill{t: t, setup: s, dir: dir, storeDB: filepath.Join(dir, "gateway.db"), apiDB: filepath.Join(dir, "ops.db")}
+	storeDir := cmp.Or(s.storeDir, dir)
+	d := &drill{t: t, setup: s, dir: dir, storeDB: filepath.Join(storeDir, "gateway.db"), apiDB: filepath.Join(dir, "ops.db")}
 	d.startAPI()
 	d.config = filepath.Join(dir, "gateway.yaml")
 	config := fmt.Sprintf(`listen: 127.0.0.1:0
-store: sqlite:%s
+store: sqlite:%s%s
 sweep_interval: 100ms
 upstreams:
   ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t}
@@ -108,7 +115,7 @@ routes:
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-`, d.storeDB, d.api.URL, s.idempotentAPI, hashOf(token), hashOf(operatorToken))
+%s`, d.storeDB, s.storeQuery, d.api.URL, s.idempotentAPI, hashOf(token), hashOf(operatorToken), s.config)
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

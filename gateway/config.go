@@ -42,6 +42,9 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// MaxResponse bounds a stored upstream answer (1MiB).
 	MaxResponse Size `yaml:"max_response"`
+	// RecordDeadline bounds how long an outcome is retried against a store
+	// that is briefly unavailable, the answer held meanwhile (30s).
+	RecordDeadline time.Duration `yaml:"record_deadline"`
 	// HoldBeforeForward pauses every recorded write between its reservation
 	// and its forwarding. Not YAML: the crash drills set it (through
 	// IDEMGATE_DRILL_HOLD_BEFORE_FORWARD) to kill a gateway in that gap.
@@ -423,6 +426,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxResponse <= 0 {
 		c.MaxResponse = 1 << 20
+	}
+	if c.RecordDeadline <= 0 {
+		c.RecordDeadline = 30 * time.Second
 	}
 }
 

@@ -84,7 +84,7 @@ func (g *Gateway) routes() (http.Handler, error) {
 	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
-		Logger: g.log, Admit: g.admit, Recorded: g.recorded})
+		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
