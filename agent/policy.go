@@ -91,7 +91,24 @@ type attempt struct {
 	sent       bool   // the request's headers were written: the gateway may act on it
 	note       string // what reconciliation found, in words
 	asked      bool   // the gateway answered a lookup by key
+	found      bool   // and it holds an operation under the key
 	retryAfter time.Duration
+}
+
+// delivery is what the attempt tells of whether its request reached the
+// gateway.
+func (a attempt) delivery() Sent {
+	switch {
+	case a.found:
+		return SentYes
+	case a.asked: // the gateway holds nothing under the key
+		return SentNo
+	case a.err != nil && !a.sent:
+		return SentNo
+	case a.err != nil || a.status == 0:
+		return SentMaybe
+	}
+	return SentYes
 }
 
 // step is what the policy makes of an attempt.

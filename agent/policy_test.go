@@ -343,17 +343,17 @@ func TestRecordNeverGoesBackwards(t *testing.T) {
 	j := client.Journal
 	e, _ := j.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "f"})
 	last := func() Kind { l, _ := j.Latest(ctx, "i"); return l.LastKind }
-	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false)
+	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false, SentNo)
 	if last() != Failed {
 		t.Fatalf("a first outcome is kept even unreached: %s", last())
 	}
-	j.record(ctx, e.Key, 1, Outcome{Kind: Unknown}, true)
-	j.record(ctx, e.Key, 2, Outcome{Kind: Failed}, false) // the gateway was down
+	j.record(ctx, e.Key, 1, Outcome{Kind: Unknown}, true, SentMaybe)
+	j.record(ctx, e.Key, 2, Outcome{Kind: Failed}, false, SentNo) // the gateway was down
 	if last() != Unknown {
 		t.Fatalf("an unreached attempt replaced unknown: %s", last())
 	}
-	j.record(ctx, e.Key, 3, Outcome{Kind: Created}, true)
-	j.record(ctx, e.Key, 4, Outcome{Kind: InProgress}, true) // another process, late
+	j.record(ctx, e.Key, 3, Outcome{Kind: Created}, true, SentYes)
+	j.record(ctx, e.Key, 4, Outcome{Kind: InProgress}, true, SentYes) // another process, late
 	if last() != Created {
 		t.Fatalf("created was replaced: %s", last())
 	}
@@ -509,7 +509,7 @@ func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
 	if out, _ := client.Do(ctx, a); out.Kind != Created || s.count() != 1 {
 		t.Fatalf("within retention: %+v, %d sends", out, s.count())
 	}
-	if last, _ := client.Journal.lastAttempt(ctx, e.Key); time.Since(last) > time.Minute {
+	if last, _ := client.Journal.lastSentAttempt(ctx, e.Key); time.Since(last) > time.Minute {
 		t.Fatalf("last attempt %v", last)
 	}
 }

@@ -29,11 +29,11 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 	s, stale := stepRetry, false
 	if e.Attempts > 0 { // a resume: first ask the gateway what became of it
 		s = stepAsk
-		last, err := c.Journal.lastAttempt(ctx, e.Key)
+		last, err := c.Journal.lastSentAttempt(ctx, e.Key)
 		if err != nil {
 			return out, err
 		}
-		stale = time.Since(last) >= p.GatewayRetention // see reconcile
+		stale = !last.IsZero() && time.Since(last) >= p.GatewayRetention // see reconcile
 	}
 	for n := 1; ; n++ {
 		kind, num := informed, 0
@@ -62,7 +62,7 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 			kind = informed
 		}
 		out.fill(a, kind, num)
-		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out, reached); err != nil {
+		if _, err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out, reached, a.delivery()); err != nil {
 			return out, err
 		}
 		if s == stepDone || ctx.Err() != nil {
@@ -213,7 +213,7 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale
 		}
 		return stepAsk, Unknown // ask again later; never resend unasked
 	}
-	if v.raw != nil {
+	if a.found = v.raw != nil; a.found {
 		a.header = http.Header{"Idempotency-Operation": {v.ID}}
 	}
 	switch {
@@ -224,7 +224,14 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale
 			"nothing now: it may have been performed and purged, so it is not sent again. Check the upstream " +
 			"by hand; if the action is still needed, name a new intent"
 		return stepDone, Unknown
-	case v.raw == nil, v.State == "prepared" && !v.awaitsApproval():
+	case v.raw == nil:
+		if err := c.Journal.settleUnsent(ctx, key); err != nil {
+			a.err = err
+			return stepAsk, Unknown
+		}
+		a.note = "not applied at the gateway: sending it (again) with the same key"
+		return stepRetry, Failed
+	case v.State == "prepared" && !v.awaitsApproval():
 		a.note = "not applied at the gateway: sending it (again) with the same key"
 		return stepRetry, Failed
 	case v.State == "prepared":
