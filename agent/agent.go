@@ -58,7 +58,9 @@ const (
 	Failed        Kind = "failed"         // a definite failure, or transient errors past the budget
 )
 
-// Final says whether resuming the intent can change its outcome.
+// Final says the intent is settled: nothing it sent can still take effect
+// on its own, so a repeat or a revise may follow. A failed intent may still
+// succeed when resumed (see Outcome.Unfinished).
 func (k Kind) Final() bool {
 	switch k {
 	case Created, Replayed, Conflict, Rejected, Unauthorized, Failed:
@@ -78,8 +80,20 @@ type Outcome struct {
 	Body        []byte      `json:"-"`
 	Header      http.Header `json:"-"`
 	Attempts    int         `json:"attempts"`
-	// Detail is a problem's detail or the transport error, in words.
-	Detail string `json:"detail,omitempty"`
+	// Sent is what the journal knows of whether a request of this intent
+	// reached the gateway: "no" means nothing can have happened.
+	Sent Sent `json:"sent"`
+	// Reason is what happened, in words: the answer (status, problem code
+	// and detail), the transport's error ("gateway unreachable: connection
+	// refused"), or what the gateway said when asked. Never empty after Do.
+	Reason string `json:"reason"`
+	// Unfinished says the call stopped before the policy was done: the
+	// retry budget ran out, or the gateway could not be asked. Resuming the
+	// intent later goes on from there, and may change the outcome.
+	Unfinished bool `json:"unfinished"`
+	// Expired says the gateway no longer holds the operation (or may have
+	// purged it): it cannot tell more, so asking it again will not help.
+	Expired bool `json:"expired"`
 }
 
 // ErrPayloadChanged is a resume whose request differs from the intent's:

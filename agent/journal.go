@@ -317,10 +317,11 @@ func (j *Journal) lastSentAttempt(ctx context.Context, key string) (time.Time, e
 	return time.Parse(timeFormat, at.String)
 }
 
-// settleUnsent takes the gateway's word that it holds nothing under key:
-// the attempts that may have reached it did not.
-func (j *Journal) settleUnsent(ctx context.Context, key string) error {
-	if _, err := j.db.ExecContext(ctx, `UPDATE attempts SET sent = 'no' WHERE key = ? AND sent = 'maybe'`, key); err != nil {
+// settle takes the gateway's word on the attempts under key that may have
+// reached it: they did (it holds the operation, whose state says what
+// became of them), or they did not (it holds nothing under the key).
+func (j *Journal) settle(ctx context.Context, key string, sent Sent) error {
+	if _, err := j.db.ExecContext(ctx, `UPDATE attempts SET sent = ? WHERE key = ? AND sent = 'maybe'`, sent, key); err != nil {
 		return fmt.Errorf("journal %s: %w", j.path, err)
 	}
 	return nil
@@ -351,9 +352,9 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 // replaced by a later, lesser answer (another process's in_progress), and
 // an attempt whose answer told nothing of the operation (not reached,
 // rate-limited) does not replace a real answer. Such an attempt after
-// earlier ones that may have reached the gateway and whose answers were
-// never recorded (a crash) leaves the intent unknown, not failed: one of
-// them may have been applied.
+// earlier ones that may have reached the gateway, whose answers were never
+// recorded (a crash) and of which the gateway has not said since, leaves
+// the intent unknown, not failed: one of them may have been applied.
 func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reached bool, sent Sent) (*Entry, error) {
 	const keep = `((last_kind IN ('created', 'replayed') AND ?1 NOT IN ('created', 'replayed')) OR (NOT ?2 AND last_kind != ''))`
 	var e *Entry
@@ -366,7 +367,7 @@ func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reac
 		}
 		_, err := tx.ExecContext(ctx, `UPDATE intents SET
 			last_kind = CASE WHEN `+keep+` THEN last_kind WHEN NOT ?2 AND EXISTS (SELECT 1 FROM attempts
-				WHERE key = ?7 AND n != ?3 AND sent != 'no') THEN 'unknown' ELSE ?1 END,
+				WHERE key = ?7 AND n != ?3 AND sent = 'maybe') THEN 'unknown' ELSE ?1 END,
 			last_status = CASE WHEN `+keep+` OR NOT ?2 THEN last_status ELSE ?4 END,
 			operation_id = CASE WHEN ?5 = '' THEN operation_id ELSE ?5 END, updated_at = ?6 WHERE key = ?7`,
 			o.Kind, reached, n, o.Status, o.OperationID, now, key)

@@ -2,9 +2,16 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -92,6 +99,8 @@ type attempt struct {
 	note       string // what reconciliation found, in words
 	asked      bool   // the gateway answered a lookup by key
 	found      bool   // and it holds an operation under the key
+	lookupErr  error  // the lookup by key failed: the gateway could not say
+	expired    bool   // the gateway no longer holds it, or may have purged it
 	retryAfter time.Duration
 }
 
@@ -193,4 +202,85 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// reason says in words what a try came to.
+func (a attempt) reason() string {
+	first := ""
+	switch {
+	case a.err != nil && a.sent:
+		first = "the answer was lost (" + cause(a.err) + ")"
+	case a.err != nil:
+		return "gateway unreachable: " + cause(a.err)
+	case a.status > 0 && a.note == "" && a.lookupErr == nil:
+		return a.answer()
+	case a.status > 0:
+		first = a.answer()
+	}
+	if a.lookupErr != nil {
+		return join(first, "the gateway could not be asked what became of it ("+cause(a.lookupErr)+")")
+	}
+	return join(first, a.note)
+}
+
+// answer says in words what came back: the status, and a problem's code
+// and detail.
+func (a attempt) answer() string {
+	var p struct{ Detail string }
+	if a.code != "" {
+		_ = json.Unmarshal(a.body, &p)
+	}
+	s := fmt.Sprintf("answered %d", a.status)
+	if a.header.Get("Idempotent-Replayed") == "true" {
+		s = fmt.Sprintf("the gateway replayed the stored answer, %d", a.status)
+	}
+	if a.code != "" {
+		s += " " + a.code
+	}
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	if a.retryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %s)", a.retryAfter)
+	}
+	return s
+}
+
+// cause names a transport error in a few words, without the URL.
+func cause(err error) string {
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &dns):
+		return "cannot resolve " + dns.Name
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed without an answer"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	}
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(err) {
+		err = u
+	}
+	return err.Error()
+}
+
+func join(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
+// bounded cuts b to n bytes at most, for an answer quoted in words.
+func bounded(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b[:n]), "") + "…"
 }

@@ -298,7 +298,7 @@ func TestResumeAfterRetentionIsNotResent(t *testing.T) {
 	}
 	gone = true
 	out, err := client.Do(context.Background(), a)
-	if err != nil || out.Kind != Created || s.count() != 2 || !strings.Contains(out.Detail, "no longer holds") {
+	if err != nil || out.Kind != Created || s.count() != 2 || !strings.Contains(out.Reason, "no longer holds") {
 		t.Fatalf("after retention: %+v %v, %d sends", out, err, s.count())
 	}
 }
@@ -476,7 +476,7 @@ func TestPurgedUnknownSaysWhatToDo(t *testing.T) {
 	client.Do(context.Background(), a)
 	gone = true
 	out, _ := client.Do(context.Background(), a)
-	if out.Kind != Unknown || s.count() != 1 || !strings.Contains(out.Detail, "name a new intent") {
+	if out.Kind != Unknown || s.count() != 1 || !strings.Contains(out.Reason, "name a new intent") {
 		t.Fatalf("%+v, %d sends", out, s.count())
 	}
 	st, _ := client.Status(context.Background(), "charge")
@@ -500,7 +500,7 @@ func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	for range 2 { // and asking again changes nothing
 		out, err := client.Do(ctx, a)
-		if err != nil || out.Kind != Unknown || s.count() != 0 || !strings.Contains(out.Detail, "purged") {
+		if err != nil || out.Kind != Unknown || s.count() != 0 || !strings.Contains(out.Reason, "purged") {
 			t.Fatalf("%+v %v, %d sends", out, err, s.count())
 		}
 	}

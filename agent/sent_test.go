@@ -51,31 +51,31 @@ func TestNeverSentIsSentAfterRetention(t *testing.T) {
 }
 
 // A process that died after sending leaves an attempt that may have been
-// sent; the gateway's "nothing under this key" settles it, so a resend the
-// gateway turns away for now leaves the intent failed (and free to be
-// repeated), not unknown forever.
-func TestGatewaySaysNothingSettlesACrash(t *testing.T) {
-	s := &script{answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable")}, lookup: lookupSays("")}
-	client, _ := newScripted(t, s)
-	client.Policy = Policy{MaxAttempts: 1}
-	ctx := context.Background()
-	a := Action{Intent: "crashed", Method: "POST", Path: "/v1/x"}
-	e, _ := client.Journal.create(ctx, Entry{Intent: "crashed", Version: 1, Method: "POST", Path: "/v1/x",
-		Fingerprint: mustFingerprint(t, a)})
-	client.Journal.beginAttempt(ctx, e.Key) // sent; then the process died
-	if e, _ := client.Journal.Latest(ctx, "crashed"); e.Sent != SentMaybe {
-		t.Fatalf("after the crash: %+v", e)
-	}
-	if out, err := client.Do(ctx, a); err != nil || out.Kind != Failed || s.count() != 1 {
-		t.Fatalf("resume: %+v %v, %d sends", out, err, s.count())
-	}
-	last, _ := client.Journal.Latest(ctx, "crashed")
-	if last.LastKind != Failed || last.Sent != SentYes {
-		t.Fatalf("journal: %+v", last)
-	}
-	a.Mode = Repeat
-	if _, err := client.Do(ctx, a); err != nil {
-		t.Fatalf("repeat of a settled intent: %v", err)
+// sent; the gateway's word settles it (it holds nothing under the key, or
+// holds the operation released), so a resend the gateway turns away for
+// now leaves the intent failed (and free to be repeated), not unknown
+// forever, and the outcome says what the journal says.
+func TestGatewaysWordSettlesACrash(t *testing.T) {
+	for _, state := range []string{"", "prepared"} {
+		s := &script{answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable")}, lookup: lookupSays(state)}
+		client, _ := newScripted(t, s)
+		client.Policy = Policy{MaxAttempts: 1}
+		ctx := context.Background()
+		a := Action{Intent: "crashed", Method: "POST", Path: "/v1/x"}
+		e, _, _ := client.Prepare(ctx, a)
+		client.Journal.beginAttempt(ctx, e.Key) // sent; then the process died
+		if e, _ := client.Journal.Latest(ctx, "crashed"); e.Sent != SentMaybe {
+			t.Fatalf("after the crash: %+v", e)
+		}
+		out, err := client.Do(ctx, a)
+		last, _ := client.Journal.Latest(ctx, "crashed")
+		if err != nil || out.Kind != Failed || s.count() != 1 || last.LastKind != Failed || last.Sent != SentYes {
+			t.Fatalf("gateway holds %q: outcome %+v %v, %d sends, journal %+v", state, out, err, s.count(), last)
+		}
+		a.Mode = Repeat
+		if _, err := client.Do(ctx, a); err != nil {
+			t.Fatalf("repeat of a settled intent: %v", err)
+		}
 	}
 }
 

@@ -173,8 +173,8 @@ func callView(o agent.Outcome) map[string]any {
 	} else if len(o.Body) > 0 {
 		v["body"] = string(o.Body)
 	}
-	if o.Detail != "" {
-		v["detail"] = o.Detail
+	if o.Reason != "" {
+		v["reason"] = o.Reason
 	}
 	return v
 }
