@@ -345,9 +345,9 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// record stores attempt n's outcome (n 0: the gateway was only asked),
-// sent being what the attempt tells of its delivery, and returns the intent
-// as the journal now holds it. The outcome becomes the intent's latest only
+// record stores attempt n's outcome (n 0: the gateway was only asked, which
+// changes no status), sent being what the attempt tells of its delivery,
+// and returns the intent as the journal now holds it. The outcome becomes the intent's latest only
 // if it says more than what the journal holds: a known success is never
 // replaced by a later, lesser answer (another process's in_progress), and
 // an attempt whose answer told nothing of the operation (not reached,
@@ -368,7 +368,7 @@ func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reac
 		_, err := tx.ExecContext(ctx, `UPDATE intents SET
 			last_kind = CASE WHEN `+keep+` THEN last_kind WHEN NOT ?2 AND EXISTS (SELECT 1 FROM attempts
 				WHERE key = ?7 AND n != ?3 AND sent = 'maybe') THEN 'unknown' ELSE ?1 END,
-			last_status = CASE WHEN `+keep+` OR NOT ?2 THEN last_status ELSE ?4 END,
+			last_status = CASE WHEN `+keep+` OR NOT ?2 OR ?3 = 0 THEN last_status ELSE ?4 END,
 			operation_id = CASE WHEN ?5 = '' THEN operation_id ELSE ?5 END, updated_at = ?6 WHERE key = ?7`,
 			o.Kind, reached, n, o.Status, o.OperationID, now, key)
 		if err == nil {

@@ -75,11 +75,31 @@ func TestOutcomeIsTheJournalsWord(t *testing.T) {
 	a := Action{Intent: "shared", Method: "POST", Path: "/v1/x"}
 	e, _, _ := client.Prepare(ctx, a)
 	s.onSend = func(n int) { // another process gets the answer first
-		client.Journal.record(ctx, e.Key, 0, Outcome{Kind: Created, Status: 201, OperationID: "op_1"}, true, SentYes)
+		theirs, _ := client.Journal.beginAttempt(ctx, e.Key)
+		client.Journal.record(ctx, e.Key, theirs, Outcome{Kind: Created, Status: 201, OperationID: "op_1"}, true, SentYes)
 	}
 	out, err := client.Do(ctx, a)
 	if err != nil || out.Kind != Created || out.Status != 201 || len(out.Body) != 0 ||
 		!strings.Contains(out.Reason, "an earlier answer already said created") {
 		t.Fatalf("%+v %v", out, err)
+	}
+}
+
+// A resume that only asks the gateway (it says unknown) keeps the status of
+// the answer that made the intent unknown, in the outcome and the journal.
+func TestAskingKeepsTheLastStatus(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{status(500)}, lookup: lookupSays("unknown")}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Intent: "charge", Method: "POST", Path: "/v1/x"}
+	for try := range 2 {
+		out, err := client.Do(ctx, a)
+		if err != nil || out.Kind != Unknown || out.Status != 500 || s.count() != 1 {
+			t.Fatalf("try %d: %+v %v, %d sends", try, out, err, s.count())
+		}
+	}
+	pending, _ := client.Journal.Pending(ctx)
+	if len(pending) != 1 || pending[0].LastStatus != 500 {
+		t.Fatalf("pending: %+v", pending)
 	}
 }

@@ -36,7 +36,11 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 		}
 		delay := max(r.p.backoff(n, clk.Random), a.retryAfter)
 		if n >= r.p.MaxAttempts || clk.Now().Add(delay).Sub(start) > r.p.MaxElapsed {
-			r.out.Reason += fmt.Sprintf("; gave up after %d tries (the retry budget)", n)
+			tries := "tries"
+			if n == 1 {
+				tries = "try"
+			}
+			r.out.Reason += fmt.Sprintf("; gave up after %d %s (the retry budget)", n, tries)
 			return r.out, nil // the last kind stands
 		}
 		if err := clk.Sleep(ctx, delay); err != nil {
@@ -139,10 +143,11 @@ func (c *Client) clampWait(w time.Duration) time.Duration {
 }
 
 // fill takes in what one try came to. Status and body are those of the
-// last answer that told something of the operation, as the kind is.
+// last answer that told something of the operation, as the kind is; a
+// lookup alone (num 0) is no answer to the write, and keeps them.
 func (o *Outcome) fill(a attempt, kind Kind, num int, reached bool) {
 	o.Kind, o.Reason, o.Expired = kind, a.reason(), a.expired
-	if reached {
+	if reached && num > 0 {
 		o.Status, o.Body, o.Header = a.status, a.body, a.header
 	}
 	if num > 0 {
