@@ -103,3 +103,30 @@ func TestAskingKeepsTheLastStatus(t *testing.T) {
 		t.Fatalf("pending: %+v", pending)
 	}
 }
+
+// An intent the journal saw refused, whose operation the gateway has since
+// purged, stays refused: it is not sent, and it may be revised, where it
+// used to turn unknown and block every new action for good.
+func TestPurgedRefusalStaysRefused(t *testing.T) {
+	gone := false
+	s := &script{answers: []http.HandlerFunc{problemAnswer(422, "invalid_command")}, lookup: func(w http.ResponseWriter, r *http.Request) {
+		if gone {
+			w.WriteHeader(404)
+			return
+		}
+		lookupSays("failed")(w, r)
+	}}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Intent: "ticket", Method: "POST", Path: "/v1/x", Body: []byte(`{"title":""}`)}
+	client.Do(ctx, a)
+	gone = true
+	out, err := client.Do(ctx, a)
+	if err != nil || out.Kind != Rejected || !out.Expired || s.count() != 1 || !strings.Contains(out.Reason, "last saw it rejected") {
+		t.Fatalf("%+v %v, %d sends", out, err, s.count())
+	}
+	a.Mode, a.Body = Revise, []byte(`{"title":"Disk full"}`)
+	if _, err := client.Do(ctx, a); err != nil {
+		t.Fatalf("revise: %v", err)
+	}
+}

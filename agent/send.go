@@ -318,12 +318,19 @@ func judge(v opView, a *attempt) (step, Kind) {
 }
 
 // expired answers for an operation the gateway no longer holds: its
-// retention passed. Nothing is sent: the gateway would perform it anew.
+// retention passed. Nothing is sent: the gateway would perform it anew. A
+// settled intent stays what the journal last saw; only one that may still
+// have taken effect becomes unknown.
 func expired(known Outcome, a *attempt) (step, Kind) {
 	a.expired = true
-	if known.Kind == Created || known.Kind == Replayed {
+	switch {
+	case known.Kind == Created || known.Kind == Replayed:
 		a.note = fmt.Sprintf("done; the gateway no longer holds operation %s (its retention has passed), so "+
 			"its answer cannot be replayed; use repeat for a new, identical action", known.OperationID)
+		return stepDone, known.Kind
+	case known.Kind.Final():
+		a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed) and this journal "+
+			"last saw it %s: it is not sent again; a new action needs repeat or revise", known.OperationID, known.Kind)
 		return stepDone, known.Kind
 	}
 	a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed) and this journal last "+
