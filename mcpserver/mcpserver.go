@@ -29,7 +29,7 @@ func New(c *agent.Client, version string) *mcp.Server {
 	return s
 }
 
-const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Always follow next_step.`
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step.`
 
 const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown" or "in_progress" result, instead of sending the write again.`
 
@@ -44,14 +44,28 @@ type SubmitInput struct {
 	Mode   string `json:"mode,omitempty" jsonschema:"resume (default: the same action again), repeat (a new identical action) or revise (changed parameters)"`
 }
 
-// Result is what submit_write and operation_status return.
+// Result is what submit_write and operation_status return. Every field is
+// always there, so that an empty one reads as "none", never as "missing".
 type Result struct {
 	Intent      string `json:"intent"`
 	Kind        string `json:"kind"`
-	OperationID string `json:"operation_id,omitempty"`
-	Status      int    `json:"status,omitempty"`
-	Body        string `json:"body,omitempty"`
+	Sent        string `json:"sent"`
+	Reason      string `json:"reason"`
+	OperationID string `json:"operation_id"`
+	Status      int    `json:"status"`
+	Body        string `json:"body"`
+	Attempts    int    `json:"attempts"`
 	NextStep    string `json:"next_step"`
+}
+
+// resultOf is an outcome as the model reads it.
+func resultOf(o agent.Outcome) Result {
+	kind := string(o.Kind)
+	if kind == "" {
+		kind = "intent_created"
+	}
+	return Result{Intent: o.Intent, Kind: kind, Sent: string(o.Sent), Reason: o.Reason, OperationID: o.OperationID,
+		Status: o.Status, Body: bounded(o.Body), Attempts: o.Attempts, NextStep: NextStep(o)}
 }
 
 type handlers struct{ c *agent.Client }
@@ -69,8 +83,7 @@ func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in Submit
 	if err != nil && out.Key == "" {
 		return nil, Result{}, err
 	}
-	return nil, Result{Intent: out.Intent, Kind: string(out.Kind), OperationID: out.OperationID,
-		Status: out.Status, Body: bounded(out.Body), NextStep: NextStep(out.Kind)}, nil
+	return nil, resultOf(out), nil
 }
 
 // prepare answers an unnamed write: a new intent, or the one already made
@@ -80,19 +93,22 @@ func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolRe
 	if err != nil {
 		return nil, Result{}, err
 	}
-	if existing {
-		kind := string(e.LastKind)
-		if kind == "" {
-			kind = "intent_created"
-		}
-		return nil, Result{Intent: e.Intent, Kind: kind, OperationID: e.OperationID, Status: e.LastStatus,
-			NextStep: fmt.Sprintf("Nothing was sent: intent %q (made %s) is this exact request. Resume it with that "+
-				"intent (mode resume) to get its outcome; only if you mean to do the same action once more, "+
-				"use mode \"repeat\" with it.", e.Intent, e.CreatedAt.Format(time.RFC3339))}, nil
+	o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, OperationID: e.OperationID, Status: e.LastStatus,
+		Attempts: e.Attempts, Sent: e.Sent}
+	if !existing {
+		r := resultOf(o)
+		r.Reason = "nothing was sent: a new intent was made for this request"
+		r.NextStep = fmt.Sprintf("Nothing was sent yet. Call submit_write again with intent %q and the same "+
+			"method, path and body to perform it; reuse this intent on every retry of this action.", e.Intent)
+		return nil, r, nil
 	}
-	return nil, Result{Intent: e.Intent, Kind: "intent_created", NextStep: fmt.Sprintf("Nothing was sent yet. "+
-		"Call submit_write again with intent %q and the same method, path and body to perform it; "+
-		"reuse this intent on every retry of this action.", e.Intent)}, nil
+	r := resultOf(o)
+	r.Reason = fmt.Sprintf("nothing was sent: intent %q (made %s) is this exact request", e.Intent,
+		e.CreatedAt.Format(time.RFC3339))
+	r.NextStep = fmt.Sprintf("Nothing was sent now: intent %q is this exact request. Resume it with that intent "+
+		"(mode resume) to get its outcome; only if you mean to do the same action once more, use mode \"repeat\" "+
+		"with it.", e.Intent)
+	return nil, r, nil
 }
 
 // bodyBytes takes the body as JSON, or a string holding JSON (models
@@ -134,12 +150,7 @@ func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in Status
 	if err != nil {
 		return nil, Result{}, err
 	}
-	kind, body := st.Kind(), string(st.Operation)
-	if st.Problem != "" {
-		body = st.Problem
-	}
-	return nil, Result{Intent: st.Entry.Intent, Kind: string(kind), OperationID: st.Entry.OperationID,
-		Status: st.Entry.LastStatus, Body: bounded([]byte(body)), NextStep: NextStep(kind)}, nil
+	return nil, resultOf(st.Outcome()), nil
 }
 
 // ListInput is list_operations' input (none).
@@ -168,27 +179,4 @@ func bounded(b []byte) string {
 		cut--
 	}
 	return string(b[:cut]) + fmt.Sprintf("… [%d more bytes]", len(b)-cut)
-}
-
-// NextStep says, in words a model follows, what to do after a kind.
-func NextStep(k agent.Kind) string {
-	switch k {
-	case agent.Created, agent.Replayed:
-		return `Done: the action happened exactly once. Do not send it again; to do it once more on purpose, use mode "repeat".`
-	case agent.InProgress:
-		return "Still running. Call operation_status with this intent later (or submit_write again with the same intent: it will not run twice)."
-	case agent.NeedsApproval:
-		return "Waiting for a human's approval. Call operation_status later; do not create a new intent."
-	case agent.Conflict:
-		return `This intent was first sent with a different request. If the parameters changed on purpose, use mode "revise".`
-	case agent.Rejected:
-		return `Refused: the request is invalid or the API declined it (see body). Fix the parameters and use mode "revise"; resending it unchanged fails the same way.`
-	case agent.Unauthorized:
-		return "Not allowed with this server's credentials. Do not retry; tell the user."
-	case agent.Unknown:
-		return "Unknown: the request was sent and nobody knows whether it took effect. Do not retry and do not create a new intent; call operation_status later, or ask a human to reconcile it."
-	case agent.Failed:
-		return "Failed (see status and body). Retrying the same intent later with mode resume is safe; it never runs twice."
-	}
-	return `Not sent yet: call submit_write with this intent to perform it.`
 }

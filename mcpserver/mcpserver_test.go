@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,7 +20,8 @@ import (
 )
 
 // gatewayStub answers /v1/tickets with 201, loses the answer of /v1/lost
-// after reading it, and says the lost one is unknown when asked.
+// after reading it, and says the lost one is unknown when asked; /v1/busy
+// is a store unavailable for now, /v1/denied an approver's refusal.
 func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer server-side-token" {
@@ -33,6 +35,15 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 			sends.Add(1)
 			conn, _, _ := http.NewResponseController(w).Hijack()
 			conn.Close()
+		case "/v1/busy", "/v1/denied":
+			sends.Add(1)
+			status, code := 503, "store_unavailable"
+			if r.URL.Path == "/v1/denied" {
+				status, code = 403, "approval_denied"
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"code":%q,"detail":"said by the stub"}`, code)
 		default:
 			sends.Add(1)
 			w.Header().Set("Idempotency-Operation", "op_1")
@@ -78,8 +89,30 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any)
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("%s: %v", tool, err)
 		}
+		if err := promisesOnlyWhatItCarries(out); err != nil {
+			t.Errorf("%s %v: %v: %+v", tool, args, err, out)
+		}
 	}
 	return out, res
+}
+
+// promisesOnlyWhatItCarries checks a result says why, and that its next
+// step points at no field left empty.
+func promisesOnlyWhatItCarries(r mcpserver.Result) error {
+	if r.Reason == "" || !slices.Contains([]string{"no", "maybe", "yes"}, r.Sent) || r.NextStep == "" {
+		return fmt.Errorf("no reason, sent or next step")
+	}
+	_, see, ok := strings.Cut(r.NextStep, "(see ")
+	see, _, _ = strings.Cut(see, ")")
+	for _, field := range strings.FieldsFunc(see, func(c rune) bool { return c == ',' || c == ' ' }) {
+		if (field == "status" && r.Status == 0) || (field == "body" && r.Body == "") || (field == "reason" && r.Reason == "") {
+			return fmt.Errorf("the next step points at the empty %s", field)
+		}
+	}
+	if !ok && strings.Contains(r.NextStep, "see status") {
+		return fmt.Errorf("the next step points at fields it does not name")
+	}
+	return nil
 }
 
 func TestToolsAndSchemas(t *testing.T) {
@@ -204,5 +237,38 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	// The server is still there.
 	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "y", "method": "POST", "path": "/v1/t"}); st.Kind != "created" {
 		t.Fatalf("after bad input: %+v", st)
+	}
+}
+
+// A write with the gateway down says so: nothing reached it, why, and that
+// the same intent may be resumed later; the gateway turning it away for now
+// and an approver's final refusal each get their own true next step.
+func TestFailuresSayWhatHappened(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := "http://" + ln.Addr().String()
+	ln.Close()
+	var sends atomic.Int32
+	up := gatewayStub(t, &sends).URL
+	for _, c := range []struct {
+		url, path, sent string
+		status          int
+		reason, next    string
+	}{
+		{down, "/v1/tickets", "no", 0, "gateway unreachable: connection refused", "Nothing reached the gateway (see reason), so nothing happened. Call submit_write again later with the same intent"},
+		{up, "/v1/busy", "yes", 0, "answered 503 store_unavailable: said by the stub", "Not applied for now (see reason). Call submit_write again later"},
+		{up, "/v1/denied", "yes", 403, "answered 403 approval_denied: said by the stub", "Failed (see reason, status and body), and resuming this intent will not change that"},
+	} {
+		cs := connect(t, c.url)
+		r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i" + c.path, "method": "POST", "path": c.path})
+		if r.Kind != "failed" || r.Sent != c.sent || r.Status != c.status || !strings.Contains(r.Reason, c.reason) ||
+			!strings.HasPrefix(r.NextStep, c.next) || strings.Contains(r.Reason, "server-side-token") ||
+			strings.Contains(r.Reason, "127.0.0.1") {
+			t.Errorf("%s %s: %+v", c.url, c.path, r)
+		}
+		st, _ := call(t, cs, "operation_status", map[string]any{"intent": "i" + c.path})
+		if c.url == down && (st.Kind != "failed" || st.Sent != "no" ||
+			!strings.Contains(st.Reason, "the gateway could not be asked: connection refused")) {
+			t.Errorf("status with the gateway down: %+v", st)
+		}
 	}
 }
