@@ -221,12 +221,16 @@ func (j *Journal) recentWith(ctx context.Context, fp string, since time.Time) (*
 	return e, nil
 }
 
-// Pending lists the latest versions of intents whose last outcome is not
-// final (never sent, in progress, unknown, awaiting approval), oldest first.
+// Pending lists the latest versions of intents still open, oldest first:
+// those whose last outcome is not final (never sent, in progress, unknown,
+// awaiting approval), and those failed before the gateway ever answered
+// (unreachable, or "not now" past the budget: no status on record), which
+// a resume may still perform.
 func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
 	rows, err := j.db.QueryContext(ctx, `SELECT `+entryColumns+` FROM intents i
 		WHERE version = (SELECT max(version) FROM intents WHERE name = i.name)
-		AND last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
+		AND (last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
+			OR (last_kind = 'failed' AND last_status = 0))
 		ORDER BY created_at, name`)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)

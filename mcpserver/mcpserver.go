@@ -33,7 +33,7 @@ const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the A
 
 const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown" or "in_progress" result, instead of sending the write again.`
 
-const listDescription = `List this server's intents whose outcome is not final (never sent, in progress, unknown, waiting for approval), oldest first.`
+const listDescription = `List this server's open intents, oldest first: never sent, in progress, unknown, waiting for approval, or failed before the gateway could take them (nothing applied; resuming may still perform them). Each comes with the journal's last record and a next_step. Use it after losing track of your work, before starting anything new.`
 
 // SubmitInput is submit_write's input.
 type SubmitInput struct {
@@ -158,15 +158,60 @@ type ListInput struct{}
 
 // ListOutput is list_operations' output.
 type ListOutput struct {
-	Intents []*agent.Entry `json:"intents"`
+	Intents []Pending `json:"intents"`
+}
+
+// Pending is one open intent as the journal knows it, with what to do
+// about it: the model resumes its work from this after losing its context.
+type Pending struct {
+	Intent      string `json:"intent"`
+	Version     int    `json:"version"`
+	Method      string `json:"method"`
+	Path        string `json:"path"`
+	Kind        string `json:"kind"`
+	Sent        string `json:"sent"`
+	Reason      string `json:"reason"`
+	Status      int    `json:"status"`
+	OperationID string `json:"operation_id"`
+	Attempts    int    `json:"attempts"`
+	CreatedAt   string `json:"created_at"`
+	UpdatedAt   string `json:"updated_at"`
+	NextStep    string `json:"next_step"`
 }
 
 func (h *handlers) list(ctx context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {
 	entries, err := h.c.Journal.Pending(ctx)
-	if entries == nil {
-		entries = []*agent.Entry{}
+	if err != nil {
+		return nil, ListOutput{}, err
 	}
-	return nil, ListOutput{Intents: entries}, err
+	out := ListOutput{Intents: []Pending{}}
+	for _, e := range entries {
+		// Only failures the gateway never answered are listed: resuming
+		// them may still perform them.
+		o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, Sent: e.Sent, Reason: journalReason(e),
+			OperationID: e.OperationID, Status: e.LastStatus, Attempts: e.Attempts, Unfinished: e.LastKind == agent.Failed}
+		r := resultOf(o)
+		out.Intents = append(out.Intents, Pending{Intent: e.Intent, Version: e.Version, Method: e.Method, Path: e.Path,
+			Kind: r.Kind, Sent: r.Sent, Reason: r.Reason, Status: r.Status, OperationID: r.OperationID,
+			Attempts: r.Attempts, CreatedAt: e.CreatedAt.Format(time.RFC3339), UpdatedAt: e.UpdatedAt.Format(time.RFC3339),
+			NextStep: r.NextStep})
+	}
+	return nil, out, nil
+}
+
+// journalReason says what the journal last recorded of an intent.
+func journalReason(e *agent.Entry) string {
+	switch {
+	case e.Attempts == 0:
+		return "never sent"
+	case e.LastKind == "":
+		return "sent, and the process stopped before its answer was recorded"
+	}
+	s := fmt.Sprintf("the journal last recorded %s after %d attempt(s)", e.LastKind, e.Attempts)
+	if e.LastStatus > 0 {
+		s += fmt.Sprintf(", status %d", e.LastStatus)
+	}
+	return s
 }
 
 // bounded cuts a body to MaxBody bytes, on a character boundary.

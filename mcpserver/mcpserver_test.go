@@ -20,8 +20,9 @@ import (
 )
 
 // gatewayStub answers /v1/tickets with 201, loses the answer of /v1/lost
-// after reading it, and says the lost one is unknown when asked; /v1/busy
-// is a store unavailable for now, /v1/denied an approver's refusal.
+// after reading it, and says the lost one is unknown when asked; /v1/broken
+// is the upstream's own 500 passed through, /v1/busy a store unavailable
+// for now, /v1/denied an approver's refusal.
 func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer server-side-token" {
@@ -35,6 +36,9 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 			sends.Add(1)
 			conn, _, _ := http.NewResponseController(w).Hijack()
 			conn.Close()
+		case "/v1/broken":
+			sends.Add(1)
+			w.WriteHeader(500)
 		case "/v1/busy", "/v1/denied":
 			sends.Add(1)
 			status, code := 503, "store_unavailable"
@@ -270,5 +274,42 @@ func TestFailuresSayWhatHappened(t *testing.T) {
 			!strings.Contains(st.Reason, "the gateway could not be asked: connection refused")) {
 			t.Errorf("status with the gateway down: %+v", st)
 		}
+	}
+}
+
+// list_operations shows every open intent with its last status, reason
+// and next step: an unknown one keeps the status that made it unknown
+// after a resume that only asked, and a write the gateway never took is
+// listed, since resuming may still perform it.
+func TestListShowsWhatIsOpen(t *testing.T) {
+	var sends atomic.Int32
+	srv := gatewayStub(t, &sends)
+	cs := connect(t, srv.URL)
+	broken := map[string]any{"intent": "task-1/charge", "method": "POST", "path": "/v1/broken"}
+	for range 2 { // sent, the upstream's 500, the gateway says unknown; then a resume that only asks
+		if r, _ := call(t, cs, "submit_write", broken); r.Kind != "unknown" || r.Status != 500 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	call(t, cs, "submit_write", map[string]any{"intent": "task-1/ticket", "method": "POST", "path": "/v1/tickets"})
+	call(t, cs, "submit_write", map[string]any{"intent": "task-1/deploy", "method": "POST", "path": "/v1/busy"})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_operations", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatal(err, res)
+	}
+	var list mcpserver.ListOutput
+	b, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &list)
+	if len(list.Intents) != 2 {
+		t.Fatalf("open intents: %s", b)
+	}
+	unknown, busy := list.Intents[0], list.Intents[1]
+	if unknown.Intent != "task-1/charge" || unknown.Kind != "unknown" || unknown.Status != 500 || unknown.Sent != "yes" ||
+		!strings.Contains(unknown.Reason, "status 500") || !strings.Contains(unknown.NextStep, "operation_status") {
+		t.Errorf("unknown: %+v", unknown)
+	}
+	if busy.Intent != "task-1/deploy" || busy.Kind != "failed" || busy.Method != "POST" || busy.Path != "/v1/busy" ||
+		!strings.Contains(busy.NextStep, "Call submit_write again later with the same intent") {
+		t.Errorf("turned away for now: %+v", busy)
 	}
 }
