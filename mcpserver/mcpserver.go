@@ -23,9 +23,12 @@ const MaxBody = 8 << 10
 func New(c *agent.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Version: version}, nil)
 	h := &handlers{c: c}
-	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription}, h.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription}, h.status)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription}, h.list)
+	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription,
+		InputSchema: schemaFor[SubmitInput](), OutputSchema: schemaFor[Result]()}, h.submit)
+	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription,
+		InputSchema: schemaFor[StatusInput](), OutputSchema: schemaFor[Result]()}, h.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription,
+		InputSchema: schemaFor[ListInput](), OutputSchema: schemaFor[ListOutput]()}, h.list)
 	return s
 }
 
@@ -37,25 +40,25 @@ const listDescription = `List this server's open intents, oldest first: never se
 
 // SubmitInput is submit_write's input.
 type SubmitInput struct {
-	Intent string `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
-	Method string `json:"method" jsonschema:"POST, PUT, PATCH or DELETE"`
-	Path   string `json:"path" jsonschema:"the API path, starting with /, e.g. /v1/tickets"`
-	Body   any    `json:"body,omitempty" jsonschema:"the JSON body"`
-	Mode   string `json:"mode,omitempty" jsonschema:"resume (default: the same action again), repeat (a new identical action) or revise (changed parameters)"`
+	Intent string         `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
+	Method string         `json:"method" jsonschema:"the HTTP method of the write"`
+	Path   string         `json:"path" jsonschema:"the API path with its query, starting with /, e.g. /v1/tickets"`
+	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"`
+	Mode   string         `json:"mode,omitempty" jsonschema:"resume: the same action again (the default, also after a timeout or an error); repeat: a new, identical action on purpose; revise: changed parameters for this intent"`
 }
 
 // Result is what submit_write and operation_status return. Every field is
 // always there, so that an empty one reads as "none", never as "missing".
 type Result struct {
-	Intent      string `json:"intent"`
-	Kind        string `json:"kind"`
-	Sent        string `json:"sent"`
-	Reason      string `json:"reason"`
-	OperationID string `json:"operation_id"`
-	Status      int    `json:"status"`
-	Body        string `json:"body"`
-	Attempts    int    `json:"attempts"`
-	NextStep    string `json:"next_step"`
+	Intent      string `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
+	Kind        string `json:"kind" jsonschema:"what became of the write"`
+	Sent        string `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
+	Reason      string `json:"reason" jsonschema:"what happened, in words"`
+	OperationID string `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Status      int    `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	Body        string `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
+	Attempts    int    `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	NextStep    string `json:"next_step" jsonschema:"what to do now: follow it"`
 }
 
 // resultOf is an outcome as the model reads it.
@@ -111,17 +114,10 @@ func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolRe
 	return nil, r, nil
 }
 
-// bodyBytes takes the body as JSON, or a string holding JSON (models
-// sometimes send it pre-encoded); any other string is refused.
-func bodyBytes(v any) ([]byte, error) {
-	switch b := v.(type) {
-	case nil:
+// bodyBytes encodes the body; nil is no body.
+func bodyBytes(v map[string]any) ([]byte, error) {
+	if v == nil {
 		return nil, nil
-	case string:
-		if !json.Valid([]byte(b)) {
-			return nil, errors.New("body must be JSON (an object), not a plain string")
-		}
-		return []byte(b), nil
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
@@ -132,8 +128,8 @@ func bodyBytes(v any) ([]byte, error) {
 
 // StatusInput is operation_status's input: one of the two.
 type StatusInput struct {
-	Intent      string `json:"intent,omitempty" jsonschema:"the intent"`
-	OperationID string `json:"operation_id,omitempty" jsonschema:"or the gateway's operation id"`
+	Intent      string `json:"intent,omitempty" jsonschema:"the intent to look up; give this or operation_id"`
+	OperationID string `json:"operation_id,omitempty" jsonschema:"the gateway's operation id to look up; give this or intent"`
 }
 
 func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, Result, error) {
@@ -158,25 +154,25 @@ type ListInput struct{}
 
 // ListOutput is list_operations' output.
 type ListOutput struct {
-	Intents []Pending `json:"intents"`
+	Intents []Pending `json:"intents" jsonschema:"the open intents, oldest first; empty when there are none"`
 }
 
 // Pending is one open intent as the journal knows it, with what to do
 // about it: the model resumes its work from this after losing its context.
 type Pending struct {
-	Intent      string `json:"intent"`
-	Version     int    `json:"version"`
-	Method      string `json:"method"`
-	Path        string `json:"path"`
-	Kind        string `json:"kind"`
-	Sent        string `json:"sent"`
-	Reason      string `json:"reason"`
-	Status      int    `json:"status"`
-	OperationID string `json:"operation_id"`
-	Attempts    int    `json:"attempts"`
-	CreatedAt   string `json:"created_at"`
-	UpdatedAt   string `json:"updated_at"`
-	NextStep    string `json:"next_step"`
+	Intent      string `json:"intent" jsonschema:"the intent: resume it with submit_write, or look it up with operation_status"`
+	Version     int    `json:"version" jsonschema:"the intent's version (a revise makes a new one)"`
+	Method      string `json:"method" jsonschema:"the write's HTTP method"`
+	Path        string `json:"path" jsonschema:"the write's API path"`
+	Kind        string `json:"kind" jsonschema:"what the journal last recorded of it"`
+	Sent        string `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no, maybe or yes"`
+	Reason      string `json:"reason" jsonschema:"what the journal last recorded, in words"`
+	Status      int    `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	OperationID string `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Attempts    int    `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	CreatedAt   string `json:"created_at" jsonschema:"when the intent was made (RFC 3339)"`
+	UpdatedAt   string `json:"updated_at" jsonschema:"when the journal last changed it (RFC 3339)"`
+	NextStep    string `json:"next_step" jsonschema:"what to do about it now: follow it"`
 }
 
 func (h *handlers) list(ctx context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {

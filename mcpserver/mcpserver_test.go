@@ -119,13 +119,19 @@ func promisesOnlyWhatItCarries(r mcpserver.Result) error {
 	return nil
 }
 
-func TestToolsAndSchemas(t *testing.T) {
+// listTools is tools/list, as a client connected to a fresh server sees it.
+func listTools(t *testing.T) *mcp.ListToolsResult {
+	t.Helper()
 	var sends atomic.Int32
-	cs := connect(t, gatewayStub(t, &sends).URL)
-	res, err := cs.ListTools(context.Background(), nil)
+	res, err := connect(t, gatewayStub(t, &sends).URL).ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return res
+}
+
+func TestToolsAndSchemas(t *testing.T) {
+	res := listTools(t)
 	var names []string
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
@@ -221,6 +227,8 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 		{"intent": "x", "method": "POST", "path": "no-slash"},
 		{"intent": "x", "method": "POST", "path": "/v1/tickets", "body": "not json"},
 		{"intent": "x", "method": "POST", "path": "/v1/tickets", "unknown": true},
+		{"intent": "x", "method": "post", "path": "/v1/tickets"},
+		{"intent": "x", "method": "GET", "path": "/v1/tickets"},
 	} {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "submit_write", Arguments: args})
 		if err != nil || !res.IsError {
@@ -233,10 +241,11 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	if sends.Load() != 0 {
 		t.Fatalf("%d malformed writes were sent", sends.Load())
 	}
-	// A body sent pre-encoded as a string is taken as the JSON it holds.
-	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
-		"body": `{"a":1}`}); st.Kind != "created" {
-		t.Fatalf("a JSON string body: %+v", st)
+	// The body is an object: one sent pre-encoded as a string is refused
+	// with the type it should have, and nothing is sent.
+	if _, res := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
+		"body": `{"a":1}`}); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), `want "object"`) || sends.Load() != 0 {
+		t.Fatalf("a JSON string body: %+v", res)
 	}
 	// The server is still there.
 	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "y", "method": "POST", "path": "/v1/t"}); st.Kind != "created" {
