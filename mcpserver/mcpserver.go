@@ -43,7 +43,7 @@ type SubmitInput struct {
 	Intent string         `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
 	Method string         `json:"method" jsonschema:"the HTTP method of the write"`
 	Path   string         `json:"path" jsonschema:"the API path with its query, starting with /, e.g. /v1/tickets"`
-	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"`
+	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"` // for the schema: see rawBody
 	Mode   string         `json:"mode,omitempty" jsonschema:"resume: the same action again (the default, also after a timeout or an error); repeat: a new, identical action on purpose; revise: changed parameters for this intent"`
 }
 
@@ -73,8 +73,8 @@ func resultOf(o agent.Outcome) Result {
 
 type handlers struct{ c *agent.Client }
 
-func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
-	body, err := bodyBytes(in.Body)
+func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
+	body, err := rawBody(req)
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -114,16 +114,22 @@ func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolRe
 	return nil, r, nil
 }
 
-// bodyBytes encodes the body; nil is no body.
-func bodyBytes(v map[string]any) ([]byte, error) {
-	if v == nil {
+// rawBody is the body exactly as the client sent it. The SDK checks the
+// arguments against the schema by decoding them into Go values and
+// encoding them again, which turns every number into a float64: an amount
+// of 9007199254740993 reached the API as 9007199254740992. The agent gets
+// these bytes instead, and refuses what JSON numbers cannot carry exactly.
+func rawBody(req *mcp.CallToolRequest) ([]byte, error) {
+	var args struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	if len(args.Body) == 0 || string(args.Body) == "null" {
 		return nil, nil
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("body: %w", err)
-	}
-	return out, nil
+	return args.Body, nil
 }
 
 // StatusInput is operation_status's input: one of the two.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -320,5 +321,29 @@ func TestListShowsWhatIsOpen(t *testing.T) {
 	if busy.Intent != "task-1/deploy" || busy.Kind != "failed" || busy.Method != "POST" || busy.Path != "/v1/busy" ||
 		!strings.Contains(busy.NextStep, "Call submit_write again later with the same intent") {
 		t.Errorf("turned away for now: %+v", busy)
+	}
+}
+
+// The body reaches the API as the model wrote it: numbers keep their text,
+// and an integer JSON cannot carry exactly is refused, never rounded (the
+// SDK's own decoding turned 9007199254740993 into ...992).
+func TestBodyNumbersAreNotRounded(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(srv.Close)
+	cs := connect(t, srv.URL)
+	exact := map[string]any{"intent": "pay", "method": "POST", "path": "/v1/payments",
+		"body": map[string]any{"amount": json.RawMessage(`12.50`), "ref": json.RawMessage(`9007199254740991`)}}
+	if r, _ := call(t, cs, "submit_write", exact); r.Kind != "created" || got.Load() != `{"amount":12.50,"ref":9007199254740991}` {
+		t.Fatalf("%+v, the API got %v", r, got.Load())
+	}
+	big := map[string]any{"intent": "pay-2", "method": "POST", "path": "/v1/payments",
+		"body": map[string]any{"amount": json.RawMessage(`9007199254740993`)}}
+	if _, res := call(t, cs, "submit_write", big); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "2^53") {
+		t.Fatalf("an integer beyond 2^53: %+v, the API got %v", res, got.Load())
 	}
 }
