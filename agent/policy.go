@@ -169,15 +169,17 @@ func decide(a attempt) (step, Kind) {
 }
 
 // transient says an answer means "not now" and nothing was applied: a
-// rate limit, a gateway that could not reserve or reach the upstream, or
-// an upstream's 408/409/425 the gateway released. It tells nothing of an
-// operation an earlier attempt may have started, so it is not recorded
-// over what the journal knows.
+// rate limit (the upstream's, or the gateway's own rate_limited), a
+// gateway that could not reserve or reach the upstream, a concurrency
+// group another operation holds, or an upstream's 408/409/425 the gateway
+// released. It tells nothing of an operation an earlier attempt may have
+// started, so it is not recorded over what the journal knows.
 func transient(a attempt) bool {
 	switch {
 	case a.err != nil:
 		return !a.sent
-	case a.code == "store_unavailable", a.code == "upstream_unavailable":
+	case a.code == "store_unavailable", a.code == "upstream_unavailable", a.code == "rate_limited",
+		a.code == "concurrency_locked":
 		return true
 	case a.code != "" || a.header.Get("Idempotent-Replayed") == "true":
 		return false

@@ -60,7 +60,8 @@ func TestDecideEveryFamily(t *testing.T) {
 		"invalid command":       {problem(422, "invalid_command"), stepDone, Rejected},
 		"missing key":           {problem(400, "missing_key"), stepDone, Rejected},
 		"too large":             {problem(413, "payload_too_large"), stepDone, Rejected},
-		"concurrency locked":    {problem(409, "concurrency_locked"), stepDone, Rejected},
+		"concurrency locked":    {problem(409, "concurrency_locked"), stepRetry, Failed},
+		"gateway rate limit":    {problem(429, "rate_limited"), stepRetry, Failed},
 		"business refusal":      {attempt{status: 422, header: http.Header{}}, stepDone, Rejected},
 		"unauthorized":          {problem(401, "unauthorized"), stepDone, Unauthorized},
 		"forbidden":             {problem(403, "forbidden"), stepDone, Unauthorized},
@@ -193,6 +194,9 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 	}{
 		"429 waits Retry-After": {answers: []http.HandlerFunc{status(429, "Retry-After", "3"), status(201)},
 			kind: Created, sends: 2, sleeps: []time.Duration{3 * time.Second}},
+		"the gateway's rate limit, then a free concurrency group": {answers: []http.HandlerFunc{
+			problemAnswer(429, "rate_limited"), problemAnswer(409, "concurrency_locked"), status(201)},
+			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		"503 backs off": {answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable"),
 			problemAnswer(502, "upstream_unavailable"), status(201)},
 			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
