@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -277,12 +276,4 @@ func join(a, b string) string {
 		return a + b
 	}
 	return a + "; " + b
-}
-
-// bounded cuts b to n bytes at most, for an answer quoted in words.
-func bounded(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
-	}
-	return strings.ToValidUTF8(string(b[:n]), "") + "…"
 }

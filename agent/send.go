@@ -202,12 +202,17 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) atte
 		return a
 	}
 	a.retryAfter = retryAfter(resp.Header, c.clock().Now())
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-		var p struct{ Code string }
-		_ = json.Unmarshal(a.body, &p)
-		a.code = p.Code
-	}
+	a.code = problemCode(resp.Header, a.body)
 	return a
+}
+
+// problemCode is an answer's problem code, if it is a problem.
+func problemCode(h http.Header, body []byte) string {
+	var p struct{ Code string }
+	if strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") {
+		_ = json.Unmarshal(body, &p)
+	}
+	return p.Code
 }
 
 // opView is the part of the gateway's operation view the client reads.
@@ -243,7 +248,8 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 	case resp.StatusCode == http.StatusNotFound:
 		return opView{}, nil
 	case resp.StatusCode != http.StatusOK:
-		return opView{}, fmt.Errorf("its lookup answered %d %s", resp.StatusCode, bounded(bytes.TrimSpace(body), 200))
+		return opView{}, fmt.Errorf("its lookup %s", attempt{status: resp.StatusCode, body: body,
+			code: problemCode(resp.Header, body), header: http.Header{}}.answer())
 	}
 	var v opView
 	if err := json.Unmarshal(body, &v); err != nil {
