@@ -86,7 +86,15 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 	if err != nil && out.Key == "" {
 		return nil, Result{}, err
 	}
-	return nil, resultOf(out), nil
+	out.Unfinished = out.Unfinished || err != nil // stopped before the policy was done
+	r := resultOf(out)
+	switch { // after sending: the outcome so far stands
+	case err != nil && ctx.Err() != nil:
+		r.Reason += "; the call was cancelled before the policy was done"
+	case err != nil:
+		r.Reason += "; the journal could not record this outcome (" + err.Error() + "): resuming asks the gateway first"
+	}
+	return nil, r, nil
 }
 
 // prepare answers an unnamed write: a new intent, or the one already made

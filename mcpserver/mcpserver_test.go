@@ -62,6 +62,13 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 
 func connect(t *testing.T, url string) *mcp.ClientSession {
 	t.Helper()
+	cs, _ := connectClient(t, url)
+	return cs
+}
+
+// connectClient is connect, with the agent client the server runs.
+func connectClient(t *testing.T, url string) (*mcp.ClientSession, *agent.Client) {
+	t.Helper()
 	ctx := context.Background()
 	j, err := agent.OpenJournal(ctx, filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
@@ -78,7 +85,7 @@ func connect(t *testing.T, url string) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, c
 }
 
 // call calls a tool and decodes its structured result.
@@ -345,5 +352,22 @@ func TestBodyNumbersAreNotRounded(t *testing.T) {
 		"body": map[string]any{"amount": json.RawMessage(`9007199254740993`)}}
 	if _, res := call(t, cs, "submit_write", big); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "2^53") {
 		t.Fatalf("an integer beyond 2^53: %+v, the API got %v", res, got.Load())
+	}
+}
+
+// A write whose outcome the journal then fails to record says so in its
+// reason, where the error was dropped and the result read as recorded.
+func TestJournalFailureAfterSendingIsSaid(t *testing.T) {
+	var c *agent.Client
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.Journal.Close() // the disk goes away while the write is at the API
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(srv.Close)
+	var cs *mcp.ClientSession
+	cs, c = connectClient(t, srv.URL)
+	r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i", "method": "POST", "path": "/v1/x"})
+	if r.Kind != "created" || !strings.Contains(r.Reason, "the journal could not record this outcome") {
+		t.Fatalf("%+v", r)
 	}
 }
