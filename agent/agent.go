@@ -9,7 +9,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,7 +57,9 @@ const (
 	Failed        Kind = "failed"         // a definite failure, or transient errors past the budget
 )
 
-// Final says whether resuming the intent can change its outcome.
+// Final says the intent is settled: nothing it sent can still take effect
+// on its own, so a repeat or a revise may follow. A failed intent may still
+// succeed when resumed (see Outcome.Unfinished).
 func (k Kind) Final() bool {
 	switch k {
 	case Created, Replayed, Conflict, Rejected, Unauthorized, Failed:
@@ -78,8 +79,20 @@ type Outcome struct {
 	Body        []byte      `json:"-"`
 	Header      http.Header `json:"-"`
 	Attempts    int         `json:"attempts"`
-	// Detail is a problem's detail or the transport error, in words.
-	Detail string `json:"detail,omitempty"`
+	// Sent is what the journal knows of whether a request of this intent
+	// reached the gateway: "no" means nothing can have happened.
+	Sent Sent `json:"sent"`
+	// Reason is what happened, in words: the answer (status, problem code
+	// and detail), the transport's error ("gateway unreachable: connection
+	// refused"), or what the gateway said when asked. Never empty after Do.
+	Reason string `json:"reason"`
+	// Unfinished says the call stopped before the policy was done: the
+	// retry budget ran out, or the gateway could not be asked. Resuming the
+	// intent later goes on from there, and may change the outcome.
+	Unfinished bool `json:"unfinished"`
+	// Expired says the gateway no longer holds the operation (or may have
+	// purged it): it cannot tell more, so asking it again will not help.
+	Expired bool `json:"expired"`
 }
 
 // ErrPayloadChanged is a resume whose request differs from the intent's:
@@ -192,48 +205,6 @@ func actionFingerprint(a Action) (string, error) {
 		Command: body})
 }
 
-// Status is what the journal and the gateway know of an intent.
-type Status struct {
-	Entry     *Entry          `json:"journal"`
-	Operation json.RawMessage `json:"operation,omitempty"` // the gateway's view, when it has one
-	Problem   string          `json:"gateway_problem,omitempty"`
-}
-
-// Status looks the intent's latest version up in the journal and at the
-// gateway.
-func (c *Client) Status(ctx context.Context, intent string) (Status, error) {
-	e, err := c.Journal.Latest(ctx, intent)
-	if err != nil {
-		return Status{}, err
-	}
-	return c.statusOf(ctx, e), nil
-}
-
-// StatusByOperation is Status for the intent whose operation id is opID.
-func (c *Client) StatusByOperation(ctx context.Context, opID string) (Status, error) {
-	e, err := c.Journal.ByOperation(ctx, opID)
-	if err != nil {
-		return Status{}, err
-	}
-	return c.statusOf(ctx, e), nil
-}
-
-func (c *Client) statusOf(ctx context.Context, e *Entry) Status {
-	st := Status{Entry: e}
-	view, err := c.lookup(ctx, e.Key)
-	switch {
-	case err != nil:
-		st.Problem = err.Error()
-	case view.raw == nil && e.OperationID != "":
-		st.Problem = fmt.Sprintf("the gateway no longer holds operation %s: its retention has passed", e.OperationID)
-	case view.raw == nil:
-		st.Problem = "the gateway has no operation under this intent's key: it was never reserved"
-	default:
-		st.Operation = view.raw
-	}
-	return st
-}
-
 func (c *Client) clock() Clock {
 	if c.Clock == nil {
 		return realClock{}
@@ -277,35 +248,4 @@ func (c *Client) Prepare(ctx context.Context, a Action) (e *Entry, existing bool
 	a.Intent = "intent-" + newKey()[:12]
 	e, err = c.entry(ctx, a)
 	return e, false, err
-}
-
-// Kind is the intent's outcome as the gateway now sees it, or as the
-// journal last recorded it when the gateway cannot tell more ("" for an
-// intent never sent).
-func (s Status) Kind() Kind {
-	var v opView
-	_ = json.Unmarshal(s.Operation, &v)
-	last := s.Entry.LastKind
-	switch v.State {
-	case "executing":
-		return InProgress
-	case "unknown":
-		return Unknown
-	case "prepared": // not applied (released, or resolved so): resuming is safe
-		if v.awaitsApproval() {
-			return NeedsApproval
-		}
-		return Failed
-	case "succeeded":
-		if last == Created || last == Replayed {
-			return last
-		}
-		return Replayed // an operator's resolution, or a lost answer: a resume replays it
-	case "failed":
-		if last == Rejected {
-			return last
-		}
-		return Failed
-	}
-	return last
 }

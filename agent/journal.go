@@ -42,8 +42,15 @@ CREATE TABLE IF NOT EXISTS attempts (
 	started_at TEXT NOT NULL,
 	kind       TEXT NOT NULL DEFAULT '',
 	status     INTEGER NOT NULL DEFAULT 0,
+	sent       TEXT NOT NULL DEFAULT 'maybe',
 	PRIMARY KEY (key, n)
 );`
+
+// addSentColumn brings a journal made before attempts.sent up to date. Its
+// attempts stay "maybe" unless the gateway answered them: an old journal
+// cannot tell a refused connection from a lost answer.
+const addSentColumn = `ALTER TABLE attempts ADD COLUMN sent TEXT NOT NULL DEFAULT 'maybe';
+UPDATE attempts SET sent = 'yes' WHERE status > 0;`
 
 // Journal is the agent's durable memory of its intents: each intent's key
 // is written here before the first request that carries it is sent, so a
@@ -66,6 +73,7 @@ type Entry struct {
 	LastKind    Kind      `json:"last_kind,omitempty"`
 	LastStatus  int       `json:"last_status,omitempty"`
 	OperationID string    `json:"operation_id,omitempty"`
+	Sent        Sent      `json:"sent"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
@@ -110,6 +118,16 @@ func (j *Journal) init(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, journalSchema); err != nil {
 		return err
 	}
+	var hasSent int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('attempts') WHERE name = 'sent'`).
+		Scan(&hasSent); err != nil {
+		return err
+	}
+	if hasSent == 0 {
+		if _, err := tx.ExecContext(ctx, addSentColumn); err != nil {
+			return fmt.Errorf("add attempts.sent: %w", err)
+		}
+	}
 	return tx.Commit()
 }
 
@@ -119,14 +137,38 @@ func (j *Journal) Close() error { return j.db.Close() }
 // Path is the journal's file.
 func (j *Journal) Path() string { return j.path }
 
-const entryColumns = `name, version, key, method, path, fingerprint, attempts, last_kind, last_status,
-	operation_id, created_at, updated_at`
+// Sent says whether a request of an intent may have reached the gateway,
+// so that "failed" can say whether anything left and a resume knows what
+// "the gateway holds nothing" means.
+type Sent string
+
+// What the journal knows of an intent's requests.
+const (
+	// SentNo: none reached the gateway (each was refused before it was
+	// written, or the gateway later said it holds nothing under the key):
+	// nothing can have happened.
+	SentNo Sent = "no"
+	// SentMaybe: one left with no answer recorded (lost, or the process
+	// died), and the gateway could not yet say whether it arrived.
+	SentMaybe Sent = "maybe"
+	// SentYes: the gateway received one: it answered, or holds an
+	// operation under the key.
+	SentYes Sent = "yes"
+)
+
+// sentOf is the SQL for an intent's Sent, from its attempts and from the
+// operation id only the gateway can have named.
+const sentOf = `CASE WHEN i.operation_id != '' OR EXISTS (SELECT 1 FROM attempts a WHERE a.key = i.key AND a.sent = 'yes')
+	THEN 'yes' WHEN EXISTS (SELECT 1 FROM attempts a WHERE a.key = i.key AND a.sent = 'maybe') THEN 'maybe' ELSE 'no' END`
+
+const entryColumns = `i.name, i.version, i.key, i.method, i.path, i.fingerprint, i.attempts, i.last_kind, i.last_status,
+	i.operation_id, ` + sentOf + `, i.created_at, i.updated_at`
 
 func scanEntry(row interface{ Scan(...any) error }) (*Entry, error) {
 	var e Entry
 	var created, updated string
 	err := row.Scan(&e.Intent, &e.Version, &e.Key, &e.Method, &e.Path, &e.Fingerprint, &e.Attempts, &e.LastKind,
-		&e.LastStatus, &e.OperationID, &created, &updated)
+		&e.LastStatus, &e.OperationID, &e.Sent, &created, &updated)
 	if err != nil {
 		return nil, err
 	}
@@ -140,8 +182,8 @@ var ErrNoIntent = errors.New("no such intent in the journal")
 
 // Latest returns the newest version of the named intent.
 func (j *Journal) Latest(ctx context.Context, name string) (*Entry, error) {
-	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE name = ?
-		ORDER BY version DESC LIMIT 1`, name))
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i WHERE i.name = ?
+		ORDER BY i.version DESC LIMIT 1`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("intent %q: %w", name, ErrNoIntent)
 	}
@@ -153,7 +195,7 @@ func (j *Journal) Latest(ctx context.Context, name string) (*Entry, error) {
 
 // ByOperation returns the entry whose request the gateway named opID.
 func (j *Journal) ByOperation(ctx context.Context, opID string) (*Entry, error) {
-	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE operation_id = ?`, opID))
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i WHERE operation_id = ?`, opID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("operation %q: %w", opID, ErrNoIntent)
 	}
@@ -179,12 +221,16 @@ func (j *Journal) recentWith(ctx context.Context, fp string, since time.Time) (*
 	return e, nil
 }
 
-// Pending lists the latest versions of intents whose last outcome is not
-// final (never sent, in progress, unknown, awaiting approval), oldest first.
+// Pending lists the latest versions of intents still open, oldest first:
+// those whose last outcome is not final (never sent, in progress, unknown,
+// awaiting approval), and those failed before the gateway ever answered
+// (unreachable, or "not now" past the budget: no status on record), which
+// a resume may still perform.
 func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
 	rows, err := j.db.QueryContext(ctx, `SELECT `+entryColumns+` FROM intents i
 		WHERE version = (SELECT max(version) FROM intents WHERE name = i.name)
-		AND last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
+		AND (last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
+			OR (last_kind = 'failed' AND last_status = 0))
 		ORDER BY created_at, name`)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
@@ -211,7 +257,7 @@ func (j *Journal) create(ctx context.Context, e Entry) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
-	got, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents WHERE name = ? AND version = ?`,
+	got, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i WHERE name = ? AND version = ?`,
 		e.Intent, e.Version))
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
@@ -261,17 +307,28 @@ func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
-// lastAttempt returns when the intent's latest attempt started (zero if
-// it was never sent).
-func (j *Journal) lastAttempt(ctx context.Context, key string) (time.Time, error) {
+// lastSentAttempt returns when the intent's latest attempt that may have
+// reached the gateway started (zero if none may have).
+func (j *Journal) lastSentAttempt(ctx context.Context, key string) (time.Time, error) {
 	var at sql.NullString
-	if err := j.db.QueryRowContext(ctx, `SELECT max(started_at) FROM attempts WHERE key = ?`, key).Scan(&at); err != nil {
+	if err := j.db.QueryRowContext(ctx, `SELECT max(started_at) FROM attempts WHERE key = ? AND sent != 'no'`, key).
+		Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("journal %s: %w", j.path, err)
 	}
 	if !at.Valid {
 		return time.Time{}, nil
 	}
 	return time.Parse(timeFormat, at.String)
+}
+
+// settle takes the gateway's word on the attempts under key that may have
+// reached it: they did (it holds the operation, whose state says what
+// became of them), or they did not (it holds nothing under the key).
+func (j *Journal) settle(ctx context.Context, key string, sent Sent) error {
+	if _, err := j.db.ExecContext(ctx, `UPDATE attempts SET sent = ? WHERE key = ? AND sent = 'maybe'`, sent, key); err != nil {
+		return fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return nil
 }
 
 // beginAttempt records an attempt before it is sent, and returns its
@@ -292,31 +349,41 @@ func (j *Journal) beginAttempt(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// record stores attempt n's outcome. It becomes the intent's latest only
+// record stores attempt n's outcome (n 0: the gateway was only asked, which
+// changes no status), sent being what the attempt tells of its delivery,
+// and returns the intent as the journal now holds it. The outcome becomes the intent's latest only
 // if it says more than what the journal holds: a known success is never
 // replaced by a later, lesser answer (another process's in_progress), and
 // an attempt whose answer told nothing of the operation (not reached,
 // rate-limited) does not replace a real answer. Such an attempt after
-// earlier ones whose answers were never recorded (a crash) leaves the
-// intent unknown, not failed: one of them may have been applied.
-func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reached bool) error {
+// earlier ones that may have reached the gateway, whose answers were never
+// recorded (a crash) and of which the gateway has not said since, leaves
+// the intent unknown, not failed: one of them may have been applied.
+func (j *Journal) record(ctx context.Context, key string, n int, o Outcome, reached bool, sent Sent) (*Entry, error) {
 	const keep = `((last_kind IN ('created', 'replayed') AND ?1 NOT IN ('created', 'replayed')) OR (NOT ?2 AND last_kind != ''))`
+	var e *Entry
 	err := j.tx(ctx, func(tx *sql.Tx, now string) error {
+		if n > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ?, sent = ? WHERE key = ? AND n = ?`,
+				o.Kind, o.Status, sent, key, n); err != nil {
+				return err
+			}
+		}
 		_, err := tx.ExecContext(ctx, `UPDATE intents SET
-			last_kind = CASE WHEN `+keep+` THEN last_kind WHEN NOT ?2 AND ?3 > 1 THEN 'unknown' ELSE ?1 END,
-			last_status = CASE WHEN `+keep+` OR NOT ?2 THEN last_status ELSE ?4 END,
+			last_kind = CASE WHEN `+keep+` THEN last_kind WHEN NOT ?2 AND EXISTS (SELECT 1 FROM attempts
+				WHERE key = ?7 AND n != ?3 AND sent = 'maybe') THEN 'unknown' ELSE ?1 END,
+			last_status = CASE WHEN `+keep+` OR NOT ?2 OR ?3 = 0 THEN last_status ELSE ?4 END,
 			operation_id = CASE WHEN ?5 = '' THEN operation_id ELSE ?5 END, updated_at = ?6 WHERE key = ?7`,
 			o.Kind, reached, n, o.Status, o.OperationID, now, key)
-		if err == nil && n > 0 {
-			_, err = tx.ExecContext(ctx, `UPDATE attempts SET kind = ?, status = ? WHERE key = ? AND n = ?`,
-				o.Kind, o.Status, key, n)
+		if err == nil {
+			e, err = scanEntry(tx.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i WHERE i.key = ?`, key))
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("journal %s: record outcome: %w", j.path, err)
+		return nil, fmt.Errorf("journal %s: record outcome: %w", j.path, err)
 	}
-	return nil
+	return e, nil
 }
 
 // tx runs fn in one immediate transaction, with the time as text.

@@ -2,9 +2,15 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -91,7 +97,26 @@ type attempt struct {
 	sent       bool   // the request's headers were written: the gateway may act on it
 	note       string // what reconciliation found, in words
 	asked      bool   // the gateway answered a lookup by key
+	found      bool   // and it holds an operation under the key
+	lookupErr  error  // the lookup by key failed: the gateway could not say
+	expired    bool   // the gateway no longer holds it, or may have purged it
 	retryAfter time.Duration
+}
+
+// delivery is what the attempt tells of whether its request reached the
+// gateway.
+func (a attempt) delivery() Sent {
+	switch {
+	case a.found:
+		return SentYes
+	case a.asked: // the gateway holds nothing under the key
+		return SentNo
+	case a.err != nil && !a.sent:
+		return SentNo
+	case a.err != nil || a.status == 0:
+		return SentMaybe
+	}
+	return SentYes
 }
 
 // step is what the policy makes of an attempt.
@@ -143,15 +168,17 @@ func decide(a attempt) (step, Kind) {
 }
 
 // transient says an answer means "not now" and nothing was applied: a
-// rate limit, a gateway that could not reserve or reach the upstream, or
-// an upstream's 408/409/425 the gateway released. It tells nothing of an
-// operation an earlier attempt may have started, so it is not recorded
-// over what the journal knows.
+// rate limit (the upstream's, or the gateway's own rate_limited), a
+// gateway that could not reserve or reach the upstream, a concurrency
+// group another operation holds, or an upstream's 408/409/425 the gateway
+// released. It tells nothing of an operation an earlier attempt may have
+// started, so it is not recorded over what the journal knows.
 func transient(a attempt) bool {
 	switch {
 	case a.err != nil:
 		return !a.sent
-	case a.code == "store_unavailable", a.code == "upstream_unavailable":
+	case a.code == "store_unavailable", a.code == "upstream_unavailable", a.code == "rate_limited",
+		a.code == "concurrency_locked":
 		return true
 	case a.code != "" || a.header.Get("Idempotent-Replayed") == "true":
 		return false
@@ -176,4 +203,77 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// reason says in words what a try came to.
+func (a attempt) reason() string {
+	first := ""
+	switch {
+	case a.err != nil && a.sent:
+		first = "the answer was lost (" + cause(a.err) + ")"
+	case a.err != nil:
+		return "gateway unreachable: " + cause(a.err)
+	case a.status > 0 && a.note == "" && a.lookupErr == nil:
+		return a.answer()
+	case a.status > 0:
+		first = a.answer()
+	}
+	if a.lookupErr != nil {
+		return join(first, "the gateway could not be asked what became of it ("+cause(a.lookupErr)+")")
+	}
+	return join(first, a.note)
+}
+
+// answer says in words what came back: the status, and a problem's code
+// and detail.
+func (a attempt) answer() string {
+	var p struct{ Detail string }
+	if a.code != "" {
+		_ = json.Unmarshal(a.body, &p)
+	}
+	s := fmt.Sprintf("answered %d", a.status)
+	if a.header.Get("Idempotent-Replayed") == "true" {
+		s = fmt.Sprintf("the gateway replayed the stored answer, %d", a.status)
+	}
+	if a.code != "" {
+		s += " " + a.code
+	}
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	if a.retryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %s)", a.retryAfter)
+	}
+	return s
+}
+
+// cause names a transport error in a few words, without the URL.
+func cause(err error) string {
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &dns):
+		return "cannot resolve " + dns.Name
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed without an answer"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	}
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(err) {
+		err = u
+	}
+	return err.Error()
+}
+
+func join(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }

@@ -60,7 +60,8 @@ func TestDecideEveryFamily(t *testing.T) {
 		"invalid command":       {problem(422, "invalid_command"), stepDone, Rejected},
 		"missing key":           {problem(400, "missing_key"), stepDone, Rejected},
 		"too large":             {problem(413, "payload_too_large"), stepDone, Rejected},
-		"concurrency locked":    {problem(409, "concurrency_locked"), stepDone, Rejected},
+		"concurrency locked":    {problem(409, "concurrency_locked"), stepRetry, Failed},
+		"gateway rate limit":    {problem(429, "rate_limited"), stepRetry, Failed},
 		"business refusal":      {attempt{status: 422, header: http.Header{}}, stepDone, Rejected},
 		"unauthorized":          {problem(401, "unauthorized"), stepDone, Unauthorized},
 		"forbidden":             {problem(403, "forbidden"), stepDone, Unauthorized},
@@ -193,6 +194,9 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 	}{
 		"429 waits Retry-After": {answers: []http.HandlerFunc{status(429, "Retry-After", "3"), status(201)},
 			kind: Created, sends: 2, sleeps: []time.Duration{3 * time.Second}},
+		"the gateway's rate limit, then a free concurrency group": {answers: []http.HandlerFunc{
+			problemAnswer(429, "rate_limited"), problemAnswer(409, "concurrency_locked"), status(201)},
+			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		"503 backs off": {answers: []http.HandlerFunc{problemAnswer(503, "store_unavailable"),
 			problemAnswer(502, "upstream_unavailable"), status(201)},
 			kind: Created, sends: 3, sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
@@ -298,7 +302,7 @@ func TestResumeAfterRetentionIsNotResent(t *testing.T) {
 	}
 	gone = true
 	out, err := client.Do(context.Background(), a)
-	if err != nil || out.Kind != Created || s.count() != 2 || !strings.Contains(out.Detail, "no longer holds") {
+	if err != nil || out.Kind != Created || s.count() != 2 || !strings.Contains(out.Reason, "no longer holds") {
 		t.Fatalf("after retention: %+v %v, %d sends", out, err, s.count())
 	}
 }
@@ -343,17 +347,17 @@ func TestRecordNeverGoesBackwards(t *testing.T) {
 	j := client.Journal
 	e, _ := j.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "f"})
 	last := func() Kind { l, _ := j.Latest(ctx, "i"); return l.LastKind }
-	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false)
+	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false, SentNo)
 	if last() != Failed {
 		t.Fatalf("a first outcome is kept even unreached: %s", last())
 	}
-	j.record(ctx, e.Key, 1, Outcome{Kind: Unknown}, true)
-	j.record(ctx, e.Key, 2, Outcome{Kind: Failed}, false) // the gateway was down
+	j.record(ctx, e.Key, 1, Outcome{Kind: Unknown}, true, SentMaybe)
+	j.record(ctx, e.Key, 2, Outcome{Kind: Failed}, false, SentNo) // the gateway was down
 	if last() != Unknown {
 		t.Fatalf("an unreached attempt replaced unknown: %s", last())
 	}
-	j.record(ctx, e.Key, 3, Outcome{Kind: Created}, true)
-	j.record(ctx, e.Key, 4, Outcome{Kind: InProgress}, true) // another process, late
+	j.record(ctx, e.Key, 3, Outcome{Kind: Created}, true, SentYes)
+	j.record(ctx, e.Key, 4, Outcome{Kind: InProgress}, true, SentYes) // another process, late
 	if last() != Created {
 		t.Fatalf("created was replaced: %s", last())
 	}
@@ -476,7 +480,7 @@ func TestPurgedUnknownSaysWhatToDo(t *testing.T) {
 	client.Do(context.Background(), a)
 	gone = true
 	out, _ := client.Do(context.Background(), a)
-	if out.Kind != Unknown || s.count() != 1 || !strings.Contains(out.Detail, "name a new intent") {
+	if out.Kind != Unknown || s.count() != 1 || !strings.Contains(out.Reason, "name a new intent") {
 		t.Fatalf("%+v, %d sends", out, s.count())
 	}
 	st, _ := client.Status(context.Background(), "charge")
@@ -500,7 +504,7 @@ func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	for range 2 { // and asking again changes nothing
 		out, err := client.Do(ctx, a)
-		if err != nil || out.Kind != Unknown || s.count() != 0 || !strings.Contains(out.Detail, "purged") {
+		if err != nil || out.Kind != Unknown || s.count() != 0 || !strings.Contains(out.Reason, "purged") {
 			t.Fatalf("%+v %v, %d sends", out, err, s.count())
 		}
 	}
@@ -509,7 +513,7 @@ func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
 	if out, _ := client.Do(ctx, a); out.Kind != Created || s.count() != 1 {
 		t.Fatalf("within retention: %+v, %d sends", out, s.count())
 	}
-	if last, _ := client.Journal.lastAttempt(ctx, e.Key); time.Since(last) > time.Minute {
+	if last, _ := client.Journal.lastSentAttempt(ctx, e.Key); time.Since(last) > time.Minute {
 		t.Fatalf("last attempt %v", last)
 	}
 }

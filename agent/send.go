@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,63 +20,117 @@ const maxBody = 4 << 20
 
 // run sends the entry's request until the policy is done with it.
 func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error) {
-	p, clk := c.Policy.withDefaults(), c.clock()
-	p.Wait = c.clampWait(p.Wait)
-	start := clk.Now()
-	out := Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID, Attempts: e.Attempts,
-		Kind: e.LastKind}
-	informed := e.LastKind // the last thing the gateway said of the operation
-	var a attempt
-	s, stale := stepRetry, false
-	if e.Attempts > 0 { // a resume: first ask the gateway what became of it
-		s = stepAsk
-		last, err := c.Journal.lastAttempt(ctx, e.Key)
-		if err != nil {
-			return out, err
-		}
-		stale = time.Since(last) >= p.GatewayRetention // see reconcile
+	r, err := c.newRun(ctx, e, body)
+	if err != nil {
+		return r.out, err
 	}
+	clk := c.clock()
+	start := clk.Now()
 	for n := 1; ; n++ {
-		kind, num := informed, 0
-		if s == stepAsk {
-			a = attempt{}
-			s, kind = c.reconcile(ctx, e.Key, out, stale, &a)
+		a, err := r.try(ctx)
+		if err == nil {
+			err = r.settle(ctx, a)
 		}
-		if s == stepRetry || s == stepWaitStatus {
-			var err error
-			if num, err = c.Journal.beginAttempt(ctx, e.Key); err != nil { // written before it is sent
-				return out, err
+		if err != nil || r.s == stepDone || ctx.Err() != nil {
+			return r.out, cmp.Or(err, ctx.Err())
+		}
+		delay := max(r.p.backoff(n, clk.Random), a.retryAfter)
+		if n >= r.p.MaxAttempts || clk.Now().Add(delay).Sub(start) > r.p.MaxElapsed {
+			tries := "tries"
+			if n == 1 {
+				tries = "try"
 			}
-			a = c.send(ctx, e, body, p)
-			stale = false // this attempt is recent
-			if s, kind = decide(a); s == stepReconcile {
-				s, kind = c.reconcile(ctx, e.Key, out, false, &a)
-			}
-		}
-		// An answer informs when the gateway said something of the
-		// operation: a "not now" or an unreachable gateway does not, and
-		// then the last thing it did say stands.
-		reached := (num > 0 && !transient(a)) || (num == 0 && a.asked)
-		if reached {
-			informed = kind
-		} else if informed != "" {
-			kind = informed
-		}
-		out.fill(a, kind, num)
-		if err := c.Journal.record(context.WithoutCancel(ctx), e.Key, num, out, reached); err != nil {
-			return out, err
-		}
-		if s == stepDone || ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		delay := max(p.backoff(n, clk.Random), a.retryAfter)
-		if n >= p.MaxAttempts || clk.Now().Add(delay).Sub(start) > p.MaxElapsed {
-			return out, nil // the budget is spent: the last kind stands
+			r.out.Reason += fmt.Sprintf("; gave up after %d %s (the retry budget)", n, tries)
+			return r.out, nil // the last kind stands
 		}
 		if err := clk.Sleep(ctx, delay); err != nil {
-			return out, err
+			return r.out, err
 		}
 	}
+}
+
+// runState is one Do call: what it sends, what the gateway last said of
+// the operation, and what the policy does next.
+type runState struct {
+	c        *Client
+	e        *Entry
+	body     []byte
+	p        Policy
+	s        step
+	stale    bool   // sent longer ago than the gateway's retention: see reconcile
+	informed Kind   // the last thing the gateway said of the operation
+	why      string // and its reason, in words
+	kind     Kind   // what the current try came to
+	num      int    // the current try's attempt number (0: the gateway was only asked)
+	out      Outcome
+}
+
+// newRun starts a run where the journal left the intent: a resume first
+// asks the gateway what became of it.
+func (c *Client) newRun(ctx context.Context, e *Entry, body []byte) (*runState, error) {
+	r := &runState{c: c, e: e, body: body, p: c.Policy.withDefaults(), s: stepRetry, informed: e.LastKind,
+		out: Outcome{Intent: e.Intent, Version: e.Version, Key: e.Key, OperationID: e.OperationID,
+			Attempts: e.Attempts, Kind: e.LastKind, Status: e.LastStatus, Sent: e.Sent}}
+	r.p.Wait = c.clampWait(r.p.Wait)
+	if e.Attempts > 0 {
+		r.s = stepAsk
+		last, err := c.Journal.lastSentAttempt(ctx, e.Key)
+		if err != nil {
+			return r, err
+		}
+		r.stale = !last.IsZero() && time.Since(last) >= r.p.GatewayRetention
+	}
+	return r, nil
+}
+
+// try asks or sends once, as the policy's step says.
+func (r *runState) try(ctx context.Context) (attempt, error) {
+	var a attempt
+	r.kind, r.num = r.informed, 0
+	var err error
+	if r.s == stepAsk {
+		if r.s, r.kind, err = r.c.reconcile(ctx, r.e.Key, r.out, r.stale, &a); err != nil {
+			return a, err
+		}
+	}
+	if r.s == stepRetry || r.s == stepWaitStatus {
+		if r.num, err = r.c.Journal.beginAttempt(ctx, r.e.Key); err != nil { // written before it is sent
+			return a, err
+		}
+		a = r.c.send(ctx, r.e, r.body, r.p)
+		r.stale = false // this attempt is recent
+		if r.s, r.kind = decide(a); r.s == stepReconcile {
+			r.s, r.kind, err = r.c.reconcile(ctx, r.e.Key, r.out, false, &a)
+		}
+	}
+	return a, err
+}
+
+// settle records what the try came to, and makes the outcome the
+// journal's word.
+func (r *runState) settle(ctx context.Context, a attempt) error {
+	// An answer informs when the gateway said something of the operation:
+	// a "not now" or an unreachable gateway does not, and then the last
+	// thing it did say stands.
+	reached := (r.num > 0 && !transient(a)) || (r.num == 0 && a.asked)
+	r.out.fill(a, r.kind, r.num, reached)
+	if reached {
+		r.informed, r.why = r.kind, r.out.Reason
+	} else if r.informed != "" {
+		r.out.Kind = r.informed
+		before := "the journal last recorded " + string(r.informed)
+		if r.why != "" {
+			before = "before that, " + r.why
+		}
+		r.out.Reason = join(r.out.Reason, before)
+	}
+	e, err := r.c.Journal.record(context.WithoutCancel(ctx), r.e.Key, r.num, r.out, reached, a.delivery())
+	if err != nil {
+		return err
+	}
+	r.out.adopt(e)
+	r.out.Unfinished = r.s != stepDone || a.lookupErr != nil
+	return nil
 }
 
 // clampWait keeps Prefer: wait under the client's own timeout, so that a
@@ -87,26 +142,35 @@ func (c *Client) clampWait(w time.Duration) time.Duration {
 	return w
 }
 
-func (o *Outcome) fill(a attempt, kind Kind, num int) {
-	o.Kind, o.Status, o.Body, o.Header = kind, a.status, a.body, a.header
+// fill takes in what one try came to. Status and body are those of the
+// last answer that told something of the operation, as the kind is; a
+// lookup alone (num 0) is no answer to the write, and keeps them.
+func (o *Outcome) fill(a attempt, kind Kind, num int, reached bool) {
+	o.Kind, o.Reason, o.Expired = kind, a.reason(), a.expired
+	if reached && num > 0 {
+		o.Status, o.Body, o.Header = a.status, a.body, a.header
+	}
 	if num > 0 {
 		o.Attempts = num
 	}
 	if id := a.header.Get("Idempotency-Operation"); id != "" {
 		o.OperationID = id
 	}
-	switch {
-	case a.note != "":
-		o.Detail = a.note
-	case a.err != nil:
-		o.Detail = a.err.Error()
-	case a.code != "":
-		var p struct{ Detail string }
-		_ = json.Unmarshal(a.body, &p)
-		o.Detail = p.Detail
-	default:
-		o.Detail = ""
+}
+
+// adopt makes the outcome the journal's word, which can say more than this
+// call saw: an answer another process recorded, or an earlier attempt that
+// may have been applied.
+func (o *Outcome) adopt(e *Entry) {
+	if e.LastKind != o.Kind {
+		o.Body, o.Header = nil, nil
+		if e.LastKind == Unknown {
+			o.Reason += "; an earlier attempt may have reached the gateway, and its answer was never recorded"
+		} else {
+			o.Reason += fmt.Sprintf("; an earlier answer already said %s", e.LastKind)
+		}
 	}
+	o.Kind, o.Status, o.OperationID, o.Sent = e.LastKind, e.LastStatus, e.OperationID, e.Sent
 }
 
 // send sends one attempt, with the intent's key.
@@ -138,12 +202,17 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) atte
 		return a
 	}
 	a.retryAfter = retryAfter(resp.Header, c.clock().Now())
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-		var p struct{ Code string }
-		_ = json.Unmarshal(a.body, &p)
-		a.code = p.Code
-	}
+	a.code = problemCode(resp.Header, a.body)
 	return a
+}
+
+// problemCode is an answer's problem code, if it is a problem.
+func problemCode(h http.Header, body []byte) string {
+	var p struct{ Code string }
+	if strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") {
+		_ = json.Unmarshal(body, &p)
+	}
+	return p.Code
 }
 
 // opView is the part of the gateway's operation view the client reads.
@@ -169,21 +238,22 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+		return opView{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	switch {
 	case err != nil:
-		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+		return opView{}, fmt.Errorf("its lookup was cut: %w", err)
 	case resp.StatusCode == http.StatusNotFound:
 		return opView{}, nil
 	case resp.StatusCode != http.StatusOK:
-		return opView{}, fmt.Errorf("ask the gateway: %d %s", resp.StatusCode, bytes.TrimSpace(body))
+		return opView{}, fmt.Errorf("its lookup %s", attempt{status: resp.StatusCode, body: body,
+			code: problemCode(resp.Header, body), header: http.Header{}}.answer())
 	}
 	var v opView
 	if err := json.Unmarshal(body, &v); err != nil {
-		return opView{}, fmt.Errorf("ask the gateway: %w", err)
+		return opView{}, fmt.Errorf("its lookup answered no operation view: %w", err)
 	}
 	v.raw = body
 	return v, nil
@@ -199,52 +269,74 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 // it again, so it is not sent; nor is an intent with no operation id seen
 // whose last attempt is older than the retention (stale), since "none"
 // may then mean "performed and purged".
-func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale bool, a *attempt) (step, Kind) {
+func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale bool, a *attempt) (step, Kind, error) {
 	v, err := c.lookup(ctx, key)
-	a.note, a.asked = "", err == nil
+	a.note, a.asked, a.lookupErr = "", err == nil, err
 	if err != nil {
-		if a.err != nil && a.sent {
-			a.err = fmt.Errorf("the answer was lost (%v), and %w", a.err, err)
-		} else {
-			a.err = err
-		}
 		if known.Kind.Final() && !a.sent { // a resume of a settled intent: the journal's word stands
-			return stepDone, known.Kind
+			return stepDone, known.Kind, nil
 		}
-		return stepAsk, Unknown // ask again later; never resend unasked
+		return stepAsk, Unknown, nil // ask again later; never resend unasked
 	}
-	if v.raw != nil {
+	if a.found = v.raw != nil; a.found {
 		a.header = http.Header{"Idempotency-Operation": {v.ID}}
+		s, k := judge(v, a)
+		return s, k, c.Journal.settle(ctx, key, SentYes)
 	}
 	switch {
-	case v.raw == nil && known.OperationID != "":
-		return c.expired(known, a)
-	case v.raw == nil && stale:
+	case known.OperationID != "":
+		s, k := expired(known, a)
+		return s, k, nil
+	case stale:
+		a.expired = true
 		a.note = "sent more than the gateway's retention ago with no answer recorded, and the gateway holds " +
 			"nothing now: it may have been performed and purged, so it is not sent again. Check the upstream " +
 			"by hand; if the action is still needed, name a new intent"
-		return stepDone, Unknown
-	case v.raw == nil, v.State == "prepared" && !v.awaitsApproval():
-		a.note = "not applied at the gateway: sending it (again) with the same key"
+		return stepDone, Unknown, nil
+	}
+	a.note = "the gateway holds nothing under this key: it was not applied"
+	return stepRetry, Failed, c.Journal.settle(ctx, key, SentNo)
+}
+
+// judge is what the gateway's view of an operation it holds means: it is
+// sent again when not applied, or when final (the resend is answered from
+// its record, which is how the stored answer is fetched).
+func judge(v opView, a *attempt) (step, Kind) {
+	switch {
+	case v.State == "prepared" && !v.awaitsApproval():
+		a.note = "the gateway holds it not applied (released)"
 		return stepRetry, Failed
 	case v.State == "prepared":
+		a.note = "it waits for a human's approval at the gateway"
 		return stepDone, NeedsApproval
 	case v.State == "succeeded":
+		a.note = "the gateway says it succeeded"
 		return stepRetry, Replayed
 	case v.State == "failed":
+		a.note = "the gateway says it failed"
 		return stepRetry, Failed
 	case v.State == "executing":
+		a.note = "it is still executing at the gateway"
 		return stepWaitStatus, InProgress
 	}
+	a.note = fmt.Sprintf("the gateway holds it %s: it may have been applied", v.State)
 	return stepDone, Unknown
 }
 
 // expired answers for an operation the gateway no longer holds: its
-// retention passed. Nothing is sent: the gateway would perform it anew.
-func (c *Client) expired(known Outcome, a *attempt) (step, Kind) {
-	if known.Kind == Created || known.Kind == Replayed {
+// retention passed. Nothing is sent: the gateway would perform it anew. A
+// settled intent stays what the journal last saw; only one that may still
+// have taken effect becomes unknown.
+func expired(known Outcome, a *attempt) (step, Kind) {
+	a.expired = true
+	switch {
+	case known.Kind == Created || known.Kind == Replayed:
 		a.note = fmt.Sprintf("done; the gateway no longer holds operation %s (its retention has passed), so "+
 			"its answer cannot be replayed; use repeat for a new, identical action", known.OperationID)
+		return stepDone, known.Kind
+	case known.Kind.Final():
+		a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed) and this journal "+
+			"last saw it %s: it is not sent again; a new action needs repeat or revise", known.OperationID, known.Kind)
 		return stepDone, known.Kind
 	}
 	a.note = fmt.Sprintf("the gateway no longer holds operation %s (its retention has passed) and this journal last "+

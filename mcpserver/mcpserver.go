@@ -23,41 +23,58 @@ const MaxBody = 8 << 10
 func New(c *agent.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Version: version}, nil)
 	h := &handlers{c: c}
-	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription}, h.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription}, h.status)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription}, h.list)
+	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription,
+		InputSchema: schemaFor[SubmitInput](), OutputSchema: schemaFor[Result]()}, h.submit)
+	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription,
+		InputSchema: schemaFor[StatusInput](), OutputSchema: schemaFor[Result]()}, h.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription,
+		InputSchema: schemaFor[ListInput](), OutputSchema: schemaFor[ListOutput]()}, h.list)
 	return s
 }
 
-const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Always follow next_step.`
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step.`
 
 const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown" or "in_progress" result, instead of sending the write again.`
 
-const listDescription = `List this server's intents whose outcome is not final (never sent, in progress, unknown, waiting for approval), oldest first.`
+const listDescription = `List this server's open intents, oldest first: never sent, in progress, unknown, waiting for approval, or failed before the gateway could take them (nothing applied; resuming may still perform them). Each comes with the journal's last record and a next_step. Use it after losing track of your work, before starting anything new.`
 
 // SubmitInput is submit_write's input.
 type SubmitInput struct {
-	Intent string `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
-	Method string `json:"method" jsonschema:"POST, PUT, PATCH or DELETE"`
-	Path   string `json:"path" jsonschema:"the API path, starting with /, e.g. /v1/tickets"`
-	Body   any    `json:"body,omitempty" jsonschema:"the JSON body"`
-	Mode   string `json:"mode,omitempty" jsonschema:"resume (default: the same action again), repeat (a new identical action) or revise (changed parameters)"`
+	Intent string         `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
+	Method string         `json:"method" jsonschema:"the HTTP method of the write"`
+	Path   string         `json:"path" jsonschema:"the API path with its query, starting with /, e.g. /v1/tickets"`
+	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"` // for the schema: see rawBody
+	Mode   string         `json:"mode,omitempty" jsonschema:"resume: the same action again (the default, also after a timeout or an error); repeat: a new, identical action on purpose; revise: changed parameters for this intent"`
 }
 
-// Result is what submit_write and operation_status return.
+// Result is what submit_write and operation_status return. Every field is
+// always there, so that an empty one reads as "none", never as "missing".
 type Result struct {
-	Intent      string `json:"intent"`
-	Kind        string `json:"kind"`
-	OperationID string `json:"operation_id,omitempty"`
-	Status      int    `json:"status,omitempty"`
-	Body        string `json:"body,omitempty"`
-	NextStep    string `json:"next_step"`
+	Intent      string `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
+	Kind        string `json:"kind" jsonschema:"what became of the write"`
+	Sent        string `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
+	Reason      string `json:"reason" jsonschema:"what happened, in words"`
+	OperationID string `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Status      int    `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	Body        string `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
+	Attempts    int    `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	NextStep    string `json:"next_step" jsonschema:"what to do now: follow it"`
+}
+
+// resultOf is an outcome as the model reads it.
+func resultOf(o agent.Outcome) Result {
+	kind := string(o.Kind)
+	if kind == "" {
+		kind = "intent_created"
+	}
+	return Result{Intent: o.Intent, Kind: kind, Sent: string(o.Sent), Reason: o.Reason, OperationID: o.OperationID,
+		Status: o.Status, Body: bounded(o.Body), Attempts: o.Attempts, NextStep: NextStep(o)}
 }
 
 type handlers struct{ c *agent.Client }
 
-func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
-	body, err := bodyBytes(in.Body)
+func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
+	body, err := rawBody(req)
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -69,8 +86,15 @@ func (h *handlers) submit(ctx context.Context, _ *mcp.CallToolRequest, in Submit
 	if err != nil && out.Key == "" {
 		return nil, Result{}, err
 	}
-	return nil, Result{Intent: out.Intent, Kind: string(out.Kind), OperationID: out.OperationID,
-		Status: out.Status, Body: bounded(out.Body), NextStep: NextStep(out.Kind)}, nil
+	out.Unfinished = out.Unfinished || err != nil // stopped before the policy was done
+	r := resultOf(out)
+	switch { // after sending: the outcome so far stands
+	case err != nil && ctx.Err() != nil:
+		r.Reason += "; the call was cancelled before the policy was done"
+	case err != nil:
+		r.Reason += "; the journal could not record this outcome (" + err.Error() + "): resuming asks the gateway first"
+	}
+	return nil, r, nil
 }
 
 // prepare answers an unnamed write: a new intent, or the one already made
@@ -80,44 +104,46 @@ func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolRe
 	if err != nil {
 		return nil, Result{}, err
 	}
-	if existing {
-		kind := string(e.LastKind)
-		if kind == "" {
-			kind = "intent_created"
-		}
-		return nil, Result{Intent: e.Intent, Kind: kind, OperationID: e.OperationID, Status: e.LastStatus,
-			NextStep: fmt.Sprintf("Nothing was sent: intent %q (made %s) is this exact request. Resume it with that "+
-				"intent (mode resume) to get its outcome; only if you mean to do the same action once more, "+
-				"use mode \"repeat\" with it.", e.Intent, e.CreatedAt.Format(time.RFC3339))}, nil
+	o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, OperationID: e.OperationID, Status: e.LastStatus,
+		Attempts: e.Attempts, Sent: e.Sent}
+	if !existing {
+		r := resultOf(o)
+		r.Reason = "nothing was sent: a new intent was made for this request"
+		r.NextStep = fmt.Sprintf("Nothing was sent yet. Call submit_write again with intent %q and the same "+
+			"method, path and body to perform it; reuse this intent on every retry of this action.", e.Intent)
+		return nil, r, nil
 	}
-	return nil, Result{Intent: e.Intent, Kind: "intent_created", NextStep: fmt.Sprintf("Nothing was sent yet. "+
-		"Call submit_write again with intent %q and the same method, path and body to perform it; "+
-		"reuse this intent on every retry of this action.", e.Intent)}, nil
+	r := resultOf(o)
+	r.Reason = fmt.Sprintf("nothing was sent: intent %q (made %s) is this exact request", e.Intent,
+		e.CreatedAt.Format(time.RFC3339))
+	r.NextStep = fmt.Sprintf("Nothing was sent now: intent %q is this exact request. Resume it with that intent "+
+		"(mode resume) to get its outcome; only if you mean to do the same action once more, use mode \"repeat\" "+
+		"with it.", e.Intent)
+	return nil, r, nil
 }
 
-// bodyBytes takes the body as JSON, or a string holding JSON (models
-// sometimes send it pre-encoded); any other string is refused.
-func bodyBytes(v any) ([]byte, error) {
-	switch b := v.(type) {
-	case nil:
+// rawBody is the body exactly as the client sent it. The SDK checks the
+// arguments against the schema by decoding them into Go values and
+// encoding them again, which turns every number into a float64: an amount
+// of 9007199254740993 reached the API as 9007199254740992. The agent gets
+// these bytes instead, and refuses what JSON numbers cannot carry exactly.
+func rawBody(req *mcp.CallToolRequest) ([]byte, error) {
+	var args struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(req.Params.Arguments, &args); err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	if len(args.Body) == 0 || string(args.Body) == "null" {
 		return nil, nil
-	case string:
-		if !json.Valid([]byte(b)) {
-			return nil, errors.New("body must be JSON (an object), not a plain string")
-		}
-		return []byte(b), nil
 	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("body: %w", err)
-	}
-	return out, nil
+	return args.Body, nil
 }
 
 // StatusInput is operation_status's input: one of the two.
 type StatusInput struct {
-	Intent      string `json:"intent,omitempty" jsonschema:"the intent"`
-	OperationID string `json:"operation_id,omitempty" jsonschema:"or the gateway's operation id"`
+	Intent      string `json:"intent,omitempty" jsonschema:"the intent to look up; give this or operation_id"`
+	OperationID string `json:"operation_id,omitempty" jsonschema:"the gateway's operation id to look up; give this or intent"`
 }
 
 func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, Result, error) {
@@ -134,12 +160,7 @@ func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in Status
 	if err != nil {
 		return nil, Result{}, err
 	}
-	kind, body := st.Kind(), string(st.Operation)
-	if st.Problem != "" {
-		body = st.Problem
-	}
-	return nil, Result{Intent: st.Entry.Intent, Kind: string(kind), OperationID: st.Entry.OperationID,
-		Status: st.Entry.LastStatus, Body: bounded([]byte(body)), NextStep: NextStep(kind)}, nil
+	return nil, resultOf(st.Outcome()), nil
 }
 
 // ListInput is list_operations' input (none).
@@ -147,15 +168,60 @@ type ListInput struct{}
 
 // ListOutput is list_operations' output.
 type ListOutput struct {
-	Intents []*agent.Entry `json:"intents"`
+	Intents []Pending `json:"intents" jsonschema:"the open intents, oldest first; empty when there are none"`
+}
+
+// Pending is one open intent as the journal knows it, with what to do
+// about it: the model resumes its work from this after losing its context.
+type Pending struct {
+	Intent      string `json:"intent" jsonschema:"the intent: resume it with submit_write, or look it up with operation_status"`
+	Version     int    `json:"version" jsonschema:"the intent's version (a revise makes a new one)"`
+	Method      string `json:"method" jsonschema:"the write's HTTP method"`
+	Path        string `json:"path" jsonschema:"the write's API path"`
+	Kind        string `json:"kind" jsonschema:"what the journal last recorded of it"`
+	Sent        string `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no, maybe or yes"`
+	Reason      string `json:"reason" jsonschema:"what the journal last recorded, in words"`
+	Status      int    `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	OperationID string `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Attempts    int    `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	CreatedAt   string `json:"created_at" jsonschema:"when the intent was made (RFC 3339)"`
+	UpdatedAt   string `json:"updated_at" jsonschema:"when the journal last changed it (RFC 3339)"`
+	NextStep    string `json:"next_step" jsonschema:"what to do about it now: follow it"`
 }
 
 func (h *handlers) list(ctx context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {
 	entries, err := h.c.Journal.Pending(ctx)
-	if entries == nil {
-		entries = []*agent.Entry{}
+	if err != nil {
+		return nil, ListOutput{}, err
 	}
-	return nil, ListOutput{Intents: entries}, err
+	out := ListOutput{Intents: []Pending{}}
+	for _, e := range entries {
+		// Only failures the gateway never answered are listed: resuming
+		// them may still perform them.
+		o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, Sent: e.Sent, Reason: journalReason(e),
+			OperationID: e.OperationID, Status: e.LastStatus, Attempts: e.Attempts, Unfinished: e.LastKind == agent.Failed}
+		r := resultOf(o)
+		out.Intents = append(out.Intents, Pending{Intent: e.Intent, Version: e.Version, Method: e.Method, Path: e.Path,
+			Kind: r.Kind, Sent: r.Sent, Reason: r.Reason, Status: r.Status, OperationID: r.OperationID,
+			Attempts: r.Attempts, CreatedAt: e.CreatedAt.Format(time.RFC3339), UpdatedAt: e.UpdatedAt.Format(time.RFC3339),
+			NextStep: r.NextStep})
+	}
+	return nil, out, nil
+}
+
+// journalReason says what the journal last recorded of an intent.
+func journalReason(e *agent.Entry) string {
+	switch {
+	case e.Attempts == 0:
+		return "never sent"
+	case e.LastKind == "":
+		return "sent, and the process stopped before its answer was recorded"
+	}
+	s := fmt.Sprintf("the journal last recorded %s after %d attempt(s)", e.LastKind, e.Attempts)
+	if e.LastStatus > 0 {
+		s += fmt.Sprintf(", status %d", e.LastStatus)
+	}
+	return s
 }
 
 // bounded cuts a body to MaxBody bytes, on a character boundary.
@@ -168,27 +234,4 @@ func bounded(b []byte) string {
 		cut--
 	}
 	return string(b[:cut]) + fmt.Sprintf("… [%d more bytes]", len(b)-cut)
-}
-
-// NextStep says, in words a model follows, what to do after a kind.
-func NextStep(k agent.Kind) string {
-	switch k {
-	case agent.Created, agent.Replayed:
-		return `Done: the action happened exactly once. Do not send it again; to do it once more on purpose, use mode "repeat".`
-	case agent.InProgress:
-		return "Still running. Call operation_status with this intent later (or submit_write again with the same intent: it will not run twice)."
-	case agent.NeedsApproval:
-		return "Waiting for a human's approval. Call operation_status later; do not create a new intent."
-	case agent.Conflict:
-		return `This intent was first sent with a different request. If the parameters changed on purpose, use mode "revise".`
-	case agent.Rejected:
-		return `Refused: the request is invalid or the API declined it (see body). Fix the parameters and use mode "revise"; resending it unchanged fails the same way.`
-	case agent.Unauthorized:
-		return "Not allowed with this server's credentials. Do not retry; tell the user."
-	case agent.Unknown:
-		return "Unknown: the request was sent and nobody knows whether it took effect. Do not retry and do not create a new intent; call operation_status later, or ask a human to reconcile it."
-	case agent.Failed:
-		return "Failed (see status and body). Retrying the same intent later with mode resume is safe; it never runs twice."
-	}
-	return `Not sent yet: call submit_write with this intent to perform it.`
 }

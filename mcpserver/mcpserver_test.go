@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,7 +21,9 @@ import (
 )
 
 // gatewayStub answers /v1/tickets with 201, loses the answer of /v1/lost
-// after reading it, and says the lost one is unknown when asked.
+// after reading it, and says the lost one is unknown when asked; /v1/broken
+// is the upstream's own 500 passed through, /v1/busy a store unavailable
+// for now, /v1/denied an approver's refusal.
 func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer server-side-token" {
@@ -33,6 +37,18 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 			sends.Add(1)
 			conn, _, _ := http.NewResponseController(w).Hijack()
 			conn.Close()
+		case "/v1/broken":
+			sends.Add(1)
+			w.WriteHeader(500)
+		case "/v1/busy", "/v1/denied":
+			sends.Add(1)
+			status, code := 503, "store_unavailable"
+			if r.URL.Path == "/v1/denied" {
+				status, code = 403, "approval_denied"
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"code":%q,"detail":"said by the stub"}`, code)
 		default:
 			sends.Add(1)
 			w.Header().Set("Idempotency-Operation", "op_1")
@@ -45,6 +61,13 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 }
 
 func connect(t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	cs, _ := connectClient(t, url)
+	return cs
+}
+
+// connectClient is connect, with the agent client the server runs.
+func connectClient(t *testing.T, url string) (*mcp.ClientSession, *agent.Client) {
 	t.Helper()
 	ctx := context.Background()
 	j, err := agent.OpenJournal(ctx, filepath.Join(t.TempDir(), "journal.db"))
@@ -62,7 +85,7 @@ func connect(t *testing.T, url string) *mcp.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, c
 }
 
 // call calls a tool and decodes its structured result.
@@ -78,17 +101,45 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any)
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("%s: %v", tool, err)
 		}
+		if err := promisesOnlyWhatItCarries(out); err != nil {
+			t.Errorf("%s %v: %v: %+v", tool, args, err, out)
+		}
 	}
 	return out, res
 }
 
-func TestToolsAndSchemas(t *testing.T) {
+// promisesOnlyWhatItCarries checks a result says why, and that its next
+// step points at no field left empty.
+func promisesOnlyWhatItCarries(r mcpserver.Result) error {
+	if r.Reason == "" || !slices.Contains([]string{"no", "maybe", "yes"}, r.Sent) || r.NextStep == "" {
+		return fmt.Errorf("no reason, sent or next step")
+	}
+	_, see, ok := strings.Cut(r.NextStep, "(see ")
+	see, _, _ = strings.Cut(see, ")")
+	for _, field := range strings.FieldsFunc(see, func(c rune) bool { return c == ',' || c == ' ' }) {
+		if (field == "status" && r.Status == 0) || (field == "body" && r.Body == "") || (field == "reason" && r.Reason == "") {
+			return fmt.Errorf("the next step points at the empty %s", field)
+		}
+	}
+	if !ok && strings.Contains(r.NextStep, "see status") {
+		return fmt.Errorf("the next step points at fields it does not name")
+	}
+	return nil
+}
+
+// listTools is tools/list, as a client connected to a fresh server sees it.
+func listTools(t *testing.T) *mcp.ListToolsResult {
+	t.Helper()
 	var sends atomic.Int32
-	cs := connect(t, gatewayStub(t, &sends).URL)
-	res, err := cs.ListTools(context.Background(), nil)
+	res, err := connect(t, gatewayStub(t, &sends).URL).ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return res
+}
+
+func TestToolsAndSchemas(t *testing.T) {
+	res := listTools(t)
 	var names []string
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
@@ -184,6 +235,8 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 		{"intent": "x", "method": "POST", "path": "no-slash"},
 		{"intent": "x", "method": "POST", "path": "/v1/tickets", "body": "not json"},
 		{"intent": "x", "method": "POST", "path": "/v1/tickets", "unknown": true},
+		{"intent": "x", "method": "post", "path": "/v1/tickets"},
+		{"intent": "x", "method": "GET", "path": "/v1/tickets"},
 	} {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "submit_write", Arguments: args})
 		if err != nil || !res.IsError {
@@ -196,13 +249,125 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	if sends.Load() != 0 {
 		t.Fatalf("%d malformed writes were sent", sends.Load())
 	}
-	// A body sent pre-encoded as a string is taken as the JSON it holds.
-	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
-		"body": `{"a":1}`}); st.Kind != "created" {
-		t.Fatalf("a JSON string body: %+v", st)
+	// The body is an object: one sent pre-encoded as a string is refused
+	// with the type it should have, and nothing is sent.
+	if _, res := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
+		"body": `{"a":1}`}); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), `want "object"`) || sends.Load() != 0 {
+		t.Fatalf("a JSON string body: %+v", res)
 	}
 	// The server is still there.
 	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "y", "method": "POST", "path": "/v1/t"}); st.Kind != "created" {
 		t.Fatalf("after bad input: %+v", st)
+	}
+}
+
+// A write with the gateway down says so: nothing reached it, why, and that
+// the same intent may be resumed later; the gateway turning it away for now
+// and an approver's final refusal each get their own true next step.
+func TestFailuresSayWhatHappened(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := "http://" + ln.Addr().String()
+	ln.Close()
+	var sends atomic.Int32
+	up := gatewayStub(t, &sends).URL
+	for _, c := range []struct {
+		url, path, sent string
+		status          int
+		reason, next    string
+	}{
+		{down, "/v1/tickets", "no", 0, "gateway unreachable: connection refused", "Nothing reached the gateway (see reason), so nothing happened. Call submit_write again later with the same intent"},
+		{up, "/v1/busy", "yes", 0, "answered 503 store_unavailable: said by the stub", "Not applied for now (see reason). Call submit_write again later"},
+		{up, "/v1/denied", "yes", 403, "answered 403 approval_denied: said by the stub", "Failed (see reason, status and body), and resuming this intent will not change that"},
+	} {
+		cs := connect(t, c.url)
+		r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i" + c.path, "method": "POST", "path": c.path})
+		if r.Kind != "failed" || r.Sent != c.sent || r.Status != c.status || !strings.Contains(r.Reason, c.reason) ||
+			!strings.HasPrefix(r.NextStep, c.next) || strings.Contains(r.Reason, "server-side-token") ||
+			strings.Contains(r.Reason, "127.0.0.1") {
+			t.Errorf("%s %s: %+v", c.url, c.path, r)
+		}
+		st, _ := call(t, cs, "operation_status", map[string]any{"intent": "i" + c.path})
+		if c.url == down && (st.Kind != "failed" || st.Sent != "no" ||
+			!strings.Contains(st.Reason, "the gateway could not be asked: connection refused")) {
+			t.Errorf("status with the gateway down: %+v", st)
+		}
+	}
+}
+
+// list_operations shows every open intent with its last status, reason
+// and next step: an unknown one keeps the status that made it unknown
+// after a resume that only asked, and a write the gateway never took is
+// listed, since resuming may still perform it.
+func TestListShowsWhatIsOpen(t *testing.T) {
+	var sends atomic.Int32
+	srv := gatewayStub(t, &sends)
+	cs := connect(t, srv.URL)
+	broken := map[string]any{"intent": "task-1/charge", "method": "POST", "path": "/v1/broken"}
+	for range 2 { // sent, the upstream's 500, the gateway says unknown; then a resume that only asks
+		if r, _ := call(t, cs, "submit_write", broken); r.Kind != "unknown" || r.Status != 500 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	call(t, cs, "submit_write", map[string]any{"intent": "task-1/ticket", "method": "POST", "path": "/v1/tickets"})
+	call(t, cs, "submit_write", map[string]any{"intent": "task-1/deploy", "method": "POST", "path": "/v1/busy"})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_operations", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatal(err, res)
+	}
+	var list mcpserver.ListOutput
+	b, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &list)
+	if len(list.Intents) != 2 {
+		t.Fatalf("open intents: %s", b)
+	}
+	unknown, busy := list.Intents[0], list.Intents[1]
+	if unknown.Intent != "task-1/charge" || unknown.Kind != "unknown" || unknown.Status != 500 || unknown.Sent != "yes" ||
+		!strings.Contains(unknown.Reason, "status 500") || !strings.Contains(unknown.NextStep, "operation_status") {
+		t.Errorf("unknown: %+v", unknown)
+	}
+	if busy.Intent != "task-1/deploy" || busy.Kind != "failed" || busy.Method != "POST" || busy.Path != "/v1/busy" ||
+		!strings.Contains(busy.NextStep, "Call submit_write again later with the same intent") {
+		t.Errorf("turned away for now: %+v", busy)
+	}
+}
+
+// The body reaches the API as the model wrote it: numbers keep their text,
+// and an integer JSON cannot carry exactly is refused, never rounded (the
+// SDK's own decoding turned 9007199254740993 into ...992).
+func TestBodyNumbersAreNotRounded(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(srv.Close)
+	cs := connect(t, srv.URL)
+	exact := map[string]any{"intent": "pay", "method": "POST", "path": "/v1/payments",
+		"body": map[string]any{"amount": json.RawMessage(`12.50`), "ref": json.RawMessage(`9007199254740991`)}}
+	if r, _ := call(t, cs, "submit_write", exact); r.Kind != "created" || got.Load() != `{"amount":12.50,"ref":9007199254740991}` {
+		t.Fatalf("%+v, the API got %v", r, got.Load())
+	}
+	big := map[string]any{"intent": "pay-2", "method": "POST", "path": "/v1/payments",
+		"body": map[string]any{"amount": json.RawMessage(`9007199254740993`)}}
+	if _, res := call(t, cs, "submit_write", big); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "2^53") {
+		t.Fatalf("an integer beyond 2^53: %+v, the API got %v", res, got.Load())
+	}
+}
+
+// A write whose outcome the journal then fails to record says so in its
+// reason, where the error was dropped and the result read as recorded.
+func TestJournalFailureAfterSendingIsSaid(t *testing.T) {
+	var c *agent.Client
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.Journal.Close() // the disk goes away while the write is at the API
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(srv.Close)
+	var cs *mcp.ClientSession
+	cs, c = connectClient(t, srv.URL)
+	r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i", "method": "POST", "path": "/v1/x"})
+	if r.Kind != "created" || !strings.Contains(r.Reason, "the journal could not record this outcome") {
+		t.Fatalf("%+v", r)
 	}
 }

@@ -28,11 +28,20 @@ var callExit = map[agent.Kind]exitCode{
 	agent.Unauthorized: 7, agent.Unknown: 8, agent.Failed: 9,
 }
 
+// exitFailedForNow is a failure the policy had not finished with (the
+// gateway unreachable, or "not now" past the budget): a shell loop reruns
+// the same call later, where 9 means rerunning gets the same answer.
+const exitFailedForNow exitCode = 10
+
 const callExitHelp = `Exit status: 0 created or replayed; 3 in_progress; 4 needs_approval;
 5 conflict (the key was used with another request); 6 rejected (validation or
 business refusal); 7 unauthorized; 8 unknown (do not retry: reconcile);
-9 failed; 2 refused locally before sending (bad input, a changed payload on
-resume, a repeat or revise while the intent is not settled); 1 any other error.`
+9 failed (rerunning gets the same answer); 10 failed for now (the gateway was
+unreachable or said "not now": nothing was applied, rerun the same call
+later); 2 refused locally before sending (bad input, a changed payload on
+resume, a repeat or revise while the intent is not settled); 1 any other
+error. The JSON says why (reason) and whether anything reached the gateway
+(sent: no, maybe or yes).`
 
 // callFlags are what call and call status share.
 type callFlags struct {
@@ -154,27 +163,33 @@ func runCall(cmd *cobra.Command, f *callFlags, a agent.Action) error {
 	if err != nil { // interrupted, or the journal failed: the outcome so far is printed
 		fmt.Fprintln(cmd.ErrOrStderr(), "idemgate:", err)
 	}
-	code, ok := callExit[out.Kind]
-	if !ok {
-		code = 1
-	}
-	if code != 0 {
+	if code := exitOf(out); code != 0 {
 		return code
 	}
 	return nil
 }
 
+// exitOf is the documented exit status of an outcome.
+func exitOf(o agent.Outcome) exitCode {
+	code, ok := callExit[o.Kind]
+	switch {
+	case !ok:
+		return 1
+	case o.Kind == agent.Failed && o.Unfinished:
+		return exitFailedForNow
+	}
+	return code
+}
+
 // callView is the printed outcome: the body inline when it is JSON.
 func callView(o agent.Outcome) map[string]any {
 	v := map[string]any{"kind": o.Kind, "intent": o.Intent, "version": o.Version, "key": o.Key,
-		"operation_id": o.OperationID, "status": o.Status, "attempts": o.Attempts}
+		"operation_id": o.OperationID, "status": o.Status, "attempts": o.Attempts, "sent": o.Sent,
+		"reason": o.Reason, "unfinished": o.Unfinished}
 	if json.Valid(o.Body) {
 		v["body"] = json.RawMessage(o.Body)
 	} else if len(o.Body) > 0 {
 		v["body"] = string(o.Body)
-	}
-	if o.Detail != "" {
-		v["detail"] = o.Detail
 	}
 	return v
 }
@@ -219,9 +234,26 @@ func newCallStatusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return writeJSON(cmd.OutOrStdout(), st)
+			return writeJSON(cmd.OutOrStdout(), statusView(st))
 		},
 	}
 	f.add(cmd)
 	return cmd
+}
+
+// statusView is what call status prints: the intent's kind and why, in the
+// words of call's own outcome, then the journal's entry and the gateway's
+// view of the operation.
+func statusView(st agent.Status) map[string]any {
+	o := st.Outcome()
+	kind := string(o.Kind)
+	if kind == "" {
+		kind = "unrecorded" // never sent, or its answer never recorded (see sent)
+	}
+	v := map[string]any{"kind": kind, "sent": o.Sent, "reason": o.Reason, "unfinished": o.Unfinished,
+		"journal": st.Entry}
+	if st.Operation != nil {
+		v["operation"] = st.Operation
+	}
+	return v
 }

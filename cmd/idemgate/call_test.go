@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,10 @@ import (
 func TestCallExitCodes(t *testing.T) {
 	var sends atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_idem/v1/operations" && r.Header.Get("Authorization") == "Bearer secret-token" {
+			fmt.Fprint(w, `{"id":"op_7","state":"unknown"}`)
+			return
+		}
 		sends.Add(1)
 		if r.Header.Get("Authorization") != "Bearer secret-token" || r.Header.Get("Idempotency-Key") == "" {
 			w.WriteHeader(500)
@@ -30,6 +35,9 @@ func TestCallExitCodes(t *testing.T) {
 		}
 		w.Header().Set("Idempotency-Operation", "op_7")
 		switch r.URL.Path {
+		case "/busy":
+			w.Header().Set("Retry-After", "600") // past the time budget: it stops at once
+			problem(429, "rate_limited")
 		case "/created":
 			w.WriteHeader(201)
 			fmt.Fprint(w, `{"id":"T-1"}`)
@@ -59,12 +67,12 @@ func TestCallExitCodes(t *testing.T) {
 		code int
 	}{"/created": {"created", 0}, "/replayed": {"replayed", 0}, "/approval": {"needs_approval", 4},
 		"/conflict": {"conflict", 5}, "/rejected": {"rejected", 6}, "/unauthorized": {"unauthorized", 7},
-		"/unknown": {"unknown", 8}, "/failed": {"failed", 9}} {
+		"/unknown": {"unknown", 8}, "/failed": {"failed", 9}, "/busy": {"failed", 10}} {
 		r := runEnv(t, env, "", "call", "--intent", "i"+path, "POST", path, "-d", `{"a":1}`)
 		var v map[string]any
 		json.Unmarshal([]byte(r.stdout), &v)
 		if r.code != want.code || v["kind"] != want.kind || v["intent"] != "i"+path || v["operation_id"] != "op_7" ||
-			v["key"] == "" || r.stderr != "" {
+			v["key"] == "" || v["sent"] != "yes" || v["reason"] == "" || r.stderr != "" {
 			t.Errorf("%s: exit %d, %s %s", path, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -97,7 +105,31 @@ func TestCallExitCodes(t *testing.T) {
 	}
 	// Status: the journal's entry and the gateway's lookup.
 	r = runEnv(t, env, "", "call", "status", "--intent", "i/unknown")
-	if r.code != 0 || !strings.Contains(r.stdout, `"last_kind": "unknown"`) {
+	if r.code != 0 || !strings.Contains(r.stdout, `"last_kind": "unknown"`) ||
+		!strings.Contains(r.stdout, `"reason": "the gateway holds it unknown"`) {
+		t.Fatalf("status: %+v", r)
+	}
+}
+
+// With the gateway down, call says so: nothing was sent, why, and exit 10
+// (rerun it later), not the 9 of a failure that rerunning repeats; call
+// status says the same, and that the gateway could not be asked.
+func TestCallGatewayUnreachable(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := "http://" + ln.Addr().String()
+	ln.Close()
+	env := []string{"IDEMGATE_TOKEN=secret-token", "IDEMGATE_URL=" + down, "IDEMGATE_JOURNAL=" + filepath.Join(t.TempDir(), "j.db")}
+	r := runEnv(t, env, "", "call", "--intent", "down", "POST", "/v1/tickets", "-d", `{"a":1}`)
+	var v map[string]any
+	json.Unmarshal([]byte(r.stdout), &v)
+	if r.code != 10 || v["kind"] != "failed" || v["sent"] != "no" || v["unfinished"] != true ||
+		!strings.HasPrefix(fmt.Sprint(v["reason"]), "gateway unreachable: connection refused") || r.stderr != "" ||
+		strings.Contains(r.stdout, "secret-token") {
+		t.Fatalf("exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runEnv(t, env, "", "call", "status", "--intent", "down")
+	if r.code != 0 || !strings.Contains(r.stdout, `"sent": "no"`) ||
+		!strings.Contains(r.stdout, `"reason": "the gateway could not be asked: connection refused; the journal last recorded failed"`) {
 		t.Fatalf("status: %+v", r)
 	}
 }
