@@ -9,6 +9,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -150,7 +152,7 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 		return nil, err
 	}
 	if a.Mode == Resume || a.Mode == "" {
-		if latest.Fingerprint != fp {
+		if latest.Fingerprint != fp && latest.Fingerprint != legacyFingerprint(a) {
 			return nil, fmt.Errorf("intent %q: %w; use revise for changed parameters", a.Intent, ErrPayloadChanged)
 		}
 		return latest, nil
@@ -185,6 +187,28 @@ func (c *Client) created(ctx context.Context, want Entry) (*Entry, error) {
 			want.Intent, ErrPayloadChanged)
 	}
 	return e, nil
+}
+
+// legacyFingerprint is actionFingerprint as journals written before the
+// fingerprint covered params and query hold it (sha256 of the canonical
+// {"method","route","tenant","command"}), so that an intent journaled
+// then resumes after an upgrade instead of looking changed.
+func legacyFingerprint(a Action) string {
+	var body any
+	if len(a.Body) > 0 {
+		v, err := fingerprint.Parse(a.Body, fingerprint.Limits{})
+		if err != nil {
+			return ""
+		}
+		body = v
+	}
+	doc, err := fingerprint.Canonical(map[string]any{"method": strings.ToUpper(a.Method), "route": a.Path,
+		"tenant": "agent", "command": body})
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(doc)
+	return fingerprint.Prefix + hex.EncodeToString(sum[:])
 }
 
 // actionFingerprint binds an intent to its request: method, path and the

@@ -200,3 +200,29 @@ func TestPrepareReusesOnlyUnnamedIntents(t *testing.T) {
 		t.Fatalf("bad mode: %v", err)
 	}
 }
+
+// TestJournalFromBeforeParamsResumes: an intent journaled before the
+// fingerprint covered params and query holds the older fingerprint; its
+// resume is the same action, not a changed one.
+func TestJournalFromBeforeParamsResumes(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{status(201)}}
+	client, _ := newScripted(t, s)
+	ctx := context.Background()
+	a := Action{Intent: "old", Method: "POST", Path: "/v1/tickets", Body: []byte(`{"a":1}`)}
+	first, err := client.Do(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Journal.db.ExecContext(ctx, `UPDATE intents SET fingerprint = ? WHERE name = 'old'`,
+		legacyFingerprint(a)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.Do(ctx, a)
+	if err != nil || again.Key != first.Key {
+		t.Fatalf("resume of an intent journaled with the older fingerprint: %+v, %v", again, err)
+	}
+	a.Body = []byte(`{"a":2}`)
+	if _, err := client.Do(ctx, a); !errors.Is(err, ErrPayloadChanged) {
+		t.Fatalf("a changed payload against the older fingerprint: %v", err)
+	}
+}
