@@ -71,6 +71,10 @@ type setup struct {
 	// storeDir holds the gateway's SQLite file (default: the drill's own
 	// directory), and storeQuery is added to its DSN (?min_free=0).
 	storeDir, storeQuery string
+	// storeDSN, if set, is the gateway's store instead (postgres://…).
+	storeDSN string
+	// ticketLease is the lease of POST /v1/tickets (default 1s).
+	ticketLease string
 	// config is added to the gateway's configuration.
 	config string
 }
@@ -99,7 +103,7 @@ func newDrill(t *testing.T, s setup) *drill {
 	d.startAPI()
 	d.config = filepath.Join(dir, "gateway.yaml")
 	config := fmt.Sprintf(`listen: 127.0.0.1:0
-store: sqlite:%s%s
+store: %s
 sweep_interval: 100ms
 upstreams:
   ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t}
@@ -107,7 +111,7 @@ principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: operator, tenant: acme, roles: [admin], token_sha256: %s}
 routes:
-  - {match: POST /v1/tickets, upstream: ops, lease: 1s, business_key: /source_event_id}
+  - {match: POST /v1/tickets, upstream: ops, lease: %s, business_key: /source_event_id}
   - {match: "POST /v1/tickets/{id}/comments", upstream: ops, key_from: "header:X-Delivery-Id"}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
@@ -115,7 +119,8 @@ routes:
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-%s`, d.storeDB, s.storeQuery, d.api.URL, s.idempotentAPI, hashOf(token), hashOf(operatorToken), s.config)
+%s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), d.api.URL, s.idempotentAPI, hashOf(token),
+		hashOf(operatorToken), cmp.Or(s.ticketLease, "1s"), s.config)
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
