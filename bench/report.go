@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// check is one of the hardening issue's targets, judged on this run.
+type check struct {
+	what   string
+	got    string
+	want   string
+	passed bool
+}
+
+// report prints the commit latencies and the checks, each with the figures
+// it was judged on: ratios of rows measured in the same run.
+func report(w io.Writer, e *benchEnv, r map[row]result, concurrencies []int) {
+	fmt.Fprintf(w, "\ncommit latency (median of %d one-row commits that wait for the disk): sqlite %.3f ms", commitSamples,
+		ms(e.commitSQLite))
+	if e.commitPostgres > 0 {
+		fmt.Fprintf(w, ", postgres %.3f ms", ms(e.commitPostgres))
+	}
+	fmt.Fprintln(w)
+	hi, lo := slices.Max(concurrencies), slices.Min(concurrencies)
+	var checks []check
+	for _, s := range []struct {
+		gw, floor string
+		want      float64
+		commit    time.Duration
+	}{{gwSQLite, floorSQLite, 2, e.commitSQLite}, {gwPostgres, floorPG, 1, e.commitPostgres}} {
+		gwNew, ok := r[row{s.gw, "new-key", hi}]
+		if !ok {
+			continue
+		}
+		ratio := gwNew.rate / r[row{s.floor, "new-key", hi}].rate
+		checks = append(checks, check{fmt.Sprintf("%s new keys c=%d vs its two-commit floor", s.gw, hi),
+			fmt.Sprintf("%.0f vs %.0f req/s: %.2f×", gwNew.rate, r[row{s.floor, "new-key", hi}].rate, ratio),
+			fmt.Sprintf("≥ %.1f×", s.want), ratio >= s.want})
+		for _, c := range concurrencies {
+			ratio := r[row{s.gw, "replay", c}].rate / r[row{proxy, "replay", c}].rate
+			checks = append(checks, check{fmt.Sprintf("%s replays c=%d vs the reverse proxy", s.gw, c),
+				fmt.Sprintf("%.2f×", ratio), "≥ 1.0×", ratio >= 1})
+		}
+		over := r[row{s.gw, "new-key", lo}].p50 - r[row{proxy, "new-key", lo}].p50
+		budget := 2*s.commit + 500*time.Microsecond
+		checks = append(checks, check{fmt.Sprintf("%s p50 overhead c=%d over the reverse proxy", s.gw, lo),
+			fmt.Sprintf("%.3f ms", ms(over)), fmt.Sprintf("≤ 2 commits + 0.5 = %.3f ms", ms(budget)), over <= budget})
+	}
+	for _, c := range checks {
+		verdict := "ok"
+		if !c.passed {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "%-62s %-28s %-28s %s\n", c.what, c.got, c.want, verdict)
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+const token = "bench-token"
+
+// The targets' names, as the table and the checks use them.
+const (
+	direct      = "(a) direct"
+	proxy       = "(b) reverse proxy"
+	gwSQLite    = "(c) idemgate sqlite"
+	gwPostgres  = "(d) idemgate postgres"
+	floorSQLite = "(e) floor sqlite"
+	floorPG     = "(f) floor postgres"
+)
+
+// target is one way to reach the upstream.
+type target struct {
+	name string
+	url  string
+}
+
+// benchEnv is every target, and the commit latency of each store, measured
+// on the disk and server the targets use.
+type benchEnv struct {
+	targets        []target
+	commitSQLite   time.Duration
+	commitPostgres time.Duration
+	closers        []func()
+}
+
+func (e *benchEnv) cleanup() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+func (e *benchEnv) serve(name string, h http.Handler) {
+	srv := httptest.NewServer(h)
+	e.closers = append(e.closers, srv.Close)
+	e.targets = append(e.targets, target{name, srv.URL})
+}
+
+// setup starts the proxy, the gateways and the floors in front of upstream,
+// SQLite ones in one temporary directory; PostgreSQL ones each in a schema
+// of their own, dropped at the end.
+func setup(upstream, pgDSN string) (*benchEnv, error) {
+	e := &benchEnv{targets: []target{{direct, upstream}}}
+	u, _ := url.Parse(upstream)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
+	e.serve(proxy, rp)
+	dir, err := os.MkdirTemp("", "idemgate-bench")
+	if err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, func() { os.RemoveAll(dir) })
+	if err := e.sqlite(dir, upstream); err != nil {
+		return e, err
+	}
+	if pgDSN == "" {
+		return e, nil
+	}
+	return e, e.postgres(pgDSN, upstream, dir)
+}
+
+func (e *benchEnv) sqlite(dir, upstream string) error {
+	path := filepath.Join(dir, "bench.db")
+	sq, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { sq.Close() })
+	h, err := gatewayOn(sq, "sqlite:"+path, upstream, dir)
+	if err != nil {
+		return err
+	}
+	e.serve(gwSQLite, h)
+	f, err := openSQLiteFloor(filepath.Join(dir, "floor.db"))
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { f.db.Close() })
+	e.serve(floorSQLite, &floorProxy{store: f, upstream: upstream, client: floorClient()})
+	e.commitSQLite, err = sqliteCommit(dir)
+	return err
+}
+
+func (e *benchEnv) postgres(base, upstream, dir string) error {
+	ctx := context.Background()
+	dsn, err := e.schema(base, "bench")
+	if err != nil {
+		return err
+	}
+	pgStore, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { pgStore.Close() })
+	h, err := gatewayOn(pgStore, dsn, upstream, dir)
+	if err != nil {
+		return err
+	}
+	e.serve(gwPostgres, h)
+	floorDSN, err := e.schema(base, "bench_floor")
+	if err != nil {
+		return err
+	}
+	f, err := openPostgresFloor(ctx, floorDSN)
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, f.pool.Close)
+	e.serve(floorPG, &floorProxy{store: f, upstream: upstream, client: floorClient()})
+	e.commitPostgres, err = postgresCommit(ctx, f.pool)
+	return err
+}
+
+// schema makes a fresh schema, dropped at the end, and returns a DSN that
+// selects it, with a pool of 32 connections.
+func (e *benchEnv) schema(base, prefix string) (string, error) {
+	ctx := context.Background()
+	name := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", fmt.Errorf("postgres (pass -postgres= to skip): %w", err)
+	}
+	e.closers = append(e.closers, func() {
+		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+		conn.Close(ctx)
+	})
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("search_path", name)
+	q.Set("pool_max_conns", "32")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func floorClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256,
+		IdleConnTimeout: 90 * time.Second}}
+}
+
+type migrator interface {
+	ledger.Store
+	Migrate(context.Context) error
+}
+
+// gatewayOn is a gateway on store, unlimited: the bench measures the
+// contract, not the limiter refusing it.
+func gatewayOn(store migrator, dsn, upstream, dir string) (http.Handler, error) {
+	if err := store.Migrate(context.Background()); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(token))
+	cfgText := fmt.Sprintf(`store: %q
+upstreams:
+  app: {url: %q, max_conns: 256}
+principals:
+  - {name: bench, tenant: bench, token_sha256: %s}
+limits:
+  default: {rate: "0", max_live: 0, max_stored: 0}
+routes:
+  - {match: POST /v1/tickets, upstream: app}
+`, dsn, upstream, hex.EncodeToString(sum[:]))
+	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := gateway.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	g, err := gateway.New(cfg, store, nil)
+	if err != nil {
+		return nil, err
+	}
+	return g.Handler(), nil
+}
+
