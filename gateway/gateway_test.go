@@ -50,6 +50,15 @@ func newUpstream(t *testing.T) *upstream {
 		conn, _, _ := http.NewResponseController(w).Hijack()
 		conn.Close()
 	})
+	mux.HandleFunc("POST /v1/cut", func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r) // applied; the answer is cut after its first bytes
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"id":`))
+		http.NewResponseController(w).Flush()
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	})
 	mux.HandleFunc("POST /v1/slow", func(w http.ResponseWriter, r *http.Request) {
 		u.effect(r)
 		time.Sleep(400 * time.Millisecond)
@@ -197,6 +206,7 @@ principals:
 routes:
   - {match: POST /v1/tickets, upstream: ops, fingerprint: {ignore: [/client_time]}}
   - {match: POST /v1/lost, upstream: ops}
+  - {match: POST /v1/cut, upstream: ops}
   - {match: POST /v1/slow, upstream: ops}
   - {match: POST /v1/honours, upstream: dedup}
   - {match: POST /v1/down, upstream: down}

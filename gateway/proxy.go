@@ -136,8 +136,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		exec.Settle(httpidem.FateUnknown, "upstream_body_cut")
 		prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
 			"the request may have been applied").WithStatus(http.StatusBadGateway)
-		prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
-		prob.Write(w)
+		writeFor(w, prob, exec, ledger.Unknown)
 		return
 	}
 	h := w.Header()
@@ -192,8 +191,8 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 		exec.Settle(httpidem.FateReleased, "upstream_unreachable")
 		prob := httpidem.NewProblem(httpidem.CodeUpstreamUnavailable,
 			"the upstream could not be reached and nothing was sent; retry with the same key")
-		prob.RetryAfter, prob.OperationID, prob.State = 1, exec.OperationID(), ledger.Prepared
-		prob.Write(w)
+		prob.RetryAfter = 1
+		writeFor(w, prob, exec, ledger.Prepared)
 		return
 	}
 	code, status := "upstream_reset", http.StatusBadGateway
@@ -203,8 +202,14 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 	exec.Settle(httpidem.FateUnknown, code)
 	prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
 		"it may have been applied, and will not be re-sent").WithStatus(status)
-	prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
-	prob.Write(w)
+	writeFor(w, prob, exec, ledger.Unknown)
+}
+
+// writeFor sends a problem about the operation exec runs, now in state:
+// its id, its state and its status resource, the one link an agent
+// follows to learn how it ended (the 409 of every retry carries the same).
+func writeFor(w http.ResponseWriter, prob *httpidem.Problem, exec *httpidem.Execution, state ledger.State) {
+	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, ControlPrefix).Write(w)
 }
 
 func isTimeout(err error) bool {
