@@ -461,8 +461,12 @@ func TestControlAPI(t *testing.T) {
 		if last.Actor != "alice" || last.Reason != "payment found in the PSP dashboard" || *last.From != ledger.Unknown {
 			t.Fatalf("resolution not audited: %+v", last)
 		}
-		if r := e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve); r.status != 409 {
-			t.Fatalf("resolving twice: %d", r.status)
+		r = e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve)
+		var p httpidem.Problem
+		if json.Unmarshal([]byte(r.body), &p); r.status != 409 || p.Code != httpidem.CodeIllegalTransition ||
+			p.Title != "Not allowed in the operation's state" || p.OperationID != lost.ID || p.State != ledger.Succeeded ||
+			p.StatusURL != "/_idem/v1/operations/"+lost.ID {
+			t.Fatalf("resolving twice: %d %s", r.status, r.body)
 		}
 		// The retry now gets the resolution, not "unknown".
 		if r := e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1"); r.status != 200 ||
