@@ -5,9 +5,11 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/internal/jsonptr"
 )
@@ -59,8 +62,9 @@ type Upstream struct {
 	// MaxConns sizes the idle connection pool to the expected concurrency.
 	MaxConns int `yaml:"max_conns"`
 
-	line   int
-	target *url.URL
+	line        int
+	headerLines map[string]int // each header's own line
+	target      *url.URL
 }
 
 // Principal is a caller: a bearer token (stored as its SHA-256) mapped to a
@@ -279,7 +283,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 		case "upstreams":
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				if u := cfg.Upstreams[val.Content[j].Value]; u != nil {
-					u.line = val.Content[j].Line
+					u.line, u.headerLines = val.Content[j].Line, keyLines(val.Content[j+1], "headers")
 				}
 			}
 		case "principals":
@@ -296,6 +300,20 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			}
 		}
 	}
+}
+
+// keyLines maps each key of the mapping under name, in the mapping n, to
+// its line.
+func keyLines(n *yaml.Node, name string) map[string]int {
+	lines := map[string]int{}
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if m := n.Content[i+1]; n.Content[i].Value == name && m.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				lines[m.Content[j].Value] = m.Content[j].Line
+			}
+		}
+	}
+	return lines
 }
 
 func (c *Config) errorf(line int, format string, args ...any) error {
@@ -363,11 +381,37 @@ func (c *Config) checkUpstream(name string, u *Upstream) error {
 		// sees the same key and deduplicates: without the key, a second effect.
 		return c.errorf(u.line, "upstream %q: honours_key needs forward_key: true", name)
 	}
+	if err := c.checkHeaders(name, u); err != nil {
+		return err
+	}
 	if u.Timeout <= 0 {
 		u.Timeout = 30 * time.Second
 	}
 	if u.MaxConns <= 0 {
 		u.MaxConns = 64
+	}
+	return nil
+}
+
+// checkHeaders refuses, at its line, an upstream header that the transport
+// would refuse on every request (a value from ${ENV} with a newline, say):
+// else the gateway starts and answers 502 to everything. Two names that
+// differ only in case are refused too, as only one of them, at random,
+// would be sent. A value is never quoted: it is usually a secret.
+func (c *Config) checkHeaders(name string, u *Upstream) error {
+	seen := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(u.Headers)) {
+		line, canon := cmp.Or(u.headerLines[k], u.line), http.CanonicalHeaderKey(k)
+		switch {
+		case !httpguts.ValidHeaderFieldName(k):
+			return c.errorf(line, "upstream %q: header name %q is not a valid HTTP field name", name, k)
+		case !httpguts.ValidHeaderFieldValue(u.Headers[k]):
+			return c.errorf(line, "upstream %q: header %s: the value is not a valid HTTP field value "+
+				"(CR, LF, NUL or another control character; check the environment variables it uses)", name, k)
+		case seen[canon] != "":
+			return c.errorf(line, "upstream %q: header %s is given twice (%q and %q)", name, canon, seen[canon], k)
+		}
+		seen[canon] = k
 	}
 	return nil
 }

@@ -43,6 +43,31 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestUpstreamHeadersMustBeHTTPFields: a header the transport would refuse
+// on every request is refused at start-up, at its own line, without its
+// value (a credential).
+func TestUpstreamHeadersMustBeHTTPFields(t *testing.T) {
+	const headers = `    headers: {Authorization: "Bearer ${IDEMGATE_TEST_OPS_TOKEN}"}`
+	const refused = `upstream "ops": header Authorization: the value is not a valid HTTP field value`
+	cases := map[string]struct{ token, headers, want string }{
+		"newline from env": {"s3cret\nX-Admin: yes", headers, "gw.yaml:7: " + refused},
+		"carriage return":  {"s3cret\r", headers, "gw.yaml:7: " + refused},
+		"NUL":              {"s3cret", `    headers: {Authorization: "s3\0cret"}`, "gw.yaml:7: " + refused},
+		"own line": {"s3cret", "    headers:\n      X-Tenant: acme\n      Authorization: \"${IDEMGATE_TEST_OPS_TOKEN}\\n\"",
+			"gw.yaml:9: " + refused},
+		"bad name":   {"s3cret", `    headers: {"X Tenant": acme}`, `gw.yaml:7: upstream "ops": header name "X Tenant" is not a valid`},
+		"name twice": {"s3cret", `    headers: {X-Tenant: a, x-tenant: b}`, `gw.yaml:7: upstream "ops": header X-Tenant is given twice`},
+	}
+	for name, c := range cases {
+		t.Setenv("IDEMGATE_TEST_OPS_TOKEN", c.token)
+		text := strings.Replace(goodConfig, headers, c.headers, 1)
+		_, err := ParseConfig("gw.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3") {
+			t.Errorf("%s: got %v, want %q", name, err, c.want)
+		}
+	}
+}
+
 func TestConfigMistakesNameFileAndLine(t *testing.T) {
 	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
 	cases := map[string]struct{ from, to, want string }{
