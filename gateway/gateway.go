@@ -62,7 +62,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) routes() (http.Handler, error) {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
-		clients[name] = newUpstreamClient(name, u)
+		clients[name] = newUpstreamClient(name, u, g.log)
 	}
 	var writes []httpidem.Route
 	for _, rc := range g.cfg.Routes {

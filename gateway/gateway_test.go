@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -144,6 +145,25 @@ type env struct {
 	store ledger.Store
 	gw    *httptest.Server
 	g     *gateway.Gateway
+	logs  *logBuffer // the gateway's log lines
+}
+
+// logBuffer collects log lines from concurrent requests.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 var stores = map[string]func(t *testing.T) (ledger.Store, string){
@@ -211,6 +231,7 @@ routes:
   - {match: POST /v1/honours, upstream: dedup}
   - {match: POST /v1/down, upstream: down}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
+  - {match: "GET /v1/down/{id}", upstream: down}
   - {match: POST /v1/admin-only, upstream: ops, roles: [admin]}
   - {match: POST /v1/policy/alerts, upstream: ops, business_key: /source_event_id}
   - {match: POST /v1/policy/deploys, upstream: ops, concurrency_key: /environment}
@@ -231,13 +252,14 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(cfg, store, nil)
+	logs := &logBuffer{}
+	g, err := gateway.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	gw := httptest.NewServer(g.Handler())
 	t.Cleanup(gw.Close)
-	return &env{t: t, up: up, store: store, gw: gw, g: g}
+	return &env{t: t, up: up, store: store, gw: gw, g: g, logs: logs}
 }
 
 type reply struct {

@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -31,9 +34,10 @@ type upstreamClient struct {
 	cfg    *Upstream
 	client *http.Client
 	plain  *httputil.ReverseProxy // for routes that are not recorded
+	log    *slog.Logger
 }
 
-func newUpstreamClient(name string, u *Upstream) *upstreamClient {
+func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClient {
 	t := &http.Transport{
 		Proxy:                 nil, // the upstream is addressed directly
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -45,7 +49,7 @@ func newUpstreamClient(name string, u *Upstream) *upstreamClient {
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
 	}
-	uc := &upstreamClient{name: name, cfg: u, client: &http.Client{Transport: t,
+	uc := &upstreamClient{name: name, cfg: u, log: log, client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	uc.plain = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -57,6 +61,7 @@ func newUpstreamClient(name string, u *Upstream) *upstreamClient {
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The upstream's address and the error's details stay here.
+			uc.logFailure(r.Context(), "", err)
 			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+" did not answer").Write(w)
 		},
 	}
@@ -127,12 +132,14 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	resp, err := p.uc.client.Do(out.WithContext(ctx))
 	if err != nil {
+		p.uc.logFailure(r.Context(), exec.OperationID(), err)
 		p.failed(w, exec, err, sent.Load())
 		return
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
 	if err != nil { // the status came, the rest was cut: the effect may be done
+		p.uc.logFailure(r.Context(), exec.OperationID(), fmt.Errorf("reading the answer: %w", err))
 		exec.Settle(httpidem.FateUnknown, "upstream_body_cut")
 		prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
 			"the request may have been applied").WithStatus(http.StatusBadGateway)
@@ -210,6 +217,29 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 // follows to learn how it ended (the 409 of every retry carries the same).
 func writeFor(w http.ResponseWriter, prob *httpidem.Problem, exec *httpidem.Execution, state ledger.State) {
 	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, ControlPrefix).Write(w)
+}
+
+// logFailure says, at error level, why a call to the upstream got no
+// usable answer: the agent's problem hides it, the operator needs it. The
+// request URL is left out (its query may carry a key or personal data);
+// the transport's errors name header fields, never their values.
+func (uc *upstreamClient) logFailure(ctx context.Context, opID string, err error) {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within the upstream's timeout (%s): %w", uc.cfg.Timeout, err)
+	}
+	level, msg := slog.LevelError, "upstream call failed"
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		level, msg = slog.LevelInfo, "upstream call abandoned: the client went away"
+	}
+	attrs := []slog.Attr{slog.String("upstream", uc.name), slog.String("error", err.Error())}
+	if opID != "" {
+		attrs = append(attrs, slog.String("operation_id", opID))
+	}
+	uc.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
 func isTimeout(err error) bool {
