@@ -39,7 +39,7 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	mux.HandleFunc("GET /readyz", g.ready)
 	mux.Handle(ControlPrefix+"/", g.authenticated(g.control()))
 	mux.Handle("/", g.authenticated(routes))
-	g.handler = g.logged(mux)
+	g.handler = g.logged(hygienic(mux))
 	return g, nil
 }
 

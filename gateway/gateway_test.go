@@ -278,9 +278,15 @@ func (e *env) do(method, path, token, body string, headers ...string) reply {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
+	return roundTrip(e.t, req)
+}
+
+// roundTrip sends req and reads its whole answer.
+func roundTrip(t *testing.T, req *http.Request) reply {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

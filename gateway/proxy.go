@@ -14,7 +14,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,10 +22,6 @@ import (
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
-
-// hopByHop are the headers of one connection, never forwarded.
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
-	"Trailer", "Transfer-Encoding", "Upgrade"}
 
 // upstreamClient is one upstream's tuned transport and its settings.
 type upstreamClient struct {
@@ -52,11 +47,9 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 	uc := &upstreamClient{name: name, cfg: u, log: log, client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	uc.plain = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u.target)
-			pr.SetXForwarded()
-			uc.setHeaders(pr.Out.Header, "")
-		},
+		// The proxy has removed the hop-by-hop headers (keeping an
+		// upgrade's) and the X-Forwarded ones; direct does the rest.
+		Rewrite:    func(pr *httputil.ProxyRequest) { uc.direct(pr, "") },
 		Transport:  t,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -68,12 +61,9 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 	return uc
 }
 
-// setHeaders removes what must not reach the upstream (the agent's
-// credentials) and adds the gateway's own for it.
+// setHeaders adds the gateway's own headers for the upstream: its
+// credentials, and the key when the upstream is to see it.
 func (uc *upstreamClient) setHeaders(h http.Header, key string) {
-	h.Del("Authorization")
-	h.Del(httpidem.HeaderKey)
-	h.Del(httpidem.HeaderPrefer)
 	if key != "" && uc.cfg.ForwardKey {
 		// Written under a lower-case name on purpose: Go's transport treats a
 		// request with an "Idempotency-Key" header as replayable and re-sends
@@ -146,11 +136,10 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeFor(w, prob, exec, ledger.Unknown)
 		return
 	}
+	stripHopByHop(resp.Header)
 	h := w.Header()
 	for k, v := range resp.Header {
-		if !slices.Contains(hopByHop, k) {
-			h[k] = v
-		}
+		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
@@ -166,29 +155,9 @@ func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomi
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
 	out.RequestURI = ""
-	target := p.uc.cfg.target
-	out.URL.Scheme, out.URL.Host = target.Scheme, target.Host
-	out.URL.Path = singleJoin(target.Path, r.URL.Path)
-	out.URL.RawPath = ""
-	out.Host = target.Host
-	for _, k := range hopByHop {
-		out.Header.Del(k)
-	}
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		out.Header.Set("X-Forwarded-For", ip)
-	}
-	p.uc.setHeaders(out.Header, key)
+	stripHopByHop(out.Header)
+	p.uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
 	return out, sent
-}
-
-func singleJoin(a, b string) string {
-	switch {
-	case a == "" || a == "/":
-		return b
-	case a[len(a)-1] == '/' && b != "" && b[0] == '/':
-		return a + b[1:]
-	}
-	return a + b
 }
 
 // failed answers a request the upstream did not answer. Nothing written:
