@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 )
 
@@ -22,13 +23,50 @@ func TestHasDotSegment(t *testing.T) {
 	}
 }
 
+func TestOriginLocal(t *testing.T) {
+	plain, _ := url.Parse("http://127.0.0.1:3000")
+	prefixed, _ := url.Parse("https://API.example/base/")
+	for _, c := range []struct {
+		target *url.URL
+		ref    string
+		want   string // "" when ref stays
+	}{
+		{plain, "http://127.0.0.1:3000/tickets/1", "/tickets/1"},
+		{plain, "HTTP://127.0.0.1:3000/tickets/1?a=%2F#f", "/tickets/1?a=%2F#f"},
+		{plain, "http://127.0.0.1:3000", "/"},
+		{plain, "http://127.0.0.1:3000/a%2Fb", "/a%2Fb"},
+		{plain, "//127.0.0.1:3000/tickets/1", "/tickets/1"},
+		{plain, "http://user@127.0.0.1:3000/x", "/x"},
+		{plain, "https://127.0.0.1:3000/tickets/1", ""}, // another origin
+		{plain, "http://127.0.0.1:3001/tickets/1", ""},
+		{plain, "http://localhost:3000/tickets/1", ""},
+		{plain, "/tickets/1", ""},
+		{plain, "tickets/1", ""},
+		{plain, "urn:x:1", ""},
+		{prefixed, "https://api.example:443/base/tickets/1", "/tickets/1"},
+		{prefixed, "https://api.example/base", "/"},
+		{prefixed, "https://api.example/basement/1", "/basement/1"}, // not under the prefix: no path to strip
+		{prefixed, "/base/tickets/1", "/tickets/1"},
+		{prefixed, "//api.example/base/tickets/1", "/tickets/1"},
+		{prefixed, "http://api.example/base/tickets/1", ""},
+		{prefixed, "tickets/1", ""},
+	} {
+		got, ok := originOf(c.target).local(c.ref)
+		if ok != (c.want != "") || got != c.want {
+			t.Errorf("%s: local(%q) = %q, %v; want %q", c.target, c.ref, got, ok, c.want)
+		}
+	}
+}
+
 // TestHygieneAllocatesNothingWhenNothingIsWrong: the checks and the
 // stripping on the hot path cost no allocation for a request with nothing
-// to strip.
+// to strip, and an answer without Location costs none either.
 func TestHygieneAllocatesNothingWhenNothingIsWrong(t *testing.T) {
 	r := httptest.NewRequest("POST", "/v1/payment-intents/pi_1.2/capture?x=1", nil)
 	r.Header = http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"},
 		"Content-Length": {"2"}, "User-Agent": {"agent/1"}, "Traceparent": {"00-1-2-01"}}
+	u, _ := url.Parse("http://127.0.0.1:3000/base")
+	uc := &upstreamClient{origin: originOf(u)}
 	resp := http.Header{"Content-Type": {"application/json"}, "Date": {"now"}}
 	allocs := testing.AllocsPerRun(100, func() {
 		if refusal(r) != "" {
@@ -37,6 +75,7 @@ func TestHygieneAllocatesNothingWhenNothingIsWrong(t *testing.T) {
 		stripHopByHop(r.Header)
 		stripAgentHeaders(r.Header)
 		stripHopByHop(resp)
+		uc.localize(resp)
 	})
 	if allocs != 0 || len(r.Header) != 5 {
 		t.Fatalf("%v allocations per request; headers left %v", allocs, r.Header)

@@ -307,3 +307,36 @@ func TestRepeatedCredentialsAndKeysAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamLocationIsTheGatewaysPath: a Location or Content-Location
+// at the upstream's own origin becomes the gateway's path, its prefix
+// stripped, on the first answer, its replay, and reads; other origins stay.
+func TestUpstreamLocationIsTheGatewaysPath(t *testing.T) {
+	e := newHygieneEnv(t)
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			e.t = t
+			for _, c := range []struct{ path, answer, location, contentLocation string }{
+				{"/v1/things/1", "self", "/v1/things/1?view=full#top", "/v1/things/1"},
+				{"/v2/things/1", "self", "/v1/things/1?view=full#top", "/v1/things/1"},
+				{"/v2/things/1", "path", "/v1/things/1", ""},
+				{"/v1/things/1", "other", "https://elsewhere.example/v1/things/1", ""},
+			} {
+				h := http.Header{"X-Answer-Location": {c.answer}, "Idempotency-Key": {fmt.Sprintf("loc-%d", e.keys)}}
+				before, _ := e.up.requests()
+				first := e.send(kind, c.path, h)
+				e.forwarded(first, before)
+				again := e.send(kind, c.path, h)
+				if kind == "write" && again.header.Get("Idempotent-Replayed") != "true" {
+					t.Fatalf("%s: not replayed: %+v", c.path, again)
+				}
+				for _, r := range []reply{first, again} {
+					if r.header.Get("Location") != c.location || r.header.Get("Content-Location") != c.contentLocation {
+						t.Errorf("%s answered with %q: Location %q, Content-Location %q", c.path, c.answer,
+							r.header.Get("Location"), r.header.Get("Content-Location"))
+					}
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ type upstreamClient struct {
 	client *http.Client
 	plain  *httputil.ReverseProxy // for routes that are not recorded
 	log    *slog.Logger
+	origin origin // the upstream's own, to recognise it in Location
 }
 
 func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClient {
@@ -44,12 +45,16 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
 	}
-	uc := &upstreamClient{name: name, cfg: u, log: log, client: &http.Client{Transport: t,
+	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.target), client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	uc.plain = &httputil.ReverseProxy{
 		// The proxy has removed the hop-by-hop headers (keeping an
 		// upgrade's) and the X-Forwarded ones; direct does the rest.
-		Rewrite:    func(pr *httputil.ProxyRequest) { uc.direct(pr, "") },
+		Rewrite: func(pr *httputil.ProxyRequest) { uc.direct(pr, "") },
+		ModifyResponse: func(resp *http.Response) error {
+			uc.localize(resp.Header)
+			return nil
+		},
 		Transport:  t,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -137,6 +142,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stripHopByHop(resp.Header)
+	p.uc.localize(resp.Header) // before it is stored: replays say the same
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
