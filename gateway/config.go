@@ -41,6 +41,17 @@ type Config struct {
 	SweepInterval   time.Duration `yaml:"sweep_interval"`
 	PurgeInterval   time.Duration `yaml:"purge_interval"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// What one client may hold of the server (see NewServer): the time to
+	// send its headers (read_header_timeout, 10s) and then its body
+	// (body_timeout, 30s; the whole request must be in within the sum of
+	// the two), an idle connection's life (idle_timeout, 2m),
+	// the size of its headers (max_header_bytes, 64KiB), and the number of
+	// connections served at once (max_conns, 4096; more wait to be accepted).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	BodyTimeout       time.Duration `yaml:"body_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes    Size          `yaml:"max_header_bytes"`
+	MaxConns          int           `yaml:"max_conns"`
 	// MaxResponse bounds a stored upstream answer (1MiB).
 	MaxResponse Size `yaml:"max_response"`
 	// HoldBeforeForward pauses every recorded write between its reservation
@@ -364,6 +375,28 @@ func (c *Config) defaults() {
 	}
 	if c.MaxResponse <= 0 {
 		c.MaxResponse = 1 << 20
+	}
+	c.serverDefaults()
+}
+
+// serverDefaults are the production limits of NewServer: generous for an
+// agent on any network, short enough that a thousand stalled clients
+// cost seconds, not the server.
+func (c *Config) serverDefaults() {
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 4096
 	}
 }
 
