@@ -159,4 +159,3 @@ func (f *postgresFloor) lookup(ctx context.Context, key string) (status int, bod
 		WHERE tenant = 'bench' AND key = $1`, key).Scan(&status, &body)
 	return status, body, err
 }
-

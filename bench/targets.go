@@ -200,4 +200,3 @@ routes:
 	}
 	return g.Handler(), nil
 }
-

@@ -40,6 +40,17 @@ type Config struct {
 	SweepInterval   time.Duration `yaml:"sweep_interval"`
 	PurgeInterval   time.Duration `yaml:"purge_interval"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// What one client may hold of the server (see NewServer): the time to
+	// send its headers (read_header_timeout, 10s) and then its body
+	// (body_timeout, 30s; the whole request must be in within the sum of
+	// the two), an idle connection's life (idle_timeout, 2m),
+	// the size of its headers (max_header_bytes, 64KiB), and the number of
+	// connections served at once (max_conns, 4096; more wait to be accepted).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	BodyTimeout       time.Duration `yaml:"body_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes    Size          `yaml:"max_header_bytes"`
+	MaxConns          int           `yaml:"max_conns"`
 	// MaxResponse bounds a stored upstream answer (1MiB).
 	MaxResponse Size `yaml:"max_response"`
 	// RecordDeadline bounds how long an outcome is retried against a store
@@ -64,8 +75,9 @@ type Upstream struct {
 	// MaxConns sizes the idle connection pool to the expected concurrency.
 	MaxConns int `yaml:"max_conns"`
 
-	line   int
-	target *url.URL
+	line        int
+	headerLines map[string]int // each header's own line
+	target      *url.URL
 }
 
 // Principal is a caller: a bearer token (stored as its SHA-256) mapped to a
@@ -354,7 +366,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 		case "upstreams":
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				if u := cfg.Upstreams[val.Content[j].Value]; u != nil {
-					u.line = val.Content[j].Line
+					u.line, u.headerLines = val.Content[j].Line, keyLines(val.Content[j+1], "headers")
 				}
 			}
 		case "principals":
@@ -430,6 +442,28 @@ func (c *Config) defaults() {
 	if c.RecordDeadline <= 0 {
 		c.RecordDeadline = 30 * time.Second
 	}
+	c.serverDefaults()
+}
+
+// serverDefaults are the production limits of NewServer: generous for an
+// agent on any network, short enough that a thousand stalled clients
+// cost seconds, not the server.
+func (c *Config) serverDefaults() {
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 4096
+	}
 }
 
 func (c *Config) checkUpstream(name string, u *Upstream) error {
@@ -445,6 +479,9 @@ func (c *Config) checkUpstream(name string, u *Upstream) error {
 		// Re-sending an unknown operation is safe only because the upstream
 		// sees the same key and deduplicates: without the key, a second effect.
 		return c.errorf(u.line, "upstream %q: honours_key needs forward_key: true", name)
+	}
+	if err := c.checkHeaders(name, u); err != nil {
+		return err
 	}
 	if u.Timeout <= 0 {
 		u.Timeout = 30 * time.Second

@@ -3,6 +3,7 @@ package gateway
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const goodConfig = `listen: 127.0.0.1:0
@@ -40,6 +41,53 @@ func TestParseConfig(t *testing.T) {
 	if r.method != "POST" || r.pattern != "/v1/tickets" || int64(r.MaxBody) != 1<<20 || r.Lease.Seconds() != 30 ||
 		r.Fingerprint.Ignore[0] != "/client_request_time" || !r.IsWrite() || cfg.Routes[1].IsWrite() {
 		t.Fatalf("route %+v", r)
+	}
+}
+
+// TestServerSettings: the server's limits have production defaults, and
+// each can be set.
+func TestServerSettings(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
+	cfg, err := ParseConfig("gw.yaml", []byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ReadHeaderTimeout != 10*time.Second || cfg.BodyTimeout != 30*time.Second || cfg.IdleTimeout != 2*time.Minute ||
+		cfg.MaxHeaderBytes != 64<<10 || cfg.MaxConns != 4096 {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	set := "read_header_timeout: 2s\nbody_timeout: 5s\nidle_timeout: 1m\nmax_header_bytes: 16KiB\nmax_conns: 100\n"
+	if cfg, err = ParseConfig("gw.yaml", []byte(set+goodConfig)); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ReadHeaderTimeout != 2*time.Second || cfg.BodyTimeout != 5*time.Second || cfg.IdleTimeout != time.Minute ||
+		cfg.MaxHeaderBytes != 16<<10 || cfg.MaxConns != 100 {
+		t.Fatalf("set: %+v", cfg)
+	}
+}
+
+// TestUpstreamHeadersMustBeHTTPFields: a header the transport would refuse
+// on every request is refused at start-up, at its own line, without its
+// value (a credential).
+func TestUpstreamHeadersMustBeHTTPFields(t *testing.T) {
+	const headers = `    headers: {Authorization: "Bearer ${IDEMGATE_TEST_OPS_TOKEN}"}`
+	const refused = `upstream "ops": header Authorization: the value is not a valid HTTP field value`
+	cases := map[string]struct{ token, headers, want string }{
+		"newline from env": {"s3cret\nX-Admin: yes", headers, "gw.yaml:7: " + refused},
+		"carriage return":  {"s3cret\r", headers, "gw.yaml:7: " + refused},
+		"NUL":              {"s3cret", `    headers: {Authorization: "s3\0cret"}`, "gw.yaml:7: " + refused},
+		"own line": {"s3cret", "    headers:\n      X-Tenant: acme\n      Authorization: \"${IDEMGATE_TEST_OPS_TOKEN}\\n\"",
+			"gw.yaml:9: " + refused},
+		"bad name":   {"s3cret", `    headers: {"X Tenant": acme}`, `gw.yaml:7: upstream "ops": header name "X Tenant" is not a valid`},
+		"name twice": {"s3cret", `    headers: {X-Tenant: a, x-tenant: b}`, `gw.yaml:7: upstream "ops": header X-Tenant is given twice`},
+	}
+	for name, c := range cases {
+		t.Setenv("IDEMGATE_TEST_OPS_TOKEN", c.token)
+		text := strings.Replace(goodConfig, headers, c.headers, 1)
+		_, err := ParseConfig("gw.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3") {
+			t.Errorf("%s: got %v, want %q", name, err, c.want)
+		}
 	}
 }
 

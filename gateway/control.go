@@ -124,8 +124,11 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	resolved, err := g.store.Resolve(r.Context(), ledger.ResolveParams{ID: op.ID, To: to, Actor: p.Name, Note: body.Note})
 	if errors.Is(err, ledger.ErrIllegalTransition) {
-		httpidem.NewProblem("conflict", "only an unknown operation can be resolved").For(op, ControlPrefix).
-			WithStatus(http.StatusConflict).Write(w)
+		if now, err := g.store.Get(r.Context(), op.ID); err == nil {
+			op = now // the state that refused, not the one read before
+		}
+		httpidem.NewProblem(httpidem.CodeIllegalTransition, "only an unknown operation can be resolved").
+			For(op, ControlPrefix).Write(w)
 		return
 	}
 	if err != nil {

@@ -47,7 +47,7 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	mux.HandleFunc("GET /readyz", g.ready)
 	mux.Handle(ControlPrefix+"/", g.authenticated(g.control()))
 	mux.Handle("/", g.authenticated(routes))
-	g.handler = g.logged(mux)
+	g.handler = g.logged(hygienic(mux))
 	return g, nil
 }
 
@@ -70,7 +70,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) routes() (http.Handler, error) {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
-		clients[name] = newUpstreamClient(name, u)
+		clients[name] = newUpstreamClient(name, u, g.log)
 	}
 	var writes []httpidem.Route
 	for _, rc := range g.cfg.Routes {

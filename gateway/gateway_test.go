@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -47,6 +48,15 @@ func newUpstream(t *testing.T) *upstream {
 	})
 	mux.HandleFunc("POST /v1/lost", func(w http.ResponseWriter, r *http.Request) {
 		u.effect(r) // applied, then the answer is lost
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	})
+	mux.HandleFunc("POST /v1/cut", func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r) // applied; the answer is cut after its first bytes
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"id":`))
+		http.NewResponseController(w).Flush()
 		conn, _, _ := http.NewResponseController(w).Hijack()
 		conn.Close()
 	})
@@ -135,6 +145,25 @@ type env struct {
 	store ledger.Store
 	gw    *httptest.Server
 	g     *gateway.Gateway
+	logs  *logBuffer // the gateway's log lines
+}
+
+// logBuffer collects log lines from concurrent requests.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 var stores = map[string]func(t *testing.T) (ledger.Store, string){
@@ -197,10 +226,12 @@ principals:
 routes:
   - {match: POST /v1/tickets, upstream: ops, fingerprint: {ignore: [/client_time]}}
   - {match: POST /v1/lost, upstream: ops}
+  - {match: POST /v1/cut, upstream: ops}
   - {match: POST /v1/slow, upstream: ops}
   - {match: POST /v1/honours, upstream: dedup}
   - {match: POST /v1/down, upstream: down}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
+  - {match: "GET /v1/down/{id}", upstream: down}
   - {match: POST /v1/admin-only, upstream: ops, roles: [admin]}
   - {match: POST /v1/policy/alerts, upstream: ops, business_key: /source_event_id}
   - {match: POST /v1/policy/deploys, upstream: ops, concurrency_key: /environment}
@@ -221,13 +252,14 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(cfg, store, nil)
+	logs := &logBuffer{}
+	g, err := gateway.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	gw := httptest.NewServer(g.Handler())
 	t.Cleanup(gw.Close)
-	return &env{t: t, up: up, store: store, gw: gw, g: g}
+	return &env{t: t, up: up, store: store, gw: gw, g: g, logs: logs}
 }
 
 type reply struct {
@@ -249,9 +281,15 @@ func (e *env) do(method, path, token, body string, headers ...string) reply {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
+	return roundTrip(e.t, req)
+}
+
+// roundTrip sends req and reads its whole answer.
+func roundTrip(t *testing.T, req *http.Request) reply {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -454,8 +492,12 @@ func TestControlAPI(t *testing.T) {
 		if last.Actor != "alice" || last.Reason != "payment found in the PSP dashboard" || *last.From != ledger.Unknown {
 			t.Fatalf("resolution not audited: %+v", last)
 		}
-		if r := e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve); r.status != 409 {
-			t.Fatalf("resolving twice: %d", r.status)
+		r = e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve)
+		var p httpidem.Problem
+		if json.Unmarshal([]byte(r.body), &p); r.status != 409 || p.Code != httpidem.CodeIllegalTransition ||
+			p.Title != "Not allowed in the operation's state" || p.OperationID != lost.ID || p.State != ledger.Succeeded ||
+			p.StatusURL != "/_idem/v1/operations/"+lost.ID {
+			t.Fatalf("resolving twice: %d %s", r.status, r.body)
 		}
 		// The retry now gets the resolution, not "unknown".
 		if r := e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1"); r.status != 200 ||

@@ -5,13 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,19 +23,17 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// hopByHop are the headers of one connection, never forwarded.
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
-	"Trailer", "Transfer-Encoding", "Upgrade"}
-
 // upstreamClient is one upstream's tuned transport and its settings.
 type upstreamClient struct {
 	name   string
 	cfg    *Upstream
 	client *http.Client
 	plain  *httputil.ReverseProxy // for routes that are not recorded
+	log    *slog.Logger
+	origin origin // the upstream's own, to recognise it in Location
 }
 
-func newUpstreamClient(name string, u *Upstream) *upstreamClient {
+func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClient {
 	t := &http.Transport{
 		Proxy:                 nil, // the upstream is addressed directly
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -45,30 +45,30 @@ func newUpstreamClient(name string, u *Upstream) *upstreamClient {
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
 	}
-	uc := &upstreamClient{name: name, cfg: u, client: &http.Client{Transport: t,
+	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.target), client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	uc.plain = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u.target)
-			pr.SetXForwarded()
-			uc.setHeaders(pr.Out.Header, "")
+		// The proxy has removed the hop-by-hop headers (keeping an
+		// upgrade's) and the X-Forwarded ones; direct does the rest.
+		Rewrite: func(pr *httputil.ProxyRequest) { uc.direct(pr, "") },
+		ModifyResponse: func(resp *http.Response) error {
+			uc.localize(resp.Header)
+			return nil
 		},
 		Transport:  t,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The upstream's address and the error's details stay here.
+			uc.logFailure(r.Context(), "", err)
 			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+" did not answer").Write(w)
 		},
 	}
 	return uc
 }
 
-// setHeaders removes what must not reach the upstream (the agent's
-// credentials) and adds the gateway's own for it.
+// setHeaders adds the gateway's own headers for the upstream: its
+// credentials, and the key when the upstream is to see it.
 func (uc *upstreamClient) setHeaders(h http.Header, key string) {
-	h.Del("Authorization")
-	h.Del(httpidem.HeaderKey)
-	h.Del(httpidem.HeaderPrefer)
 	if key != "" && uc.cfg.ForwardKey {
 		// Written under a lower-case name on purpose: Go's transport treats a
 		// request with an "Idempotency-Key" header as replayable and re-sends
@@ -127,24 +127,25 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	resp, err := p.uc.client.Do(out.WithContext(ctx))
 	if err != nil {
+		p.uc.logFailure(r.Context(), exec.OperationID(), err)
 		p.failed(w, exec, err, sent.Load())
 		return
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
 	if err != nil { // the status came, the rest was cut: the effect may be done
+		p.uc.logFailure(r.Context(), exec.OperationID(), fmt.Errorf("reading the answer: %w", err))
 		exec.Settle(httpidem.FateUnknown, "upstream_body_cut")
 		prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
 			"the request may have been applied").WithStatus(http.StatusBadGateway)
-		prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
-		prob.Write(w)
+		writeFor(w, prob, exec, ledger.Unknown)
 		return
 	}
+	stripHopByHop(resp.Header)
+	p.uc.localize(resp.Header) // before it is stored: replays say the same
 	h := w.Header()
 	for k, v := range resp.Header {
-		if !slices.Contains(hopByHop, k) {
-			h[k] = v
-		}
+		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
@@ -160,29 +161,9 @@ func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomi
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
 	out.RequestURI = ""
-	target := p.uc.cfg.target
-	out.URL.Scheme, out.URL.Host = target.Scheme, target.Host
-	out.URL.Path = singleJoin(target.Path, r.URL.Path)
-	out.URL.RawPath = ""
-	out.Host = target.Host
-	for _, k := range hopByHop {
-		out.Header.Del(k)
-	}
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		out.Header.Set("X-Forwarded-For", ip)
-	}
-	p.uc.setHeaders(out.Header, key)
+	stripHopByHop(out.Header)
+	p.uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
 	return out, sent
-}
-
-func singleJoin(a, b string) string {
-	switch {
-	case a == "" || a == "/":
-		return b
-	case a[len(a)-1] == '/' && b != "" && b[0] == '/':
-		return a + b[1:]
-	}
-	return a + b
 }
 
 // failed answers a request the upstream did not answer. Nothing written:
@@ -192,8 +173,8 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 		exec.Settle(httpidem.FateReleased, "upstream_unreachable")
 		prob := httpidem.NewProblem(httpidem.CodeUpstreamUnavailable,
 			"the upstream could not be reached and nothing was sent; retry with the same key")
-		prob.RetryAfter, prob.OperationID, prob.State = 1, exec.OperationID(), ledger.Prepared
-		prob.Write(w)
+		prob.RetryAfter = 1
+		writeFor(w, prob, exec, ledger.Prepared)
 		return
 	}
 	code, status := "upstream_reset", http.StatusBadGateway
@@ -203,8 +184,37 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 	exec.Settle(httpidem.FateUnknown, code)
 	prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
 		"it may have been applied, and will not be re-sent").WithStatus(status)
-	prob.OperationID, prob.State = exec.OperationID(), ledger.Unknown
-	prob.Write(w)
+	writeFor(w, prob, exec, ledger.Unknown)
+}
+
+// writeFor sends a problem about the operation exec runs, now in state:
+// its id, its state and its status resource, the one link an agent
+// follows to learn how it ended (the 409 of every retry carries the same).
+func writeFor(w http.ResponseWriter, prob *httpidem.Problem, exec *httpidem.Execution, state ledger.State) {
+	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, ControlPrefix).Write(w)
+}
+
+// logFailure says, at error level, why a call to the upstream got no
+// usable answer: the agent's problem hides it, the operator needs it. The
+// request URL is left out (its query may carry a key or personal data);
+// the transport's errors name header fields, never their values.
+func (uc *upstreamClient) logFailure(ctx context.Context, opID string, err error) {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within the upstream's timeout (%s): %w", uc.cfg.Timeout, err)
+	}
+	level, msg := slog.LevelError, "upstream call failed"
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		level, msg = slog.LevelInfo, "upstream call abandoned: the client went away"
+	}
+	attrs := []slog.Attr{slog.String("upstream", uc.name), slog.String("error", err.Error())}
+	if opID != "" {
+		attrs = append(attrs, slog.String("operation_id", opID))
+	}
+	uc.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
 func isTimeout(err error) bool {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -96,8 +95,7 @@ func (gs *gatewayServer) addr() string { return gs.ln.Addr().String() }
 // shutdown_timeout, and closes the store.
 func (gs *gatewayServer) run(ctx context.Context) error {
 	defer gs.store.Close()
-	srv := &http.Server{Handler: gs.g.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(gs.log.Handler(), slog.LevelWarn)}
+	srv := gs.g.NewServer()
 	go gs.g.RunBackground(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(gs.ln) }()

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"golang.org/x/net/netutil"
+)
+
+// Server is the gateway's HTTP server with the limits that keep slow or
+// stalled clients from holding it: deadlines on headers, bodies and idle
+// connections, a bound on header size and on connections served at once
+// (Config's read_header_timeout, body_timeout, idle_timeout,
+// max_header_bytes, max_conns). Every program that serves a gateway builds
+// its server with NewServer, so that none of them forgets a limit.
+type Server struct {
+	srv      *http.Server
+	maxConns int
+}
+
+// NewServer builds the server of the gateway's whole HTTP surface.
+func (g *Gateway) NewServer() *Server {
+	c := g.cfg
+	return &Server{maxConns: c.MaxConns, srv: &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		// The whole request's deadline: a body that trickles, or that
+		// announces 100 bytes and sends one, is cut there, whether the
+		// handler reads it or the server drains it after a refusal. The
+		// server lifts it once the body has been read to its end (or at
+		// once when there is none), so neither a long Prefer: wait nor a
+		// slow upstream is cut by it.
+		ReadTimeout:    c.ReadHeaderTimeout + c.BodyTimeout,
+		IdleTimeout:    c.IdleTimeout,
+		MaxHeaderBytes: int(c.MaxHeaderBytes),
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}}
+}
+
+// Serve serves ln until Shutdown or Close, at most max_conns connections
+// at once: the others wait in the listen backlog until one ends.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(netutil.LimitListener(ln, s.maxConns))
+}
+
+// Shutdown stops accepting connections and waits, until ctx ends, for the
+// requests in flight to finish (http.Server.Shutdown).
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Close closes the listener and every connection at once.
+func (s *Server) Close() error { return s.srv.Close() }
