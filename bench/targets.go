@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -90,11 +91,9 @@ func (e *benchEnv) sqlite(dir, upstream string) error {
 		return err
 	}
 	e.closers = append(e.closers, func() { sq.Close() })
-	h, err := gatewayOn(sq, "sqlite:"+path, upstream, dir)
-	if err != nil {
+	if err := e.gatewayOn(gwSQLite, sq, "sqlite:"+path, upstream, dir); err != nil {
 		return err
 	}
-	e.serve(gwSQLite, h)
 	f, err := openSQLiteFloor(filepath.Join(dir, "floor.db"))
 	if err != nil {
 		return err
@@ -116,11 +115,9 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 		return err
 	}
 	e.closers = append(e.closers, func() { pgStore.Close() })
-	h, err := gatewayOn(pgStore, dsn, upstream, dir)
-	if err != nil {
+	if err := e.gatewayOn(gwPostgres, pgStore, dsn, upstream, dir); err != nil {
 		return err
 	}
-	e.serve(gwPostgres, h)
 	floorDSN, err := e.schema(base, "bench_floor")
 	if err != nil {
 		return err
@@ -169,11 +166,11 @@ type migrator interface {
 	Migrate(context.Context) error
 }
 
-// gatewayOn is a gateway on store, unlimited: the bench measures the
-// contract, not the limiter refusing it.
-func gatewayOn(store migrator, dsn, upstream, dir string) (http.Handler, error) {
+// gatewayOn is a gateway on store, unlimited (the bench measures the
+// contract, not the limiter refusing it), served as serve serves it.
+func (e *benchEnv) gatewayOn(name string, store migrator, dsn, upstream, dir string) error {
 	if err := store.Migrate(context.Background()); err != nil {
-		return nil, err
+		return err
 	}
 	sum := sha256.Sum256([]byte(token))
 	cfgText := fmt.Sprintf(`store: %q
@@ -188,15 +185,23 @@ routes:
 `, dsn, upstream, hex.EncodeToString(sum[:]))
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
-		return nil, err
+		return err
 	}
 	cfg, err := gateway.LoadConfig(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	g, err := gateway.New(cfg, store, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return g.Handler(), nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := g.NewServer()
+	go func() { _ = srv.Serve(ln) }()
+	e.closers = append(e.closers, func() { _ = srv.Close() })
+	e.targets = append(e.targets, target{name, "http://" + ln.Addr().String()})
+	return nil
 }

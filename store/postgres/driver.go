@@ -116,9 +116,12 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 		attempts, reason, tokenArg = 1, "reserve with lease", &token
 	}
 	var inserted, lapsed bool
-	op, err := scanOp(scanAround{d.s.pool.QueryRow(ctx, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint,
-		string(state), attempts, tokenArg, micros(p.Lease), nullable(p.BusinessKey), nullable(p.ConcurrencyKey),
-		micros(p.Retention), p.Actor, reason), &inserted, &lapsed})
+	var op *ledger.Operation
+	err := d.s.batch.run(ctx, false, func(row pgx.Row) (err error) {
+		op, err = scanOp(scanAround{row, &inserted, &lapsed})
+		return err
+	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
+		nullable(p.BusinessKey), nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, reason)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
@@ -142,16 +145,16 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		return nil, fmt.Errorf("%s: %w", c.Step, err)
 	}
 	args = append([]any{c.ID, string(c.From), string(c.To), c.Actor, c.Reason}, args...)
-	var row pgx.Row
-	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
-		row = d.tx.QueryRow(ctx, query, args...)
-	} else {
-		if lazy, ok := lazySQL[query]; ok && c.Owner != nil && d.s.relaxed {
-			query = lazy
-		}
-		row = d.s.pool.QueryRow(ctx, query, args...)
+	var op *ledger.Operation
+	scan := func(row pgx.Row) (err error) {
+		op, err = scanOp(row)
+		return err
 	}
-	op, err := scanOp(row)
+	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
+		err = scan(d.tx.QueryRow(ctx, query, args...))
+	} else {
+		err = d.s.batch.run(ctx, c.Owner != nil, scan, query, args...)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -181,7 +184,8 @@ func changeSQL(c steps.Change) (string, []any, error) {
 
 func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.s.pool.QueryRow(ctx, heartbeatSQL, l.OpID, l.Token, l.Fence, micros(dur)).Scan(&until)
+	err := d.s.batch.run(ctx, true, func(row pgx.Row) error { return row.Scan(&until) },
+		heartbeatSQL, l.OpID, l.Token, l.Fence, micros(dur))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return until, steps.ErrGuard
 	}

@@ -66,6 +66,18 @@ func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 
 func (l *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+func (l *sqlLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *sqlLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = append(l.sql, d.SQL)
+}
+
+func (l *sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 func (l *sqlLog) contains(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -148,7 +160,9 @@ func TestConnectionLostMidStep(t *testing.T) {
 }
 
 // waitLockWait waits until some session of the schema waits on a lock.
-func waitLockWait(t *testing.T, conn *pgx.Conn) {
+func waitLockWait(t *testing.T, conn interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -28,9 +29,11 @@ var _ ledger.Store = (*Store)(nil)
 
 // Store is a ledger.Store on a pgx pool.
 type Store struct {
-	pool    *pgxpool.Pool
-	schema  string
-	relaxed bool
+	pool     *pgxpool.Pool
+	schema   string
+	relaxed  bool
+	batch    *batcher
+	lockWait string // lockWait, but for the tests that hold a batch
 }
 
 // Options tune Open. Zero values take the defaults.
@@ -49,6 +52,11 @@ type Options struct {
 	// then turn an answered operation unknown, never into a second effect.
 	// Reservations always wait. Never the default.
 	Relaxed bool
+	// Batches bounds the step transactions in flight at once (batches=N
+	// in the DSN; default 1): steps that arrive meanwhile share the next
+	// one. One is best when the server has few cores; a server with many
+	// may take more.
+	Batches int
 }
 
 // identifier is a schema name that needs no quoting: search_path would fold
@@ -58,11 +66,14 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // Open connects to dsn (postgres://…) and checks that the server answers.
 // It does not migrate; call Migrate.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	dsn, relaxed, err := durability(dsn)
+	dsn, params, err := ownParams(dsn)
 	if err != nil {
 		return nil, err
 	}
-	opts.Relaxed = opts.Relaxed || relaxed
+	opts.Relaxed = opts.Relaxed || params.relaxed
+	if opts.Batches <= 0 {
+		opts.Batches = params.batches
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
@@ -87,29 +98,52 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, mapErr("open", err)
 	}
-	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed}
 	if err := mapErr("ping", pool.Ping(ctx)); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	if opts.Batches <= 0 {
+		opts.Batches = 1
+	}
+	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed, lockWait: lockWait}
+	s.batch = newBatcher(s, min(opts.Batches, int(cfg.MaxConns)))
 	return s, nil
 }
 
-// durability takes idemgate's own durability=strict|relaxed out of a DSN
-// (the server would refuse it as an unknown setting).
-func durability(dsn string) (string, bool, error) {
+// dsnParams are idemgate's own DSN parameters, which the server would
+// refuse as unknown settings.
+type dsnParams struct {
+	relaxed bool // durability=relaxed
+	batches int  // batches=N
+}
+
+// ownParams takes durability=strict|relaxed and batches=N out of a DSN.
+func ownParams(dsn string) (string, dsnParams, error) {
+	var p dsnParams
 	u, err := url.Parse(dsn)
-	if err != nil || !u.Query().Has("durability") {
-		return dsn, false, nil // pgx reports a DSN it cannot parse
+	if err != nil {
+		return dsn, p, nil // pgx reports a DSN it cannot parse
 	}
 	q := u.Query()
-	d := q.Get("durability")
-	if d != "strict" && d != "relaxed" {
-		return "", false, fmt.Errorf("postgres: durability %q: want strict or relaxed", d)
+	if !q.Has("durability") && !q.Has("batches") {
+		return dsn, p, nil
+	}
+	switch d := q.Get("durability"); d {
+	case "", "strict":
+	case "relaxed":
+		p.relaxed = true
+	default:
+		return "", p, fmt.Errorf("postgres: durability %q: want strict or relaxed", d)
+	}
+	if b := q.Get("batches"); b != "" {
+		if p.batches, err = strconv.Atoi(b); err != nil || p.batches < 1 || p.batches > 64 {
+			return "", p, fmt.Errorf("postgres: batches %q: want 1 to 64", b)
+		}
 	}
 	q.Del("durability")
+	q.Del("batches")
 	u.RawQuery = q.Encode()
-	return u.String(), d == "relaxed", nil
+	return u.String(), p, nil
 }
 
 // healthSQL is the write Ping makes: one row, rewritten and committed.
@@ -123,8 +157,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return mapErr("ping", err)
 }
 
-// Close releases the pool.
+// Close lets the batches in flight finish and releases the pool.
 func (s *Store) Close() error {
+	s.batch.close()
 	s.pool.Close()
 	return nil
 }

@@ -16,8 +16,8 @@ import (
 // dsns remembers which DSN each store was opened on, for Another.
 var dsns = map[ledger.Store]string{}
 
-// statements counts what the stores of these tests send; each statement of
-// the store autocommits, so it is also their commit count.
+// statements counts the commits of the stores of these tests: each
+// statement sent alone autocommits, and each batch of steps commits once.
 type statements struct{ n atomic.Int64 }
 
 func (c *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -26,6 +26,18 @@ func (c *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 
 func (c *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statements) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if d.SQL == "COMMIT" {
+		c.n.Add(1)
+	}
+}
+
+func (c *statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 var sent statements
 

@@ -44,15 +44,15 @@ SELECT count(*) FROM gone`
 
 // ExpireLeases implements ledger.Store.
 func (s *Store) ExpireLeases(ctx context.Context, limit int) (int, error) {
-	return s.batch(ctx, "expire leases", expireSQL, limit, ledger.ActorLeaseExpiry)
+	return s.sweep(ctx, "expire leases", expireSQL, limit, ledger.ActorLeaseExpiry)
 }
 
 // Purge implements ledger.Store.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
-	return s.batch(ctx, "purge", purgeSQL, limit)
+	return s.sweep(ctx, "purge", purgeSQL, limit)
 }
 
-func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...any) (int, error) {
+func (s *Store) sweep(ctx context.Context, op, query string, limit int, args ...any) (int, error) {
 	if err := steps.BatchLimit(op, limit); err != nil {
 		return 0, err
 	}

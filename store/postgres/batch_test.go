@@ -1,0 +1,194 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// commitLog counts the COMMIT statements a store sends.
+type commitLog struct{ n atomic.Int64 }
+
+func (l *commitLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.TrimSpace(d.SQL) == "COMMIT" {
+		l.n.Add(1)
+	}
+	return ctx
+}
+
+func (l *commitLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *commitLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *commitLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if d.SQL == "COMMIT" {
+		l.n.Add(1)
+	}
+}
+
+func (l *commitLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// blocked makes the next step on key wait: another session inserts the key
+// and keeps its transaction open until release.
+func blocked(t *testing.T, dsn, key string) (release func()) {
+	t.Helper()
+	c := context.Background()
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(c, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, retention_us,
+		created_at, updated_at, expires_at) VALUES ('op_blocker', 'acme', $1, '/r', 'f', 'prepared', 1, now(), now(), now())`,
+		key); err != nil {
+		t.Fatal(err)
+	}
+	return func() { tx.Rollback(c); conn.Close(c) }
+}
+
+// TestConcurrentStepsShareTransactions: with one batch in flight, held on
+// a row lock, the 49 steps that queue behind it commit together, each
+// answered as if alone.
+func TestConcurrentStepsShareTransactions(t *testing.T) {
+	c := context.Background()
+	var commits commitLog
+	dsn, _ := testenv.PostgresSchema(t)
+	s, _ := testStoreAt(t, dsn, Options{Batches: 1, Tracer: &commits})
+	s.lockWait = "10s" // the blocked batch holds its slot until released
+	release := blocked(t, dsn, "first")
+	errs := make(chan error, 50)
+	go func() { _, err := s.Reserve(c, params("first")); errs <- err }()
+	waitLockWait(t, s.pool)
+	before := commits.n.Load()
+	var wg sync.WaitGroup
+	for i := range 49 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.Reserve(c, params("k"+string(rune('A'+i%26))+string(rune('a'+i/26))))
+			if err == nil && !r.Created {
+				err = errors.New("not created")
+			}
+			errs <- err
+		}()
+	}
+	for len(s.batch.jobs) < 49 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	for range 50 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := commits.n.Load() - before; n != 2 {
+		t.Errorf("the blocked batch and 49 queued reservations took %d commits, want 2", n)
+	}
+}
+
+// TestOneBadStepSparesItsBatch: a statement that fails aborts its batch's
+// transaction; the others are run again on their own and succeed, and the
+// bad one gets its own error.
+func TestOneBadStepSparesItsBatch(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	s, _ := testStoreAt(t, dsn, Options{Batches: 1})
+	s.lockWait = "10s"
+	holder := params("holder")
+	holder.ConcurrencyKey = "prod"
+	if _, err := s.Reserve(c, holder); err != nil {
+		t.Fatal(err)
+	}
+	waiting := params("waiting")
+	waiting.ConcurrencyKey = "prod"
+	waiting.Lease = 0
+	if _, err := s.Reserve(c, waiting); err != nil { // prepared, no approval: it does not hold the group
+		t.Fatal(err)
+	}
+	prep, err := s.GetByKey(c, "acme", "waiting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := blocked(t, dsn, "first")
+	done := make(chan error, 1)
+	go func() { _, err := s.Reserve(c, params("first")); done <- err }()
+	waitLockWait(t, s.pool)
+	results := make(chan error, 2)
+	go func() { // the bad one: acquiring it would break the concurrency group
+		_, err := s.Acquire(c, ledger.AcquireParams{ID: prep.ID, Lease: time.Minute, Actor: "t"})
+		results <- err
+	}()
+	go func() { _, err := s.Reserve(c, params("good")); results <- err }()
+	for len(s.batch.jobs) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var locked, ok int
+	for range 2 {
+		switch err := <-results; {
+		case errors.Is(err, ledger.ErrConcurrencyLocked):
+			locked++
+		case err == nil:
+			ok++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if locked != 1 || ok != 1 {
+		t.Fatalf("locked %d, ok %d", locked, ok)
+	}
+	if _, err := s.GetByKey(c, "acme", "good"); err != nil {
+		t.Fatalf("the good step of a failed batch: %v", err)
+	}
+}
+
+func params(key string) ledger.ReserveParams {
+	return ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r", Fingerprint: "f", Lease: time.Hour,
+		Retention: time.Hour, Actor: "gw"}
+}
+
+// TestBlockedStepRunsAlone: a step that waits on a row lock past lockWait
+// leaves its batch and waits on its own; the steps queued behind it go on.
+func TestBlockedStepRunsAlone(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	s, _ := testStoreAt(t, dsn, Options{Batches: 1})
+	release := blocked(t, dsn, "first")
+	defer release()
+	done := make(chan error, 1)
+	go func() { _, err := s.Reserve(c, params("first")); done <- err }()
+	waitLockWait(t, s.pool)
+	for i := range 5 {
+		if _, err := s.Reserve(c, params(fmt.Sprint("after-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the blocked step ended while its lock was held: %v", err)
+	default:
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("the blocked step, once the lock was gone: %v", err)
+	}
+}
