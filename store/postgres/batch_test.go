@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,29 +15,34 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// commitLog counts the COMMIT statements a store sends.
-type commitLog struct{ n atomic.Int64 }
+// CommitLog counts a store's commits: each statement sent alone
+// autocommits, and each batch of steps commits once. The store's external
+// tests count with it too.
+type CommitLog struct{ N atomic.Int64 }
 
-func (l *commitLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.TrimSpace(d.SQL) == "COMMIT" {
-		l.n.Add(1)
-	}
+// TraceQueryStart counts a statement sent alone.
+func (l *CommitLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	l.N.Add(1)
 	return ctx
 }
 
-func (l *commitLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd does nothing.
+func (l *CommitLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (l *commitLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+// TraceBatchStart does nothing.
+func (l *CommitLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
 
-func (l *commitLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+// TraceBatchQuery counts a batch's COMMIT.
+func (l *CommitLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
 	if d.SQL == "COMMIT" {
-		l.n.Add(1)
+		l.N.Add(1)
 	}
 }
 
-func (l *commitLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd does nothing.
+func (l *CommitLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // blocked makes the next step on key wait: another session inserts the key
 // and keeps its transaction open until release.
@@ -66,7 +70,7 @@ func blocked(t *testing.T, dsn, key string) (release func()) {
 // answered as if alone.
 func TestConcurrentStepsShareTransactions(t *testing.T) {
 	c := context.Background()
-	var commits commitLog
+	var commits CommitLog
 	dsn, _ := testenv.PostgresSchema(t)
 	s, _ := testStoreAt(t, dsn, Options{Batches: 1, Tracer: &commits})
 	s.lockWait = "10s" // the blocked batch holds its slot until released
@@ -74,7 +78,7 @@ func TestConcurrentStepsShareTransactions(t *testing.T) {
 	errs := make(chan error, 50)
 	go func() { _, err := s.Reserve(c, params("first")); errs <- err }()
 	waitLockWait(t, s.pool)
-	before := commits.n.Load()
+	before := commits.N.Load()
 	var wg sync.WaitGroup
 	for i := range 49 {
 		wg.Add(1)
@@ -97,7 +101,7 @@ func TestConcurrentStepsShareTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := commits.n.Load() - before; n != 2 {
+	if n := commits.N.Load() - before; n != 2 {
 		t.Errorf("the blocked batch and 49 queued reservations took %d commits, want 2", n)
 	}
 }

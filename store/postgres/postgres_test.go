@@ -2,10 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -16,30 +14,8 @@ import (
 // dsns remembers which DSN each store was opened on, for Another.
 var dsns = map[ledger.Store]string{}
 
-// statements counts the commits of the stores of these tests: each
-// statement sent alone autocommits, and each batch of steps commits once.
-type statements struct{ n atomic.Int64 }
-
-func (c *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-
-func (c *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (c *statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-
-func (c *statements) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if d.SQL == "COMMIT" {
-		c.n.Add(1)
-	}
-}
-
-func (c *statements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-var sent statements
+// sent counts the commits of every store these tests open.
+var sent postgres.CommitLog
 
 func open(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()
@@ -64,7 +40,7 @@ func fresh(tb testing.TB) *postgres.Store {
 var backend = storetest.Backend{
 	Fresh:   func(tb testing.TB) ledger.Store { return fresh(tb) },
 	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsns[s]) },
-	Commits: sent.n.Load,
+	Commits: sent.N.Load,
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, backend) }
