@@ -87,7 +87,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
-		return nil, NewProblem(CodeInvalidCommand, "reading the body: "+err.Error())
+		return nil, NewProblem(CodeInvalidRequest, "reading the body: "+err.Error())
 	}
 	if int64(len(data)) > max {
 		return nil, tooLarge(-1, max)

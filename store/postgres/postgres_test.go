@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"

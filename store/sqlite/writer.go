@@ -201,7 +201,7 @@ func (w *writer) run(batch []*job) {
 			return
 		}
 	}
-	if _, err := w.conn.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
+	if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 		w.rollback()
 		abort(batch, mapErr("commit", err))
 	}
@@ -219,7 +219,7 @@ func (w *writer) begin(batch []*job) error {
 		}
 		w.sync = mode
 	}
-	_, err := w.conn.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+	_, err := w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
 	return err
 }
 
@@ -235,7 +235,7 @@ func allOwning(batch []*job) bool {
 // rollback ends a failed transaction. SQLite may have rolled it back
 // already (after SQLITE_FULL or an I/O error): then there is nothing to do.
 func (w *writer) rollback() {
-	_, _ = w.conn.conn.ExecContext(context.Background(), "ROLLBACK")
+	_, _ = w.conn.ExecContext(context.Background(), "ROLLBACK")
 }
 
 // abort fails every step of a batch with err.
