@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // commitSamples is how many single-row durable commits make a commit
@@ -56,4 +59,17 @@ func median(fn func(i int) error) (time.Duration, error) {
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], nil
+}
+
+// stepCommit is the median latency of one ledger step that commits on
+// store: a reservation, which writes the operation, its indexes and its
+// first history row, and waits for the disk.
+func stepCommit(store ledger.Store) (time.Duration, error) {
+	ctx := context.Background()
+	return median(func(i int) error {
+		_, err := store.Reserve(ctx, ledger.ReserveParams{Tenant: "commit-probe", Key: fmt.Sprint("probe-", i, "-",
+			time.Now().UnixNano()), Route: "/probe", Fingerprint: "sha256:0", Lease: time.Minute,
+			Retention: time.Minute, Actor: "bench"})
+		return err
+	})
 }

@@ -43,11 +43,15 @@ type target struct {
 // benchEnv is every target, and the commit latency of each store, measured
 // on the disk and server the targets use.
 type benchEnv struct {
-	targets        []target
-	commitSQLite   time.Duration
-	commitPostgres time.Duration
-	closers        []func()
+	targets []target
+	// commits holds, per store, the median latency of a one-row commit
+	// that waits for the disk (raw) and of one ledger step (step).
+	commits map[string]commitLatency
+	closers []func()
 }
+
+// commitLatency is what one durable commit costs on a store.
+type commitLatency struct{ raw, step time.Duration }
 
 func (e *benchEnv) cleanup() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
@@ -65,7 +69,7 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
 func setup(upstream, pgDSN string) (*benchEnv, error) {
-	e := &benchEnv{targets: []target{{direct, upstream}}}
+	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitLatency{}}
 	u, _ := url.Parse(upstream)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
@@ -100,8 +104,21 @@ func (e *benchEnv) sqlite(dir, upstream string) error {
 	}
 	e.closers = append(e.closers, func() { f.db.Close() })
 	e.serve(floorSQLite, &floorProxy{store: f, upstream: upstream, client: floorClient()})
-	e.commitSQLite, err = sqliteCommit(dir)
-	return err
+	return e.measureCommits(gwSQLite, sq, func() (time.Duration, error) { return sqliteCommit(dir) })
+}
+
+// measureCommits measures a store's commit latencies, raw and ledger step.
+func (e *benchEnv) measureCommits(name string, store ledger.Store, raw func() (time.Duration, error)) error {
+	var c commitLatency
+	var err error
+	if c.raw, err = raw(); err != nil {
+		return err
+	}
+	if c.step, err = stepCommit(store); err != nil {
+		return err
+	}
+	e.commits[name] = c
+	return nil
 }
 
 func (e *benchEnv) postgres(base, upstream, dir string) error {
@@ -128,8 +145,7 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 	}
 	e.closers = append(e.closers, f.pool.Close)
 	e.serve(floorPG, &floorProxy{store: f, upstream: upstream, client: floorClient()})
-	e.commitPostgres, err = postgresCommit(ctx, f.pool)
-	return err
+	return e.measureCommits(gwPostgres, pgStore, func() (time.Duration, error) { return postgresCommit(ctx, f.pool) })
 }
 
 // schema makes a fresh schema, dropped at the end, and returns a DSN that
