@@ -27,7 +27,10 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./httpidem
 
-# Benchmarks with the raw-SQL floor side by side (see README.md).
+# Benchmarks with the raw-SQL floors side by side (see README.md): the
+# gateway against its two-commit floors and the plain reverse proxy, then
+# the stores and the agent's journal.
 bench:
+	go run ./bench -n 5000
 	go test -run '^$$' -bench . -benchtime 2000x -count 5 ./store/...
 	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
