@@ -332,8 +332,8 @@ func TestListShowsWhatIsOpen(t *testing.T) {
 }
 
 // The body reaches the API as the model wrote it: numbers keep their text,
-// and an integer JSON cannot carry exactly is refused, never rounded (the
-// SDK's own decoding turned 9007199254740993 into ...992).
+// and a number a double would round is refused, never rounded (the SDK's
+// own decoding turned 9007199254740993 into ...992).
 func TestBodyNumbersAreNotRounded(t *testing.T) {
 	var got atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -350,8 +350,9 @@ func TestBodyNumbersAreNotRounded(t *testing.T) {
 	}
 	big := map[string]any{"intent": "pay-2", "method": "POST", "path": "/v1/payments",
 		"body": map[string]any{"amount": json.RawMessage(`9007199254740993`)}}
-	if _, res := call(t, cs, "submit_write", big); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "2^53") {
-		t.Fatalf("an integer beyond 2^53: %+v, the API got %v", res, got.Load())
+	_, res := call(t, cs, "submit_write", big)
+	if text := fmt.Sprintf("%+v", res.Content[0]); !res.IsError || !strings.Contains(text, "would become 9007199254740992") {
+		t.Fatalf("an integer a double would round: %s, the API got %v", text, got.Load())
 	}
 }
 
