@@ -24,6 +24,17 @@ func report(w io.Writer, e *benchEnv, r map[row]result, concurrencies []int) {
 			fmt.Fprintf(w, "  %-24s one-row commit %.3f ms, one ledger step (a reservation) %.3f ms\n", name, ms(c.raw), ms(c.step))
 		}
 	}
+	for _, c := range checks(e, r, concurrencies) {
+		verdict := "ok"
+		if !c.passed {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "%-62s %-28s %-36s %s\n", c.what, c.got, c.want, verdict)
+	}
+}
+
+// checks judges this run's rows against the hardening issue's targets.
+func checks(e *benchEnv, r map[row]result, concurrencies []int) []check {
 	hi, lo := slices.Max(concurrencies), slices.Min(concurrencies)
 	var checks []check
 	for _, s := range []struct {
@@ -54,11 +65,5 @@ func report(w io.Writer, e *benchEnv, r map[row]result, concurrencies []int) {
 				over <= budget})
 		}
 	}
-	for _, c := range checks {
-		verdict := "ok"
-		if !c.passed {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(w, "%-62s %-28s %-36s %s\n", c.what, c.got, c.want, verdict)
-	}
+	return checks
 }
