@@ -134,8 +134,10 @@ func (m *Middleware) leave(ctx context.Context, lease ledger.Lease, code, reason
 	}
 }
 
-// heartbeater extends the lease while the handler runs longer than half
-// of it.
+// heartbeater extends the lease every third of it while the handler runs:
+// a heartbeat held up by a busy store still has a second chance before the
+// lease lapses (a lapsed lease is never extended, and makes the operation
+// unknown).
 type heartbeater struct {
 	mu      sync.Mutex
 	lease   ledger.Lease
@@ -148,7 +150,7 @@ func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Durat
 	hb := &heartbeater{lease: l, done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(hb.stopped)
-		t := time.NewTicker(d / 2)
+		t := time.NewTicker(d / 3)
 		defer t.Stop()
 		for {
 			select {

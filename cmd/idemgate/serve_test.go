@@ -160,11 +160,14 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 // TestTwoInstancesOneEffect: two gateway processes on one PostgreSQL share a
-// storm of 200 copies of one request: one effect.
+// storm of 200 copies of one request: one effect, and every copy gets its
+// answer. The route's lease is a production one: with the 1s lease of the
+// crash tests, a store held up for a second under a loaded CI machine lets
+// the lease lapse, and the operation rightly becomes unknown.
 func TestTwoInstancesOneEffect(t *testing.T) {
 	dsn, _ := testenv.PostgresSchema(t)
 	up := newSlowUpstream(t, 100*time.Millisecond)
-	config := writeConfig(t, dsn, up.srv.URL, "")
+	config := writeConfig(t, dsn, up.srv.URL, "  - {match: POST /v1/storm, upstream: app, lease: 30s}\n")
 	a, b := startGateway(t, config), startGateway(t, config)
 	var wg sync.WaitGroup
 	var ok, other atomic.Int64
@@ -176,11 +179,11 @@ func TestTwoInstancesOneEffect(t *testing.T) {
 			if i%2 == 1 {
 				base = b.URL
 			}
-			status, _ := post(t, base, "/v1/writes", "storm", "Prefer", "wait=10")
+			status, body := post(t, base, "/v1/storm", "storm", "Prefer", "wait=10")
 			if status == 201 {
 				ok.Add(1)
-			} else {
-				other.Add(1)
+			} else if other.Add(1) == 1 {
+				t.Logf("a copy got %d %s", status, body)
 			}
 		}()
 	}
