@@ -3,7 +3,6 @@ package gateway
 import (
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"strings"
 
 	"github.com/idemgate/idemgate/httpidem"
@@ -104,27 +103,6 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - 'a' + 10
-}
-
-// hopByHop are the headers of one connection, never forwarded.
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
-	"Trailer", "Transfer-Encoding", "Upgrade"}
-
-// stripHopByHop removes the hop-by-hop headers and every header that
-// Connection names (RFC 9110, 7.6.1), from a request or a response.
-func stripHopByHop(h http.Header) {
-	for _, v := range h["Connection"] {
-		for v != "" {
-			var name string
-			name, v, _ = strings.Cut(v, ",")
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, k := range hopByHop {
-		delete(h, k)
-	}
 }
 
 // agentHeaders never reach the upstream: the agent's credentials, what it

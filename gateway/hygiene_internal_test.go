@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+
+	"github.com/idemgate/idemgate/httpidem"
 )
 
 func TestHasDotSegment(t *testing.T) {
@@ -72,9 +74,9 @@ func TestHygieneAllocatesNothingWhenNothingIsWrong(t *testing.T) {
 		if refusal(r) != "" {
 			t.Fatal("refused")
 		}
-		stripHopByHop(r.Header)
+		httpidem.StripHopByHop(r.Header)
 		stripAgentHeaders(r.Header)
-		stripHopByHop(resp)
+		httpidem.StripHopByHop(resp)
 		uc.localize(resp)
 	})
 	if allocs != 0 || len(r.Header) != 5 {

@@ -42,6 +42,16 @@ func newRecorder(t *testing.T) *recorder {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			prefix = "/api"
 		}
+		if r.Header.Get("X-Answer-Hop") != "" {
+			// An upstream that talks to its own proxy: none of this is
+			// the agent's, and none of it is stored for a replay.
+			w.Header().Set("Connection", "X-Upstream-Private, x-other-private")
+			w.Header().Set("X-Upstream-Private", "1")
+			w.Header().Set("X-Other-Private", "2")
+			w.Header().Set("Proxy-Connection", "keep-alive")
+			w.Header().Set("Keep-Alive", "timeout=5")
+			w.Header().Set("X-Kept", "3")
+		}
 		switch r.Header.Get("X-Answer-Location") {
 		case "self":
 			w.Header().Set("Location", "http://"+r.Host+prefix+"/v1/things/1?view=full#top")
@@ -231,15 +241,35 @@ func TestConnectionNamedHeadersAreRemoved(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			e.t = t
 			before, _ := e.up.requests()
-			got := e.forwarded(e.send(kind, "/v1/things/1", http.Header{"Connection": {"X-Custom, x-other"},
-				"X-Custom": {"1"}, "X-Other": {"2"}, "Keep-Alive": {"timeout=5"}, "Te": {"gzip"}, "X-Kept": {"3"}}), before)
-			for _, h := range []string{"X-Custom", "X-Other", "Keep-Alive", "Te"} {
+			sent := http.Header{"Connection": {"X-Custom, x-other"}, "X-Custom": {"1"}, "X-Other": {"2"},
+				"Keep-Alive": {"timeout=5"}, "Te": {"gzip"}, "Proxy-Connection": {"keep-alive"}, "X-Kept": {"3"},
+				"X-Answer-Hop": {"1"}, "Idempotency-Key": {"hop-" + kind}}
+			answer := e.send(kind, "/v1/things/1", sent)
+			got := e.forwarded(answer, before)
+			answers := []reply{answer}
+			if kind == "write" {
+				answers = append(answers, e.send(kind, "/v1/things/1", sent)) // the stored answer
+			}
+			for _, h := range []string{"X-Custom", "X-Other", "Keep-Alive", "Te", "Proxy-Connection"} {
 				if v := got.header.Values(h); v != nil {
 					t.Errorf("the upstream got %s: %q", h, v)
 				}
 			}
 			if got.header.Get("X-Kept") != "3" {
 				t.Errorf("an end-to-end header was removed: %v", got.header)
+			}
+			for i, a := range answers {
+				for _, h := range []string{"X-Upstream-Private", "X-Other-Private", "Keep-Alive", "Proxy-Connection"} {
+					if v := a.header.Values(h); v != nil {
+						t.Errorf("answer %d: the agent got the upstream's %s: %q", i, h, v)
+					}
+				}
+				if a.header.Get("X-Kept") != "3" {
+					t.Errorf("answer %d: an end-to-end header was removed: %v", i, a.header)
+				}
+			}
+			if kind == "write" && answers[1].header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("the second answer is not the replay: %+v", answers[1])
 			}
 		})
 	}

@@ -141,7 +141,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeFor(w, prob, exec, ledger.Unknown)
 		return
 	}
-	stripHopByHop(resp.Header)
+	httpidem.StripHopByHop(resp.Header)
 	p.uc.localize(resp.Header) // before it is stored: replays say the same
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -161,7 +161,7 @@ func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomi
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
 	out.RequestURI = ""
-	stripHopByHop(out.Header)
+	httpidem.StripHopByHop(out.Header)
 	p.uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
 	return out, sent
 }

@@ -260,19 +260,12 @@ func (c *capture) flush() {
 	c.buf.Reset()
 }
 
-// hopByHop are the headers that describe one connection, not the response.
-var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te",
-	"Trailer", "Transfer-Encoding", "Upgrade", HeaderOperation}
-
-// response is what is stored: status, headers minus hop-by-hop, body.
+// response is what is stored: status, headers minus hop-by-hop ones and
+// the operation's id (the replay sets it), body.
 func (c *capture) response() *ledger.Response {
 	h := c.header.Clone()
-	for _, name := range h.Values("Connection") {
-		h.Del(name)
-	}
-	for _, name := range hopByHop {
-		h.Del(name)
-	}
+	StripHopByHop(h)
+	h.Del(HeaderOperation)
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
