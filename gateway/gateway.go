@@ -167,11 +167,12 @@ func (g *Gateway) limited(next http.Handler) http.Handler {
 
 // admit applies the tenant's budgets of live operations and stored bytes
 // to a request that would reserve a new operation.
-func (g *Gateway) admit(ctx context.Context, tenant string) *httpidem.Problem {
-	if ref := g.limits.NewOperation(ctx, tenant); ref != nil {
-		return refused(ref)
+func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *httpidem.Problem) {
+	settle, ref := g.limits.NewOperation(ctx, tenant)
+	if ref != nil {
+		return nil, refused(ref)
 	}
-	return nil
+	return settle, nil
 }
 
 // recorded counts a stored response against its tenant's budget.

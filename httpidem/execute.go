@@ -15,8 +15,10 @@ import (
 
 // execute runs the handler for an operation this request owns, records its
 // outcome, and only then answers: a client never sees an answer that is not
-// stored, so its retry gets the same bytes.
-func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *request, lease ledger.Lease, next http.Handler) {
+// stored, so its retry gets the same bytes. It reports whether the
+// operation is still live (not final) after it.
+func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *request, lease ledger.Lease,
+	next http.Handler) (live bool) {
 	// The outcome is recorded even if the client has gone (its retry must
 	// find it), within RecordDeadline of the handler's end, however long
 	// the handler ran.
@@ -41,17 +43,17 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	defer cancel()
 	if c.streamed {
 		m.leave(ctx, lease, "response_not_captured", "the response was too large or flushed, and cannot be replayed", true)
-		return
+		return true
 	}
 	if exec.completedInTx() {
 		if op, err := m.opts.Store.Get(ctx, lease.OpID); err == nil && op.State.Final() {
 			m.cache.put(op)
 			m.recorded(op)
 			c.flush()
-			return
+			return false
 		}
 	}
-	m.finish(ctx, c, req, exec, lease)
+	return m.finish(ctx, c, req, exec, lease)
 }
 
 // recordTimeout bounds a reservation or an acquisition.
@@ -60,8 +62,9 @@ const recordTimeout = 30 * time.Second
 // finish records the outcome the handler's status means, then answers. A
 // store that is briefly unavailable is retried while the answer is held;
 // only once the recording deadline has passed does the client get an
-// answer the store does not have (the effect happened either way).
-func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec *Execution, lease ledger.Lease) {
+// answer the store does not have (the effect happened either way). It
+// reports whether the operation is still live after it.
+func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec *Execution, lease ledger.Lease) (live bool) {
 	resp := c.response()
 	code := "http_" + strconv.Itoa(resp.Status)
 	fate := req.route.Classify(resp.Status)
@@ -92,6 +95,7 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		m.recorded(done)
 	}
 	c.flush()
+	return done == nil || !done.State.Final()
 }
 
 // record runs an owner step, and while the store is unavailable runs it

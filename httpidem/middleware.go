@@ -43,8 +43,10 @@ type Options struct {
 	// Admit, if set, is asked before a request may reserve a new
 	// operation for tenant; a problem (429 rate_limited, say) refuses it
 	// with nothing reserved. A retry of a key that exists is never refused
-	// by it: it adds nothing.
-	Admit func(ctx context.Context, tenant string) *Problem
+	// by it: it adds nothing. An admitted request calls settle once, at its
+	// end, with whether it left a live operation behind (one it created,
+	// not yet final), so that budgets of live operations stay true.
+	Admit func(ctx context.Context, tenant string) (settle func(live bool), p *Problem)
 	// Recorded, if set, hears each final operation this middleware
 	// recorded, with its stored response (for budgets of stored bytes).
 	Recorded func(op *ledger.Operation)
@@ -151,10 +153,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.cached(w, req, op)
 		return
 	}
-	if p := m.admit(r.Context(), req); p != nil {
+	settle, p := m.admit(r.Context(), req)
+	if p != nil {
 		p.Write(w)
 		return
 	}
+	live := false
+	defer func() { settle(live) }()
 	// Detached: a client that leaves must not cut a reservation between its
 	// commit and its reply, leaving an operation nobody owns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
@@ -165,7 +170,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.reserveFailed(ctx, err, res.Op)
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
-		m.execute(w, r, req, *res.Lease, next)
+		live = m.execute(w, r, req, *res.Lease, next)
+	case res.Created:
+		live = true
 	case res.Duplicate:
 		m.duplicate(w, r, req, res.Op, next)
 	default:
@@ -175,19 +182,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 
 // admit asks Admit whether req may create an operation; one refused whose
 // key exists already goes on, since its reservation creates nothing.
-func (m *Middleware) admit(ctx context.Context, req *request) *Problem {
+func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live bool), p *Problem) {
 	if m.opts.Admit == nil {
-		return nil
+		return noSettle, nil
 	}
-	p := m.opts.Admit(ctx, req.tenant)
-	if p == nil {
-		return nil
+	if settle, p = m.opts.Admit(ctx, req.tenant); p == nil {
+		return settle, nil
 	}
 	if _, err := m.opts.Store.GetByKey(ctx, req.tenant, req.key); err == nil {
-		return nil
+		return noSettle, nil
 	}
-	return p
+	return nil, p
 }
+
+func noSettle(bool) {}
 
 // recorded tells Recorded of a final operation.
 func (m *Middleware) recorded(op *ledger.Operation) {

@@ -116,11 +116,14 @@ func (l *Limiter) Request(tenantName string) *Refusal {
 }
 
 // NewOperation admits one more operation of the tenant within its budgets,
-// and counts it, or refuses it.
-func (l *Limiter) NewOperation(ctx context.Context, tenantName string) *Refusal {
+// and counts it as live, or refuses it. The caller calls settle once it
+// knows whether the request left a live operation behind: a reservation
+// that created nothing, or an operation already final, counts no longer
+// (the budget is of operations not yet final, not of requests).
+func (l *Limiter) NewOperation(ctx context.Context, tenantName string) (settle func(live bool), r *Refusal) {
 	t := l.tenant(tenantName)
 	if t.policy.MaxLive <= 0 && t.policy.MaxStored <= 0 {
-		return nil
+		return noSettle, nil
 	}
 	l.refresh(ctx, tenantName, t)
 	t.mu.Lock()
@@ -129,15 +132,23 @@ func (l *Limiter) NewOperation(ctx context.Context, tenantName string) *Refusal 
 	retry := max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))
 	switch {
 	case t.policy.MaxLive > 0 && live >= t.policy.MaxLive:
-		return &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", tenantName, live),
-			RetryAfter: retry}
+		return nil, &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", tenantName,
+			live), RetryAfter: retry}
 	case t.policy.MaxStored > 0 && stored >= t.policy.MaxStored:
-		return &Refusal{Reason: fmt.Sprintf("tenant %s stores %d MiB of answers, its limit is %d MiB", tenantName,
+		return nil, &Refusal{Reason: fmt.Sprintf("tenant %s stores %d MiB of answers, its limit is %d MiB", tenantName,
 			stored>>20, t.policy.MaxStored>>20), RetryAfter: retry}
 	}
 	t.added.Live++
-	return nil
+	return func(live bool) {
+		if !live {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.added.Live-- // also right across a read: see read
+		}
+	}, nil
 }
+
+func noSettle(bool) {}
 
 // Stored counts a response this instance has just recorded for the tenant.
 func (l *Limiter) Stored(tenantName string, bytes int64) {
@@ -167,7 +178,9 @@ func (l *Limiter) refresh(ctx context.Context, name string, t *tenant) {
 }
 
 // read takes the store's word for the tenant's usage; what this instance
-// added after since was not in it yet.
+// added after since was not in it yet. An operation admitted before the
+// read and settled after it is in the store's figure, and its settling
+// takes it out again; one admitted and settled before it is in neither.
 func (l *Limiter) read(ctx context.Context, name string, t *tenant, since ledger.Usage) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

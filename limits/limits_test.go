@@ -49,11 +49,11 @@ func TestBudgets(t *testing.T) {
 	})
 	c := context.Background()
 	for i := range 2 {
-		if r := l.NewOperation(c, "acme"); r != nil {
+		if _, r := l.NewOperation(c, "acme"); r != nil {
 			t.Fatalf("operation %d within the budget: %v", i, r)
 		}
 	}
-	if r := l.NewOperation(c, "acme"); r == nil || r.RetryAfter != 10*time.Second {
+	if _, r := l.NewOperation(c, "acme"); r == nil || r.RetryAfter != 10*time.Second {
 		t.Fatalf("the 11th live operation: %+v", r)
 	}
 	if reads.Load() != 1 {
@@ -66,12 +66,45 @@ func TestBudgets(t *testing.T) {
 	l.NewOperation(c, "acme")
 	acme := l.tenant("acme")
 	waitFor(t, func() bool { acme.mu.Lock(); defer acme.mu.Unlock(); return reads.Load() == 2 && !acme.refreshing })
-	if r := l.NewOperation(c, "acme"); r != nil {
+	if _, r := l.NewOperation(c, "acme"); r != nil {
 		t.Fatalf("after the store's new figure: %v", r)
 	}
 	l.Stored("acme", 1<<20)
-	if r := l.NewOperation(c, "acme"); r == nil {
+	if _, r := l.NewOperation(c, "acme"); r == nil {
 		t.Fatal("over the stored-bytes budget: admitted")
+	}
+}
+
+// TestSettledOperationsLeaveTheLiveBudget: the live budget counts
+// operations not yet final; requests whose operations finished, or that
+// created none, give their place back, before the next read and across it.
+func TestSettledOperationsLeaveTheLiveBudget(t *testing.T) {
+	var held atomic.Int64
+	l, clock := newTest(Policy{MaxLive: 2}, func(context.Context, string) (ledger.Usage, error) {
+		return ledger.Usage{Live: held.Load()}, nil
+	})
+	c := context.Background()
+	for i := range 10 {
+		settle, r := l.NewOperation(c, "acme")
+		if r != nil {
+			t.Fatalf("request %d, after %d operations that all finished: %v", i, i, r)
+		}
+		settle(false)
+	}
+	keep, _ := l.NewOperation(c, "acme")
+	_, _ = l.NewOperation(c, "acme") // still running
+	if _, r := l.NewOperation(c, "acme"); r == nil {
+		t.Fatal("a third live operation: admitted")
+	}
+	// The store now counts both; one of them finishes after the read.
+	held.Store(2)
+	clock.t = clock.t.Add(11 * time.Second)
+	_, _ = l.NewOperation(c, "acme") // refused, and starts the read
+	acme := l.tenant("acme")
+	waitFor(t, func() bool { acme.mu.Lock(); defer acme.mu.Unlock(); return !acme.refreshing })
+	keep(false)
+	if _, r := l.NewOperation(c, "acme"); r != nil {
+		t.Fatalf("one of two finished after the read: %v", r)
 	}
 }
 
@@ -80,7 +113,7 @@ func TestUsageErrorAdmits(t *testing.T) {
 	l := New(Options{Policy: func(string) Policy { return Policy{MaxLive: 1} },
 		Usage:   func(context.Context, string) (ledger.Usage, error) { return ledger.Usage{}, errors.New("down") },
 		OnError: func(_ string, err error) { heard = err }})
-	if r := l.NewOperation(context.Background(), "acme"); r != nil || heard == nil {
+	if _, r := l.NewOperation(context.Background(), "acme"); r != nil || heard == nil {
 		t.Fatalf("a store that cannot say: %v, heard %v", r, heard)
 	}
 }
