@@ -60,5 +60,5 @@ func redact(dsn string) string {
 // storeFlag adds --store, defaulting to $IDEMGATE_STORE.
 func storeFlag(cmd *cobra.Command, dsn *string) {
 	cmd.Flags().StringVar(dsn, "store", os.Getenv("IDEMGATE_STORE"),
-		"store DSN: sqlite:PATH[?synchronous=FULL|NORMAL|OFF] or postgres://… (default $IDEMGATE_STORE)")
+		"store DSN: sqlite:PATH[?durability=strict|relaxed&min_free=SIZE] or postgres://…[?durability=…] (default $IDEMGATE_STORE)")
 }

@@ -41,12 +41,31 @@ func TestDurability(t *testing.T) {
 		if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
 			t.Fatal(err)
 		}
-		if got := sent.contains("synchronous_commit"); got != relaxed {
+		if got := sent.contains("off"); got != relaxed {
 			t.Fatalf("relaxed=%v: a completion relaxed synchronous_commit: %v", relaxed, got)
 		}
 		var mode string
 		if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != "on" {
 			t.Fatalf("synchronous_commit after a completion: %q, %v", mode, err)
+		}
+	}
+}
+
+// TestStrictOverridesAServerThatDoesNotWait: a database, role or session
+// default of synchronous_commit = off does not make a strict store lazy;
+// a relaxed one leaves the server's setting as it is.
+func TestStrictOverridesAServerThatDoesNotWait(t *testing.T) {
+	c := context.Background()
+	for _, relaxed := range []bool{false, true} {
+		dsn, _ := testenv.PostgresSchema(t)
+		s, r := testStoreAt(t, dsn+"&options=-c%20synchronous_commit%3Doff", Options{MaxConns: 1, Relaxed: relaxed})
+		if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{false: "on", true: "off"}[relaxed]
+		var mode string
+		if err := s.pool.QueryRow(c, "SHOW synchronous_commit").Scan(&mode); err != nil || mode != want {
+			t.Fatalf("relaxed=%v on a server that does not wait: synchronous_commit %q, %v; want %q", relaxed, mode, err, want)
 		}
 	}
 }

@@ -94,6 +94,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Tracer != nil {
 		cfg.ConnConfig.Tracer = opts.Tracer
 	}
+	if !opts.Relaxed {
+		cfg.AfterConnect = waitForTheDisk
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, mapErr("open", err)
@@ -108,6 +111,24 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed, lockWait: lockWait}
 	s.batch = newBatcher(s, min(opts.Batches, int(cfg.MaxConns)))
 	return s, nil
+}
+
+// waitForTheDisk makes a strict store's connections wait for the disk at
+// every commit even where the server, the database or the role defaults
+// to synchronous_commit = off: durability is the store's promise, not the
+// server's configuration. A stronger setting (remote_apply, say) is kept.
+func waitForTheDisk(ctx context.Context, conn *pgx.Conn) error {
+	var mode string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&mode); err != nil {
+		return fmt.Errorf("postgres: read synchronous_commit: %w", err)
+	}
+	if mode != "off" {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return fmt.Errorf("postgres: set synchronous_commit: %w", err)
+	}
+	return nil
 }
 
 // dsnParams are idemgate's own DSN parameters, which the server would

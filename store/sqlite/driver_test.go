@@ -50,6 +50,26 @@ func TestDurability(t *testing.T) {
 	}
 }
 
+// TestWeakSynchronousIsRelaxed: a store that may lose an acknowledged
+// commit says so, whatever durability says, so that nothing (the replay
+// cache) takes its word as durable; durability=strict with such a mode is
+// refused as a contradiction.
+func TestWeakSynchronousIsRelaxed(t *testing.T) {
+	for mode, relaxed := range map[string]bool{"FULL": false, "EXTRA": false, "NORMAL": true, "OFF": true} {
+		s, _ := testStore(t, Options{Synchronous: mode})
+		if s.Relaxed() != relaxed || ledger.IsRelaxed(s) != relaxed {
+			t.Errorf("synchronous=%s: relaxed %v, want %v", mode, s.Relaxed(), relaxed)
+		}
+	}
+	for dsn, ok := range map[string]bool{"sqlite:x.db?synchronous=NORMAL&durability=strict": false,
+		"sqlite:x.db?synchronous=off&durability=strict": false, "sqlite:x.db?synchronous=FULL&durability=strict": true,
+		"sqlite:x.db?synchronous=NORMAL&durability=relaxed": true, "sqlite:x.db?synchronous=NORMAL": true} {
+		if _, _, err := ParseDSN(dsn); (err == nil) != ok {
+			t.Errorf("%s: %v", dsn, err)
+		}
+	}
+}
+
 // syncMode runs a step of kind k alone and returns the synchronous mode
 // its batch ran with.
 func syncMode(t *testing.T, s *Store, k kind) int {

@@ -59,6 +59,8 @@ type Options struct {
 	// Synchronous is SQLite's synchronous pragma: FULL (default) makes every
 	// commit durable before it is acknowledged; NORMAL may lose the last
 	// commits on power loss (never on a process crash); OFF is for tests.
+	// Below FULL the store is relaxed, whatever Relaxed says: it cannot
+	// promise that an answer survives every crash.
 	Synchronous string
 	// Relaxed (durability=relaxed) lets a batch made only of owner steps
 	// (completions, releases) commit without waiting for the disk: a power
@@ -97,7 +99,11 @@ func ParseDSN(dsn string) (path string, opts Options, err error) {
 	}
 	opts.Synchronous = q.Get("synchronous")
 	switch d := q.Get("durability"); d {
-	case "", "strict":
+	case "":
+	case "strict":
+		if weak(strings.ToUpper(opts.Synchronous)) {
+			return "", opts, fmt.Errorf("sqlite: durability=strict needs synchronous=FULL, not %s", opts.Synchronous)
+		}
 	case "relaxed":
 		opts.Relaxed = true
 	default:
@@ -118,6 +124,10 @@ func ParseDSN(dsn string) (path string, opts Options, err error) {
 
 var synchronousModes = []string{"OFF", "NORMAL", "FULL", "EXTRA"}
 
+// weak reports whether a synchronous mode may acknowledge a commit that a
+// power loss would undo.
+func weak(mode string) bool { return mode == "OFF" || mode == "NORMAL" }
+
 // Open opens (creating if needed) the database file at path. It does not
 // migrate; call Migrate.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
@@ -135,7 +145,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	setDefaults(&opts)
 	s := &Store{path: path, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
-		sync: mode, relaxed: opts.Relaxed, minFree: max(opts.MinFree, 0)}
+		sync: mode, relaxed: opts.Relaxed || weak(mode), minFree: max(opts.MinFree, 0)}
 	if err := s.open(ctx, opts); err != nil {
 		return nil, err
 	}
@@ -184,7 +194,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		s.write.Close()
 		return err
 	}
-	s.w = newWriter(s, conn, opts.Relaxed)
+	s.w = newWriter(s, conn, s.relaxed)
 	return nil
 }
 
@@ -325,5 +335,6 @@ func mapErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// Relaxed reports whether the store was opened with durability=relaxed.
+// Relaxed reports whether the store may acknowledge a commit before it is
+// on disk: opened with durability=relaxed, or with synchronous below FULL.
 func (s *Store) Relaxed() bool { return s.relaxed }

@@ -210,7 +210,7 @@ func (w *writer) run(batch []*job) {
 // begin sets the batch's synchronous mode and opens its transaction.
 func (w *writer) begin(batch []*job) error {
 	mode := w.s.sync
-	if w.relaxed && allOwning(batch) {
+	if w.relaxed && allOwning(batch) && !weak(mode) {
 		mode = "NORMAL"
 	}
 	if mode != w.sync {
