@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +103,16 @@ func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
 		t.Fatal(err)
 	}
 	return s, r
+}
+
+// TestErrorsAfterTheFirstRowCount: a driver error met while stepping past
+// the row a step scans (where an autocommitted statement commits, and
+// SQLITE_FULL shows up) is the step's error, not lost once the row is read.
+func TestErrorsAfterTheFirstRowCount(t *testing.T) {
+	s, _ := testStore(t, Options{})
+	var one int
+	err := queryRow(context.Background(), s.reads, `SELECT 1 UNION ALL SELECT abs(-9223372036854775808)`).Scan(&one)
+	if err == nil || !strings.Contains(err.Error(), "integer overflow") {
+		t.Fatalf("an error after the first row: %v (scanned %d)", err, one)
+	}
 }
