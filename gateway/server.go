@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 
-	"golang.org/x/net/netutil"
 )
 
 // Server is the gateway's HTTP server with the limits that keep slow or
@@ -40,9 +39,12 @@ func (g *Gateway) NewServer() *Server {
 }
 
 // Serve serves ln until Shutdown or Close, at most max_conns connections
-// at once: the others wait in the listen backlog until one ends.
+// at once: past them, the longest idle keep-alive connection is closed to
+// make room, and with none idle the newcomer waits until one ends.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(netutil.LimitListener(ln, s.maxConns))
+	l := newConnLimit(ln, s.maxConns)
+	s.srv.ConnState = l.track
+	return s.srv.Serve(l)
 }
 
 // Shutdown stops accepting connections and waits, until ctx ends, for the

@@ -181,42 +181,111 @@ func TestBodyDeadlineSparesWaitsAndSlowUpstreams(t *testing.T) {
 	}
 }
 
-// TestConnectionsAreCapped: past max_conns, a new connection waits until
-// one of those served ends (here, two idle ones, at their idle timeout).
-func TestConnectionsAreCapped(t *testing.T) {
-	const idle = time.Second
-	s := serve(t, fmt.Sprintf("max_conns: 2\nidle_timeout: %s\n", idle))
-	var held []*bufio.Reader
-	var heldSince time.Time // the first idle connection's timeout runs from about then
-	for range 2 {
-		conn, err := net.Dial("tcp", s.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		br := bufio.NewReader(conn)
-		fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n") // served: then idle, and held
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("healthz: %v %v", resp, err)
-		}
-		resp.Body.Close()
-		if held = append(held, br); len(held) == 1 {
-			heldSince = time.Now()
-		}
+// holdIdle opens a connection, has one request served on it, and keeps it
+// open and idle (keep-alive); it returns the reader of what comes back.
+func holdIdle(t *testing.T, addr string) *bufio.Reader {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	resp, err := s.client.Get("http://" + s.addr + "/healthz")
+	t.Cleanup(func() { conn.Close() })
+	br := bufio.NewReader(conn)
+	fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("the third connection, once one is free: %v %v", resp, err)
+		t.Fatalf("healthz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if took := time.Since(heldSince); took < idle/2 {
-		t.Fatalf("a third connection was served %s after two were held idle", took)
-	}
-	for _, br := range held {
-		if _, err := br.ReadByte(); err == nil {
-			t.Fatal("an idle connection was sent something")
+	return br
+}
+
+// closed reports whether the server closed the connection behind br.
+func closed(br *bufio.Reader) bool {
+	_, err := br.ReadByte()
+	return err != nil
+}
+
+// TestIdleConnectionsMakeRoom: at max_conns, a newcomer is served at once
+// by closing the connection idle the longest, so that sockets holding a
+// keep-alive connection cannot keep everyone else out for the idle
+// timeout; the other idle one is left alone.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	s := serve(t, "max_conns: 2\nidle_timeout: 1h\n")
+	older := holdIdle(t, s.addr)
+	time.Sleep(10 * time.Millisecond)
+	newer := holdIdle(t, s.addr)
+	s.client.Timeout = slack
+	for i := range 3 { // each newcomer ends before the next: one slot is enough
+		resp, err := s.client.Get("http://" + s.addr + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("newcomer %d at the cap, with idle connections held: %v %v", i, resp, err)
 		}
+		resp.Body.Close()
+	}
+	if !closed(older) {
+		t.Fatal("the connection idle the longest is still open")
+	}
+	newerConn := make(chan bool, 1)
+	go func() { newerConn <- closed(newer) }()
+	select {
+	case <-newerConn:
+		t.Fatal("both idle connections were closed for newcomers that needed one slot")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestConnectionsAreCapped: at max_conns with every connection in the
+// middle of a request (stalled in its headers), a newcomer waits until the
+// header deadline frees one, and is then served.
+func TestConnectionsAreCapped(t *testing.T) {
+	s := serve(t, fmt.Sprintf("max_conns: 2\nread_header_timeout: %s\n", slowDeadline))
+	stalled := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := stall(s.addr, "GET /healthz HTTP/1.1\r\nHost: gw\r\n"); stalled <- err }()
+	}
+	time.Sleep(slowDeadline / 5) // both are accepted, and stalled
+	start := time.Now()
+	s.client.Timeout = slack
+	resp, err := s.client.Get("http://" + s.addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a newcomer once a stalled connection was cut: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); took < slowDeadline/2 {
+		t.Fatalf("a newcomer was served %s after two stalled connections took every slot", took)
+	}
+	for range 2 {
+		if err := <-stalled; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRefusalsDoNotWaitForTheBody: a request refused before its body is
+// read (a bad token) is answered at once, on a connection then closed,
+// however slowly its body comes: the server does not first read what is
+// left of it, until the body deadline.
+func TestRefusalsDoNotWaitForTheBody(t *testing.T) {
+	s := serve(t, "body_timeout: 1h\n")
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "POST /v1/tickets HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer guess\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	_ = conn.SetReadDeadline(time.Now().Add(slack))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 401 || !resp.Close {
+		t.Fatalf("a refusal with most of the body still to come: %+v %v", resp, err)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(br) {
+		t.Fatal("the connection stayed open after the refusal")
 	}
 }
 
