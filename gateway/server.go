@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-
 )
 
 // Server is the gateway's HTTP server with the limits that keep slow or
