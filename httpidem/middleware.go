@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -163,7 +164,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	// Detached: a client that leaves must not cut a reservation between its
 	// commit and its reply, leaving an operation nobody owns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
-	res, err := m.opts.Store.Reserve(ctx, m.reserveParams(req))
+	res, err := m.reserve(ctx, req)
 	cancel()
 	switch {
 	case err != nil:
@@ -178,6 +179,32 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	default:
 		m.existing(w, r, req, res.Op, next)
 	}
+}
+
+// reserveRetry bounds how long a reservation is repeated while the store
+// is unavailable: long enough for a pool to replace a lost connection, short
+// enough that a store that cannot write is refused without delay.
+const reserveRetry = 500 * time.Millisecond
+
+// reserve reserves req's operation. While the store is unavailable it
+// repeats the very same reservation (its id and token chosen here): one
+// whose reply was lost after its commit is then recognised as this
+// request's, instead of being left executing with nobody to run it, and
+// turning unknown although nothing was sent.
+func (m *Middleware) reserve(ctx context.Context, req *request) (ledger.Reservation, error) {
+	p := m.reserveParams(req)
+	p.ID, p.Token = ledger.NewID(), ledger.NewToken()
+	res, err := m.opts.Store.Reserve(ctx, p)
+	deadline := time.Now().Add(reserveRetry)
+	for wait := 10 * time.Millisecond; errors.Is(err, ledger.ErrUnavailable) && time.Now().Before(deadline); wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		}
+		res, err = m.opts.Store.Reserve(ctx, p)
+	}
+	return res, err
 }
 
 // admit asks Admit whether req may create an operation; one refused whose

@@ -158,7 +158,7 @@ func ProblemFor(err error) *Problem {
 	case errors.Is(err, ledger.ErrNotFound):
 		return NewProblem(CodeNotFound, "no such operation")
 	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, ledger.ErrNoSchema):
-		p := NewProblem(CodeStoreUnavailable, "the idempotency store cannot be reached; nothing was done, retry with the same key")
+		p := NewProblem(CodeStoreUnavailable, "the idempotency store cannot be reached or cannot write; nothing was forwarded, retry with the same key")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, ledger.ErrIllegalTransition):

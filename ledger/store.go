@@ -114,6 +114,13 @@ type ReserveParams struct {
 	Retention                       time.Duration // how long the key is remembered once final
 	BusinessKey, ConcurrencyKey     string
 	Actor                           string // recorded in the history
+	// ID and Token, when set (NewID, NewToken), are the new operation's id
+	// and its owner's token; unset, the store makes them. A caller that
+	// sets them may repeat a reservation whose reply it lost (a store error
+	// after the commit may have happened): the store recognises the
+	// operation this very reservation created, and answers it as created,
+	// with its lease, not as someone else's.
+	ID, Token string
 }
 
 // MaxKeyLen bounds an idempotency key, as the HTTP contract does.
@@ -131,6 +138,8 @@ func (p ReserveParams) Validate() error {
 		return err
 	}
 	switch {
+	case (p.ID != "" || p.Token != "") && (!cleanText(p.ID) || !cleanText(p.Token) || p.ID == "" || p.Token == ""):
+		return invalid("id and token go together, as non-empty UTF-8 text")
 	case p.Key == "" || len(p.Key) > MaxKeyLen || !cleanText(p.Key):
 		return invalid("key must be 1 to %d bytes of UTF-8 text", MaxKeyLen)
 	case p.Lease != 0 && p.Lease < MinDuration:

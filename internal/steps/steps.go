@@ -131,16 +131,14 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 	if err := p.Validate(); err != nil {
 		return ledger.Reservation{}, err
 	}
-	token := ledger.NewToken()
+	if p.ID == "" {
+		p.ID, p.Token = ledger.NewID(), ledger.NewToken()
+	}
 	// A row purged between our insert and our read frees the key: try again.
 	for range 3 {
-		op, err := d.Insert(ctx, ledger.NewID(), token, p)
+		op, err := d.Insert(ctx, p.ID, p.Token, p)
 		if err == nil {
-			r := ledger.Reservation{Op: op, Created: true}
-			if op.State == ledger.Executing {
-				r.Lease = &ledger.Lease{OpID: op.ID, Token: token, Fence: op.Fence, Until: op.LeaseUntil, Actor: p.Actor}
-			}
-			return r, nil
+			return created(op, p), nil
 		}
 		if !errors.Is(err, ErrGuard) {
 			return ledger.Reservation{}, fmt.Errorf("reserve: %w", err)
@@ -161,6 +159,34 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 		}
 	}
 	return ledger.Reservation{}, fmt.Errorf("reserve: key %q keeps vanishing", p.Key)
+}
+
+// created is the reservation of an operation this reservation created.
+func created(op *ledger.Operation, p ledger.ReserveParams) ledger.Reservation {
+	r := ledger.Reservation{Op: op, Created: true}
+	if op.State == ledger.Executing {
+		r.Lease = &ledger.Lease{OpID: op.ID, Token: p.Token, Fence: op.Fence, Until: op.LeaseUntil, Actor: p.Actor}
+	}
+	return r
+}
+
+// mine reports whether op is the operation that this very reservation
+// created, repeated after its reply was lost: same id, and, for a leased
+// one, still executing under its first lease, with its token.
+func mine(ctx context.Context, d Driver, p ledger.ReserveParams, op *ledger.Operation, lapsed bool) (bool, error) {
+	switch {
+	case op.ID != p.ID || lapsed:
+		return false, nil
+	case p.Lease == 0:
+		return op.State == ledger.Prepared && op.Attempts == 0, nil
+	case op.State != ledger.Executing || op.Attempts != 1:
+		return false, nil
+	}
+	token, err := d.OwnerToken(ctx, op.ID)
+	if err != nil {
+		return false, fmt.Errorf("reserve: %w", err)
+	}
+	return subtle.ConstantTimeCompare([]byte(token), []byte(p.Token)) == 1, nil
 }
 
 // holder settles a reservation refused for its business or concurrency key.
@@ -199,8 +225,12 @@ func existing(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Res
 	return settle(ctx, d, p, op, lapsed)
 }
 
-// settle answers a reservation with the operation that holds its key.
+// settle answers a reservation with the operation that holds its key:
+// its own, when it is a repeat of one whose reply was lost.
 func settle(ctx context.Context, d Driver, p ledger.ReserveParams, op *ledger.Operation, lapsed bool) (ledger.Reservation, error) {
+	if ok, err := mine(ctx, d, p, op, lapsed); ok || err != nil {
+		return created(op, p), err
+	}
 	if lapsed {
 		expired, err := Make(ctx, d, Change{Step: ledger.StepExpire, To: ledger.Unknown, ID: op.ID,
 			Actor: ledger.ActorLeaseExpiry, Reason: "lease expired", ErrorCode: "lease_expired"})

@@ -39,6 +39,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("LegalTransitions", func(t *testing.T) { testLegalTransitions(t, b) })
 	t.Run("IllegalTransitions", func(t *testing.T) { testIllegalTransitions(t, b) })
 	t.Run("OwnerRetry", func(t *testing.T) { testOwnerRetry(t, b) })
+	t.Run("ReserveRetry", func(t *testing.T) { testReserveRetry(t, b) })
 	t.Run("FingerprintMismatch", func(t *testing.T) { testFingerprintMismatch(t, b) })
 	t.Run("Tenants", func(t *testing.T) { testTenants(t, b) })
 	t.Run("BusinessKey", func(t *testing.T) { testBusinessKey(t, b) })

@@ -151,6 +151,62 @@ func testOwnerRetry(t *testing.T, b Backend) {
 	wantErr(t, "mark unknown after the expiry did", err, ledger.ErrStaleOwner)
 }
 
+// testReserveRetry: a reservation repeated with the id and token it chose
+// (its reply was lost after the commit) is answered as the one it created,
+// with the same lease, once; anyone else's reservation of the key, or a
+// repeat once the operation has moved on, is an existing operation.
+func testReserveRetry(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	for _, lease := range []time.Duration{Long, 0} {
+		p := Params(lease)
+		p.ID, p.Token = ledger.NewID(), ledger.NewToken()
+		first := reserve(t, s, p)
+		again := anyReserve(t, s, p)
+		if !again.Created || again.Op.ID != p.ID || (lease > 0) != (again.Lease != nil) ||
+			(lease > 0 && *again.Lease != *first.Lease) {
+			t.Fatalf("lease %v: a repeated reservation: %+v, first %+v", lease, again, first)
+		}
+		if n := len(history(t, s, p.ID)); n != 1 {
+			t.Fatalf("lease %v: a repeated reservation wrote history: %d rows", lease, n)
+		}
+		other := p
+		other.ID, other.Token = ledger.NewID(), ledger.NewToken()
+		if r := anyReserve(t, s, other); r.Created || r.Lease != nil || r.Op.ID != p.ID {
+			t.Fatalf("lease %v: another reservation of the key: %+v", lease, r)
+		}
+		stolen := p
+		stolen.Token = ledger.NewToken()
+		if r := anyReserve(t, s, stolen); lease > 0 && (r.Created || r.Lease != nil) {
+			t.Fatalf("the id with another token: %+v", r)
+		}
+	}
+	p := Params(Long)
+	p.ID, p.Token = ledger.NewID(), ledger.NewToken()
+	r := reserve(t, s, p)
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded,
+		Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	if again := anyReserve(t, s, p); again.Created || again.Lease != nil || again.Op.State != ledger.Succeeded {
+		t.Fatalf("a repeat once the operation has completed: %+v", again)
+	}
+	bad := Params(Long)
+	bad.ID = ledger.NewID()
+	_, err := s.Reserve(c, bad)
+	wantErr(t, "an id without a token", err, ledger.ErrInvalid)
+}
+
+// anyReserve reserves p, created or not.
+func anyReserve(tb testing.TB, s ledger.Store, p ledger.ReserveParams) ledger.Reservation {
+	tb.Helper()
+	r, err := s.Reserve(ctx(tb), p)
+	if err != nil {
+		tb.Fatalf("reserve: %v", err)
+	}
+	return r
+}
+
 // testIllegalTransitions tries every other (state, step, target) and checks
 // that each is an error and changes nothing.
 func testIllegalTransitions(t *testing.T, b Backend) {

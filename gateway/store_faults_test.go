@@ -1,0 +1,88 @@
+package gateway_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+)
+
+// TestLostReservationReplyIsRecognised: the connection of a reservation is
+// lost while the server goes on with it and commits it. The gateway
+// repeats the same reservation, finds the operation its first attempt
+// created, and runs it: one effect and a 201, where the first attempt's
+// error alone would have left an operation executing with nobody to run
+// it, and unknown once its lease lapsed, although nothing was sent.
+func TestLostReservationReplyIsRecognised(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	u, _ := url.Parse(dsn)
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr
+	store, err := postgres.Open(c, u.String(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(c); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, store, dsn, "")
+	// Another session's uncommitted row for the key makes the reservation
+	// wait, inside the server, until that session rolls back.
+	hold, err := pgx.Connect(c, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close(c)
+	tx, err := hold.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(c, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, retention_us,
+		created_at, updated_at, expires_at) VALUES ('op_holder', 'acme', 'lost-reply', 'POST /v1/tickets', 'x',
+		'prepared', 1, now(), now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan reply, 1)
+	go func() { answer <- e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "lost-reply") }()
+	waitForLockWait(t, hold)
+	proxy.Cut()
+	time.Sleep(100 * time.Millisecond) // the gateway has its error, and tries again
+	if err := tx.Rollback(c); err != nil {
+		t.Fatal(err)
+	}
+	r := <-answer
+	op, err := store.GetByKey(c, "acme", "lost-reply")
+	if r.status != 201 || err != nil || op.State != ledger.Succeeded || e.up.count("/v1/tickets") != 1 {
+		t.Fatalf("a reservation whose reply was lost: %d %s; operation %+v, %v; %d effects", r.status, r.body, op,
+			err, e.up.count("/v1/tickets"))
+	}
+	if h, err := store.History(c, op.ID); err != nil || len(h) != 2 {
+		t.Fatalf("history: %+v %v", h, err)
+	}
+}
+
+// waitForLockWait waits until some session of the database waits on a lock.
+func waitForLockWait(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reservation never waited on the lock")
+		}
+	}
+}
