@@ -52,7 +52,7 @@ func TestLostReservationReplyIsRecognised(t *testing.T) {
 	}
 	answer := make(chan reply, 1)
 	go func() { answer <- e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "lost-reply") }()
-	waitForLockWait(t, hold)
+	testenv.WaitLockWait(t, hold)
 	proxy.Cut()
 	time.Sleep(100 * time.Millisecond) // the gateway has its error, and tries again
 	if err := tx.Rollback(c); err != nil {
@@ -66,23 +66,5 @@ func TestLostReservationReplyIsRecognised(t *testing.T) {
 	}
 	if h, err := store.History(c, op.ID); err != nil || len(h) != 2 {
 		t.Fatalf("history: %+v %v", h, err)
-	}
-}
-
-// waitForLockWait waits until some session of the database waits on a lock.
-func waitForLockWait(t *testing.T, conn *pgx.Conn) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reservation never waited on the lock")
-		}
 	}
 }

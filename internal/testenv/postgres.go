@@ -89,3 +89,27 @@ func execSQL(tb testing.TB, sql string) {
 		tb.Fatalf("postgres: %s: %v", sql, err)
 	}
 }
+
+// Querier is a pgx connection or pool.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// WaitLockWait waits until some session of the database waits on a lock:
+// a statement the test made wait is then inside the server.
+func WaitLockWait(tb testing.TB, conn Querier) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
+			tb.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("no statement ever waited on a lock")
+		}
+	}
+}

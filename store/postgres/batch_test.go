@@ -77,7 +77,7 @@ func TestConcurrentStepsShareTransactions(t *testing.T) {
 	release := blocked(t, dsn, "first")
 	errs := make(chan error, 50)
 	go func() { _, err := s.Reserve(c, params("first")); errs <- err }()
-	waitLockWait(t, s.pool)
+	testenv.WaitLockWait(t, s.pool)
 	before := commits.N.Load()
 	var wg sync.WaitGroup
 	for i := range 49 {
@@ -132,7 +132,7 @@ func TestOneBadStepSparesItsBatch(t *testing.T) {
 	release := blocked(t, dsn, "first")
 	done := make(chan error, 1)
 	go func() { _, err := s.Reserve(c, params("first")); done <- err }()
-	waitLockWait(t, s.pool)
+	testenv.WaitLockWait(t, s.pool)
 	results := make(chan error, 2)
 	go func() { // the bad one: acquiring it would break the concurrency group
 		_, err := s.Acquire(c, ledger.AcquireParams{ID: prep.ID, Lease: time.Minute, Actor: "t"})
@@ -180,7 +180,7 @@ func TestBlockedStepRunsAlone(t *testing.T) {
 	defer release()
 	done := make(chan error, 1)
 	go func() { _, err := s.Reserve(c, params("first")); done <- err }()
-	waitLockWait(t, s.pool)
+	testenv.WaitLockWait(t, s.pool)
 	for i := range 5 {
 		if _, err := s.Reserve(c, params(fmt.Sprint("after-", i))); err != nil {
 			t.Fatal(err)

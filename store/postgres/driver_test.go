@@ -159,7 +159,7 @@ func TestConnectionLostMidStep(t *testing.T) {
 		_, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
 		errc <- err
 	}()
-	waitLockWait(t, hold)
+	testenv.WaitLockWait(t, hold)
 	proxy.Cut()
 	err = <-errc
 	if !errors.Is(err, ledger.ErrUnavailable) {
@@ -175,28 +175,6 @@ func TestConnectionLostMidStep(t *testing.T) {
 	h, err := s.History(c, r.Op.ID)
 	if err != nil || len(h) != 2 {
 		t.Fatalf("history after a lost step and its retry: %+v, %v", h, err)
-	}
-}
-
-// waitLockWait waits until some session of the schema waits on a lock.
-func waitLockWait(t *testing.T, conn interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the step never waited on the lock")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
