@@ -15,7 +15,11 @@
 //
 // Everything runs in this process on loopback, so every variant shares the
 // same cores with the load generator: compare rows, not absolute numbers.
-// Each row is measured after a warm-up of a fifth as many requests.
+// A disk's commit latency drifts from minute to minute (here between 0.3
+// and 0.9 ms), so the targets are measured in interleaved rounds: each
+// round sends every target its share of the requests in turn, the order
+// rotating, and samples the commit latencies; a row pools its rounds.
+// Everything is warmed up first (connections, prepared statements).
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -32,12 +37,13 @@ import (
 )
 
 func main() {
-	n := flag.Int("n", 5000, "requests per measurement")
+	n := flag.Int("n", 5000, "requests per row, over all rounds")
+	rounds := flag.Int("rounds", 5, "interleaved rounds per row")
 	conc := flag.String("c", "1,32", "concurrencies")
 	pg := flag.String("postgres", envOr("IDEMGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL server for (d) and (f); empty to skip them")
 	flag.Parse()
-	if err := run(*n, *conc, *pg); err != nil {
+	if err := run(*n, *rounds, *conc, *pg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -57,10 +63,10 @@ type row struct {
 	c      int
 }
 
-func run(n int, concList, pgDSN string) error {
+func run(n, rounds int, concList, pgDSN string) error {
 	concurrencies, err := parseConcurrencies(concList)
-	if err != nil {
-		return err
+	if err != nil || rounds < 1 || n < rounds {
+		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
 	}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -74,17 +80,16 @@ func run(n int, concList, pgDSN string) error {
 	if err != nil {
 		return err
 	}
-	results := map[row]result{}
+	results, commits, err := measureAll(env, n, rounds, concurrencies)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\twrites\tconcurrency\treq/s\tp50 ms\tp99 ms\t")
 	for _, t := range env.targets {
-		for _, mode := range []string{"new-key", "replay"} {
+		for _, mode := range modes {
 			for _, c := range concurrencies {
-				r, err := measure(t, mode, n, c)
-				if err != nil {
-					return fmt.Errorf("%s %s c=%d: %w", t.name, mode, c, err)
-				}
-				results[row{t.name, mode, c}] = r
+				r := results[row{t.name, mode, c}]
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t\n", t.name, mode, c, r.rate, ms(r.p50), ms(r.p99))
 			}
 		}
@@ -92,7 +97,69 @@ func run(n int, concList, pgDSN string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	report(os.Stdout, env, results, concurrencies)
+	report(os.Stdout, commits, results, concurrencies)
+	return nil
+}
+
+var modes = []string{"new-key", "replay"}
+
+// measureAll warms every target up, then measures each row in rounds,
+// every target in turn within a round, sampling the stores' commit
+// latencies in each round of the c=1 new keys.
+func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*result, map[string]commitLatency, error) {
+	hi, lo := slices.Max(concurrencies), slices.Min(concurrencies)
+	for _, t := range env.targets {
+		for _, mode := range modes {
+			if _, err := measureOnce(t, mode, max(n/5, hi), hi); err != nil {
+				return nil, nil, fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
+			}
+		}
+	}
+	results := map[row]*result{}
+	commits := map[string]commitLatency{}
+	for _, mode := range modes {
+		for _, c := range concurrencies {
+			for r := range rounds {
+				for i := range env.targets {
+					t := env.targets[(i+r)%len(env.targets)]
+					rd, err := measureOnce(t, mode, n/rounds, c)
+					if err != nil {
+						return nil, nil, fmt.Errorf("%s %s c=%d: %w", t.name, mode, c, err)
+					}
+					key := row{t.name, mode, c}
+					if results[key] == nil {
+						results[key] = &result{}
+					}
+					results[key].add(rd)
+				}
+				if mode == "new-key" && c == lo {
+					if err := sampleCommits(env, commits, r*commitSamples, commitSamples/rounds); err != nil {
+						return nil, nil, err
+					}
+				}
+			}
+		}
+	}
+	return results, commits, nil
+}
+
+// commitLatency is a store's commit latency samples, raw and ledger step.
+type commitLatency struct{ raw, step []time.Duration }
+
+// sampleCommits adds k samples of each store's commits.
+func sampleCommits(env *benchEnv, into map[string]commitLatency, from, k int) error {
+	for name, p := range env.commits {
+		raw, err := timed(p.raw, from, k)
+		if err != nil {
+			return fmt.Errorf("%s commit probe: %w", name, err)
+		}
+		step, err := timed(p.step, from, k)
+		if err != nil {
+			return fmt.Errorf("%s step probe: %w", name, err)
+		}
+		c := into[name]
+		into[name] = commitLatency{raw: append(c.raw, raw...), step: append(c.step, step...)}
+	}
 	return nil
 }
 

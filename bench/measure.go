@@ -11,32 +11,51 @@ import (
 	"time"
 )
 
+// result is one row: the rounds of one target, mode and concurrency.
 type result struct {
-	rate     float64
+	rate     float64 // requests over the time they took, all rounds
 	p50, p99 time.Duration
+	rounds   []round
+}
+
+// round is one round's share of a row.
+type round struct {
+	lat     []time.Duration // sorted
+	elapsed time.Duration
+}
+
+func (r round) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
+
+// add appends a round and recomputes the row's figures over all of them.
+func (r *result) add(rd round) {
+	r.rounds = append(r.rounds, rd)
+	var all []time.Duration
+	var elapsed time.Duration
+	for _, x := range r.rounds {
+		all = append(all, x.lat...)
+		elapsed += x.elapsed
+	}
+	slices.Sort(all)
+	r.rate, r.p50, r.p99 = float64(len(all))/elapsed.Seconds(), quantile(all, 0.5), quantile(all, 0.99)
+}
+
+// quantile of sorted latencies.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[int(float64(len(sorted)-1)*q)]
 }
 
 var keySeq atomic.Int64
 
-// measure warms the target up (connections, prepared statements, caches)
-// with a fifth as many requests, then sends n requests from c workers.
-func measure(t target, mode string, n, c int) (result, error) {
-	if _, err := measureOnce(t, mode, max(n/5, c), c); err != nil {
-		return result{}, err
-	}
-	return measureOnce(t, mode, n, c)
-}
-
 // measureOnce sends n requests from c workers. Replays first create the
 // keys they will cycle through, outside the measurement.
-func measureOnce(t target, mode string, n, c int) (result, error) {
+func measureOnce(t target, mode string, n, c int) (round, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2}}
 	keys := make([]string, 64)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("bench-%d", keySeq.Add(1))
 		if mode == "replay" {
 			if err := send(client, t.url, keys[i]); err != nil {
-				return result{}, err
+				return round{}, err
 			}
 		}
 	}
@@ -69,11 +88,11 @@ func measureOnce(t target, mode string, n, c int) (result, error) {
 	}
 	wg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
+		return round{}, err
 	}
 	elapsed := time.Since(start)
 	slices.Sort(lat)
-	return result{rate: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}, nil
+	return round{lat: lat, elapsed: elapsed}, nil
 }
 
 func send(client *http.Client, base, key string) error {

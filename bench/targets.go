@@ -40,18 +40,13 @@ type target struct {
 	url  string
 }
 
-// benchEnv is every target, and the commit latency of each store, measured
-// on the disk and server the targets use.
+// benchEnv is every target, and the commit probes of each store, on the
+// disk and server the targets use.
 type benchEnv struct {
 	targets []target
-	// commits holds, per store, the median latency of a one-row commit
-	// that waits for the disk (raw) and of one ledger step (step).
-	commits map[string]commitLatency
+	commits map[string]commitProbes // by gateway target name
 	closers []func()
 }
-
-// commitLatency is what one durable commit costs on a store.
-type commitLatency struct{ raw, step time.Duration }
 
 func (e *benchEnv) cleanup() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
@@ -69,7 +64,7 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
 func setup(upstream, pgDSN string) (*benchEnv, error) {
-	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitLatency{}}
+	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitProbes{}}
 	u, _ := url.Parse(upstream)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
@@ -104,20 +99,12 @@ func (e *benchEnv) sqlite(dir, upstream string) error {
 	}
 	e.closers = append(e.closers, func() { f.db.Close() })
 	e.serve(floorSQLite, &floorProxy{store: f, upstream: upstream, client: floorClient()})
-	return e.measureCommits(gwSQLite, sq, func() (time.Duration, error) { return sqliteCommit(dir) })
-}
-
-// measureCommits measures a store's commit latencies, raw and ledger step.
-func (e *benchEnv) measureCommits(name string, store ledger.Store, raw func() (time.Duration, error)) error {
-	var c commitLatency
-	var err error
-	if c.raw, err = raw(); err != nil {
+	raw, closeRaw, err := sqliteCommit(dir)
+	if err != nil {
 		return err
 	}
-	if c.step, err = stepCommit(store); err != nil {
-		return err
-	}
-	e.commits[name] = c
+	e.closers = append(e.closers, closeRaw)
+	e.commits[gwSQLite] = commitProbes{raw: raw, step: stepCommit(sq)}
 	return nil
 }
 
@@ -145,7 +132,12 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 	}
 	e.closers = append(e.closers, f.pool.Close)
 	e.serve(floorPG, &floorProxy{store: f, upstream: upstream, client: floorClient()})
-	return e.measureCommits(gwPostgres, pgStore, func() (time.Duration, error) { return postgresCommit(ctx, f.pool) })
+	raw, err := postgresCommit(ctx, f.pool)
+	if err != nil {
+		return err
+	}
+	e.commits[gwPostgres] = commitProbes{raw: raw, step: stepCommit(pgStore)}
+	return nil
 }
 
 // schema makes a fresh schema, dropped at the end, and returns a DSN that
