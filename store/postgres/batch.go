@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -19,7 +20,8 @@ const maxBatch = 64
 type write struct {
 	ctx   context.Context
 	query string
-	args  []any
+	args  []any // the first is the operation's id for a step that merges
+	merge merge
 	owner bool // an owner step: with durability=relaxed it may skip the disk
 	scan  func(pgx.Row) error
 	err   error
@@ -54,9 +56,10 @@ func newBatcher(s *Store, inFlight int) *batcher {
 // errClosed is what a step gets once the store is closed.
 var errClosed = fmt.Errorf("store closed: %w", ledger.ErrUnavailable)
 
-// run queues a statement and waits for its batch.
-func (b *batcher) run(ctx context.Context, owner bool, scan func(pgx.Row) error, query string, args ...any) error {
-	w := &write{ctx: ctx, query: query, args: args, owner: owner, scan: scan, done: make(chan struct{})}
+// run queues a statement and waits for its batch; m says whether, and
+// how, it may merge with others of its kind (see multi.go).
+func (b *batcher) run(ctx context.Context, m merge, owner bool, scan func(pgx.Row) error, query string, args ...any) error {
+	w := &write{ctx: ctx, query: query, args: args, merge: m, owner: owner, scan: scan, done: make(chan struct{})}
 	select {
 	case <-b.stop:
 		return errClosed
@@ -197,7 +200,10 @@ const lockWait = "50ms"
 // hold them for ever.
 const batchTimeout = 30 * time.Second
 
-// sendBatch pipelines BEGIN, the statements and COMMIT on one connection.
+// sendBatch pipelines BEGIN, the settings, the statements and COMMIT on
+// one connection. A step alone needs no BEGIN and no COMMIT: its pipeline
+// is one implicit transaction, which commits at its end (one statement
+// less to start, and one less to finish, per step at low load).
 func (s *Store) sendBatch(batch []*write) error {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
@@ -206,21 +212,37 @@ func (s *Store) sendBatch(batch []*write) error {
 		return mapErr("batch", err)
 	}
 	defer conn.Release()
+	wrapped := len(batch) > 1
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	if wrapped {
+		b.Queue("BEGIN")
+	}
 	// A statement that waits on a row lock (an operation in another
 	// session's open transaction) would hold up every step behind it: past
-	// lockWait the batch is given up and its steps run alone.
-	b.Queue("SET LOCAL lock_timeout = '" + s.lockWait + "'")
+	// lockWait the batch is given up and its steps run alone. A local
+	// setting holds for the transaction, explicit or implicit.
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", s.lockWait)
 	if s.relaxed && allOwners(batch) {
-		b.Queue("SET LOCAL synchronous_commit = off")
+		b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	}
-	for _, w := range batch {
-		b.Queue(w.query, w.args...)
+	sts := statements(batch)
+	if merged(sts) {
+		// A merged statement joins its arrays to the operations. Planned
+		// once while the table was small, its cached plan would scan the
+		// whole table for ever after; planned without sequential scans, it
+		// looks each operation up by its key, at any size.
+		b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
 	}
-	b.Queue("COMMIT")
+	preamble := len(b.QueuedQueries)
+	for _, st := range sts {
+		query, args := st.query()
+		b.Queue(query, args...)
+	}
+	if wrapped {
+		b.Queue("COMMIT")
+	}
 	br := conn.SendBatch(ctx, b)
-	err = readBatch(br, batch, len(b.QueuedQueries)-len(batch)-1)
+	err = readBatch(br, sts, preamble, wrapped, conn.Conn().TypeMap())
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = mapErr("batch", cerr)
 	}
@@ -228,23 +250,39 @@ func (s *Store) sendBatch(batch []*write) error {
 }
 
 // readBatch reads the results in order: the preamble, each statement, and
-// the commit, whose tag must say COMMIT (an aborted transaction answers
-// COMMIT with ROLLBACK, and no error).
-func readBatch(br pgx.BatchResults, batch []*write, preamble int) error {
+// the commit when there is one, whose tag must say COMMIT (an aborted
+// transaction answers COMMIT with ROLLBACK, and no error). An implicit
+// transaction's commit, or its failure, comes with the end of the
+// pipeline (br.Close).
+func readBatch(br pgx.BatchResults, sts []statement, preamble int, wrapped bool, types *pgtype.Map) error {
 	for range preamble {
 		if _, err := br.Exec(); err != nil {
 			return mapErr("batch", err)
 		}
 	}
-	for _, w := range batch {
-		w.err = w.scan(br.QueryRow())
-		if w.err == nil || errors.Is(w.err, pgx.ErrNoRows) {
+	for _, st := range sts {
+		var err error
+		if st.kind == single {
+			w := st.writes[0]
+			if w.err = w.scan(br.QueryRow()); w.err != nil && !errors.Is(w.err, pgx.ErrNoRows) {
+				err = w.err
+			}
+		} else {
+			rows, qerr := br.Query()
+			if err = qerr; err == nil {
+				err = readMerged(st, rows, types)
+			}
+		}
+		if err == nil {
 			continue
 		}
-		if err := mapErr("batch", w.err); errors.Is(err, ledger.ErrUnavailable) {
+		if err := mapErr("batch", err); errors.Is(err, ledger.ErrUnavailable) {
 			return err
 		}
-		return &stepFailed{w.err}
+		return &stepFailed{err}
+	}
+	if !wrapped {
+		return nil
 	}
 	tag, err := br.Exec()
 	if err != nil {

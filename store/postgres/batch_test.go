@@ -16,9 +16,15 @@ import (
 )
 
 // CommitLog counts a store's commits: each statement sent alone
-// autocommits, and each batch of steps commits once. The store's external
+// autocommits, each batch of steps commits once (at its COMMIT, or at its
+// end for a step alone, an implicit transaction). The store's external
 // tests count with it too.
 type CommitLog struct{ N atomic.Int64 }
+
+// explicit is set on a batch's context once its BEGIN is seen.
+type explicit struct{ begun atomic.Bool }
+
+type explicitKey struct{}
 
 // TraceQueryStart counts a statement sent alone.
 func (l *CommitLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -29,20 +35,27 @@ func (l *CommitLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 // TraceQueryEnd does nothing.
 func (l *CommitLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TraceBatchStart does nothing.
+// TraceBatchStart notes the batch, to tell its kind of transaction.
 func (l *CommitLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
+	return context.WithValue(ctx, explicitKey{}, &explicit{})
 }
 
 // TraceBatchQuery counts a batch's COMMIT.
-func (l *CommitLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if d.SQL == "COMMIT" {
+func (l *CommitLog) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	switch d.SQL {
+	case "BEGIN":
+		ctx.Value(explicitKey{}).(*explicit).begun.Store(true)
+	case "COMMIT":
 		l.N.Add(1)
 	}
 }
 
-// TraceBatchEnd does nothing.
-func (l *CommitLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd counts the implicit transaction of a batch without BEGIN.
+func (l *CommitLog) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	if !ctx.Value(explicitKey{}).(*explicit).begun.Load() && d.Err == nil {
+		l.N.Add(1)
+	}
+}
 
 // blocked makes the next step on key wait: another session inserts the key
 // and keeps its transaction open until release.
@@ -194,5 +207,96 @@ func TestBlockedStepRunsAlone(t *testing.T) {
 	release()
 	if err := <-done; err != nil {
 		t.Fatalf("the blocked step, once the lock was gone: %v", err)
+	}
+}
+
+// TestMergedStepsAnswerEachStep: reservations and completions queued
+// behind a blocked batch run as one statement of each kind, and each step
+// is answered as if alone: a key reserved twice in the batch is created
+// once and found once; each completion stores its own answer; a stale
+// owner among them is refused, and changes nothing.
+func TestMergedStepsAnswerEachStep(t *testing.T) {
+	c := context.Background()
+	var sent sqlLog
+	dsn, _ := testenv.PostgresSchema(t)
+	s, _ := testStoreAt(t, dsn, Options{Batches: 1, Tracer: &sent})
+	var leases []ledger.Lease
+	for i := range 6 {
+		r, err := s.Reserve(c, params(fmt.Sprint("done-", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, *r.Lease)
+	}
+	stale := leases[5]
+	stale.Fence++
+	s.lockWait = "10s"
+	release := blocked(t, dsn, "first")
+	go func() { _, _ = s.Reserve(c, params("first")) }()
+	testenv.WaitLockWait(t, s.pool)
+	type answer struct {
+		i   int
+		r   ledger.Reservation
+		op  *ledger.Operation
+		err error
+	}
+	answers := make(chan answer, 11)
+	for i := range 5 {
+		go func() {
+			op, err := s.Complete(c, leases[i], ledger.Outcome{State: ledger.Succeeded,
+				Response: &ledger.Response{Status: 201, Body: []byte(fmt.Sprint(`{"n":`, i, `}`))}})
+			answers <- answer{i: i, op: op, err: err}
+		}()
+	}
+	go func() {
+		_, err := s.Complete(c, stale, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
+		answers <- answer{i: 5, err: err}
+	}()
+	for i := range 5 {
+		go func() {
+			r, err := s.Reserve(c, params(fmt.Sprint("new-", i%4))) // new-0 twice
+			answers <- answer{i: 6 + i, r: r, err: err}
+		}()
+	}
+	for len(s.batch.jobs) < 11 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	created := map[string]int{}
+	for range 11 {
+		a := <-answers
+		switch {
+		case a.i < 5:
+			if a.err != nil || a.op.State != ledger.Succeeded || a.op.ID != leases[a.i].OpID {
+				t.Fatalf("completion %d: %+v %v", a.i, a.op, a.err)
+			}
+		case a.i == 5:
+			if !errors.Is(a.err, ledger.ErrStaleOwner) {
+				t.Fatalf("a stale owner's completion among merged ones: %v", a.err)
+			}
+		default:
+			if a.err != nil {
+				t.Fatalf("reservation %d: %v", a.i, a.err)
+			}
+			if a.r.Created {
+				created[a.r.Op.Key]++
+			}
+		}
+	}
+	if len(created) != 4 || created["new-0"] != 1 {
+		t.Fatalf("created %v, want each of four keys once", created)
+	}
+	for i := range 5 {
+		op, err := s.Get(c, leases[i].OpID)
+		if err != nil || string(op.Response.Body) != fmt.Sprint(`{"n":`, i, `}`) {
+			t.Fatalf("stored answer %d: %+v %v", i, op, err)
+		}
+	}
+	if op, err := s.Get(c, stale.OpID); err != nil || op.State != ledger.Executing {
+		t.Fatalf("the stale owner's operation: %+v %v", op, err)
+	}
+	if !sent.contains("INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,\n\t\tlease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)\n\tSELECT") ||
+		!sent.contains("UPDATE idem_operations o SET") {
+		t.Fatal("the reservations and the completions were not merged")
 	}
 }

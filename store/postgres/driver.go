@@ -117,7 +117,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	}
 	var inserted, lapsed bool
 	var op *ledger.Operation
-	err := d.s.batch.run(ctx, false, func(row pgx.Row) (err error) {
+	err := d.s.batch.run(ctx, reserves, false, func(row pgx.Row) (err error) {
 		op, err = scanOp(scanAround{row, &inserted, &lapsed})
 		return err
 	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
@@ -153,7 +153,11 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
 		err = scan(d.tx.QueryRow(ctx, query, args...))
 	} else {
-		err = d.s.batch.run(ctx, c.Owner != nil, scan, query, args...)
+		m := single
+		if query == completeSQL {
+			m = completes
+		}
+		err = d.s.batch.run(ctx, m, c.Owner != nil, scan, query, args...)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
@@ -184,7 +188,7 @@ func changeSQL(c steps.Change) (string, []any, error) {
 
 func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.s.batch.run(ctx, true, func(row pgx.Row) error { return row.Scan(&until) },
+	err := d.s.batch.run(ctx, single, true, func(row pgx.Row) error { return row.Scan(&until) },
 		heartbeatSQL, l.OpID, l.Token, l.Fence, micros(dur))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return until, steps.ErrGuard
