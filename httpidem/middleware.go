@@ -181,22 +181,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	}
 }
 
-// reserveRetry bounds how long a reservation is repeated while the store
-// is unavailable: long enough for a pool to replace a lost connection, short
-// enough that a store that cannot write is refused without delay.
+// reserveRetry bounds how long a reservation whose reply was lost is
+// repeated: long enough for a pool to replace a lost connection.
 const reserveRetry = 500 * time.Millisecond
 
-// reserve reserves req's operation. While the store is unavailable it
-// repeats the very same reservation (its id and token chosen here): one
-// whose reply was lost after its commit is then recognised as this
-// request's, instead of being left executing with nobody to run it, and
-// turning unknown although nothing was sent.
+// reserve reserves req's operation. When the store's reply is lost (the
+// reservation may have committed) it repeats the very same reservation,
+// its id and token chosen here: one that committed is then recognised as
+// this request's, instead of being left executing with nobody to run it,
+// and turning unknown although nothing was sent. A store that cannot write
+// is refused at once.
 func (m *Middleware) reserve(ctx context.Context, req *request) (ledger.Reservation, error) {
 	p := m.reserveParams(req)
 	p.ID, p.Token = ledger.NewID(), ledger.NewToken()
 	res, err := m.opts.Store.Reserve(ctx, p)
 	deadline := time.Now().Add(reserveRetry)
-	for wait := 10 * time.Millisecond; errors.Is(err, ledger.ErrUnavailable) && time.Now().Before(deadline); wait *= 2 {
+	for wait := 10 * time.Millisecond; errors.Is(err, ledger.ErrReplyLost) && time.Now().Before(deadline); wait *= 2 {
 		select {
 		case <-ctx.Done():
 			return res, err

@@ -16,6 +16,13 @@ var (
 	ErrUnavailable         = errors.New("store unavailable")
 	ErrNoSchema            = errors.New("store has no idemgate schema (run: idemgate migrate --store DSN)")
 	ErrConcurrencyLocked   = errors.New("another live operation holds the concurrency key")
+	// ErrReplyLost comes with ErrUnavailable when the store may have made
+	// the step all the same: a connection cut after the statement was
+	// sent, a caller that stopped waiting for a step already queued. A
+	// caller that repeats the step with the same identity (an owner's
+	// lease, a reservation's ID and Token) is told whether it happened;
+	// without it, the step was not made.
+	ErrReplyLost = errors.New("the store's reply was lost: the step may have been made")
 )
 
 // invalid wraps ErrInvalid with what is wrong.

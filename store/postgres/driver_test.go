@@ -3,6 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -203,4 +207,26 @@ func testStoreAt(t *testing.T, dsn string, opts Options) (*Store, ledger.Reserva
 		t.Fatal(err)
 	}
 	return s, r
+}
+
+// TestLostRepliesAreTold: an error that may hide a committed step (the
+// connection lost after the statement was sent) is ErrReplyLost as well
+// as ErrUnavailable; one from a statement never sent, or refused by the
+// server, is not: nothing was made, and repeating it is pointless.
+func TestLostRepliesAreTold(t *testing.T) {
+	for _, c := range []struct {
+		err       error
+		maybeMade bool
+	}{
+		{io.ErrUnexpectedEOF, true},
+		{fmt.Errorf("read: %w", net.ErrClosed), true},
+		{&pgconn.ConnectError{}, false},
+		{&pgconn.PgError{Code: "53100"}, false}, // disk full: the statement failed
+		{&pgconn.PgError{Code: "25006"}, false}, // read-only
+	} {
+		err := mapErr("step", c.err)
+		if !errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrReplyLost) != c.maybeMade {
+			t.Errorf("%v: %v; want unavailable, reply lost %v", c.err, err, c.maybeMade)
+		}
+	}
 }

@@ -214,14 +214,17 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
-	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
-		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+	case errors.As(err, &connErr), pgconn.SafeToRetry(err), errors.Is(err, puddle.ErrClosedPool):
+		// Never sent: nothing was made.
+		return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+	case errors.As(err, &netErr), pgconn.Timeout(err), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
 		errors.Is(err, net.ErrClosed), isConnClosed(err):
 		// A connection lost in the middle of a step: whether the step
-		// committed is unknown to this call; owner steps may be retried
-		// (they recognise their own commit), and an orphaned reservation
-		// becomes unknown when its lease lapses, never a second effect.
-		return fmt.Errorf("%s: %w: %w", op, ledger.ErrUnavailable, err)
+		// committed is unknown to this call; owner steps and reservations
+		// repeated with their identity recognise their own commit, and an
+		// orphaned reservation becomes unknown when its lease lapses,
+		// never a second effect.
+		return fmt.Errorf("%s: %w: %w: %w", op, ledger.ErrUnavailable, ledger.ErrReplyLost, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

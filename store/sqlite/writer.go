@@ -120,9 +120,10 @@ func (w *writer) submit(ctx context.Context, k kind, fn func(context.Context, *b
 }
 
 // gaveUp is the error of a caller that stopped waiting for the writer:
-// the store did not answer in time, which is unavailability.
+// the store did not answer in time, which is unavailability; a step
+// already queued may still be made.
 func gaveUp(ctx context.Context) error {
-	return fmt.Errorf("%w: waiting for the writer: %w", ledger.ErrUnavailable, ctx.Err())
+	return fmt.Errorf("%w: %w: waiting for the writer: %w", ledger.ErrUnavailable, ledger.ErrReplyLost, ctx.Err())
 }
 
 func (w *writer) loop() {
