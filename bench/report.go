@@ -26,6 +26,14 @@ func report(w io.Writer, commits map[string]commitLatency, r map[row]*result, co
 				ms(median(c.raw)), ms(median(c.step)))
 		}
 	}
+	lo := slices.Min(concurrencies)
+	fmt.Fprintf(w, "p50 overhead at c=%d over the reverse proxy, with its floor's (two durable commits and the same proxying, by hand):\n", lo)
+	for _, s := range [][2]string{{gwSQLite, floorSQLite}, {gwPostgres, floorPG}} {
+		gw, floor, rp := r[row{s[0], "new-key", lo}], r[row{s[1], "new-key", lo}], r[row{proxy, "new-key", lo}]
+		if gw != nil && floor != nil && rp != nil {
+			fmt.Fprintf(w, "  %-24s %.3f ms, its floor %.3f ms\n", s[0], ms(gw.p50-rp.p50), ms(floor.p50-rp.p50))
+		}
+	}
 	fmt.Fprintln(w)
 	for _, c := range checks(commits, r, concurrencies) {
 		verdict := "ok"
