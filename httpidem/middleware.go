@@ -214,6 +214,9 @@ func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live 
 		return noSettle, nil
 	}
 	if settle, p = m.opts.Admit(ctx, req.tenant); p == nil {
+		if settle == nil {
+			settle = noSettle
+		}
 		return settle, nil
 	}
 	if _, err := m.opts.Store.GetByKey(ctx, req.tenant, req.key); err == nil {
