@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
-	"github.com/idemgate/idemgate/limits"
 )
 
 // Config is the YAML of DESIGN.md, "Configuration".
@@ -128,93 +126,6 @@ type RouteConfig struct {
 	pattern string
 }
 
-// LimitsConfig is DESIGN.md's per-tenant limits: a default for every
-// tenant, and per-tenant settings that override it field by field.
-type LimitsConfig struct {
-	Default Limit            `yaml:"default"`
-	Tenants map[string]Limit `yaml:"tenants"`
-	// UsageInterval is how stale a tenant's usage may get (10s).
-	UsageInterval time.Duration `yaml:"usage_interval"`
-
-	lines map[string]int // "default", "tenants.NAME": where each is set
-}
-
-// Limit is one tenant's limits; an unset field takes the default's, and 0
-// means unlimited.
-type Limit struct {
-	Rate      *string `yaml:"rate"` // "100/s", "6000/m"
-	Burst     *int    `yaml:"burst"`
-	MaxLive   *int64  `yaml:"max_live"`
-	MaxStored *Size   `yaml:"max_stored"`
-}
-
-// Built-in limits, for a configuration that sets none: generous for one
-// agent fleet, and a bound on what one tenant can fill the disk with.
-var builtinLimit = Limit{Rate: ptr("1000/s"), Burst: ptr(2000), MaxLive: ptr(int64(10000)), MaxStored: ptr(Size(1 << 30))}
-
-func ptr[T any](v T) *T { return &v }
-
-// over returns l with the fields o sets taken from o.
-func (l Limit) over(o Limit) Limit {
-	if o.Rate != nil {
-		l.Rate = o.Rate
-	}
-	if o.Burst != nil {
-		l.Burst = o.Burst
-	}
-	if o.MaxLive != nil {
-		l.MaxLive = o.MaxLive
-	}
-	if o.MaxStored != nil {
-		l.MaxStored = o.MaxStored
-	}
-	return l
-}
-
-// Policy returns the limits of a tenant.
-func (c *Config) Policy(tenant string) limits.Policy {
-	l := builtinLimit.over(c.Limits.Default).over(c.Limits.Tenants[tenant])
-	r, _ := limits.ParseRate(*l.Rate) // checked at load
-	return limits.Policy{Rate: r, Burst: *l.Burst, MaxLive: *l.MaxLive, MaxStored: int64(*l.MaxStored)}
-}
-
-// limitLines finds where each limit is set in the limits: node.
-func limitLines(line int, n *yaml.Node) map[string]int {
-	lines := map[string]int{"default": line}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		switch key, val := n.Content[i], n.Content[i+1]; key.Value {
-		case "default":
-			lines["default"] = key.Line
-		case "tenants":
-			for j := 0; j+1 < len(val.Content); j += 2 {
-				lines["tenants."+val.Content[j].Value] = val.Content[j].Line
-			}
-		}
-	}
-	return lines
-}
-
-// checkLimits refuses limits that cannot be read or make no sense.
-func (c *Config) checkLimits() error {
-	all := map[string]Limit{"default": c.Limits.Default}
-	for name, l := range c.Limits.Tenants {
-		all["tenants."+name] = l
-	}
-	for name, l := range all {
-		l = builtinLimit.over(l)
-		if _, err := limits.ParseRate(*l.Rate); err != nil {
-			return c.errorf(c.Limits.lines[name], "limits.%s: %v", name, err)
-		}
-		if *l.Burst < 0 || *l.MaxLive < 0 || *l.MaxStored < 0 {
-			return c.errorf(c.Limits.lines[name], "limits.%s: burst, max_live and max_stored must be 0 (unlimited) or more", name)
-		}
-	}
-	if c.Limits.UsageInterval <= 0 {
-		c.Limits.UsageInterval = 10 * time.Second
-	}
-	return nil
-}
-
 // Size is a byte count written as 1024, 64KiB, 1MiB, 2MB...
 type Size int64
 
@@ -264,127 +175,6 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// checkKnown refuses any mapping key that names no field, at its line. (The
-// decoder's own check is lost once the tree has been expanded, and a typo in
-// a policy must not silently turn it off.)
-func checkKnown(file string, n *yaml.Node, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch {
-	case n.Kind == yaml.AliasNode:
-		return checkKnown(file, n.Alias, t)
-	case t == reflect.TypeOf(yaml.Node{}):
-		return nil
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			f, ok := yamlField(t, n.Content[i].Value)
-			if !ok {
-				return fmt.Errorf("%s:%d: unknown key %q", file, n.Content[i].Line, n.Content[i].Value)
-			}
-			if err := checkKnown(file, n.Content[i+1], f.Type); err != nil {
-				return err
-			}
-		}
-	case (t.Kind() == reflect.Slice) && n.Kind == yaml.SequenceNode:
-		for _, c := range n.Content {
-			if err := checkKnown(file, c, t.Elem()); err != nil {
-				return err
-			}
-		}
-	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
-		for i := 1; i < len(n.Content); i += 2 {
-			if err := checkKnown(file, n.Content[i], t.Elem()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// yamlField finds the struct field a YAML key names.
-func yamlField(t reflect.Type, key string) (reflect.StructField, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if f.IsExported() && name == key {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// expandEnv replaces ${NAME} in every scalar; an unset variable is an error.
-func expandEnv(name string, n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
-		var missing string
-		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
-			v, ok := os.LookupEnv(ref[2 : len(ref)-1])
-			if !ok && missing == "" {
-				missing = ref
-			}
-			return v
-		})
-		if missing != "" {
-			return fmt.Errorf("%s:%d: %s is not set in the environment", name, n.Line, missing)
-		}
-	}
-	for _, c := range n.Content {
-		if err := expandEnv(name, c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-var yamlLine = regexp.MustCompile(`^line (\d+): `)
-
-// yamlError rewrites the decoder's errors as FILE:LINE: message.
-func yamlError(name string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, e := range te.Errors {
-			msgs[i] = name + ":" + yamlLine.ReplaceAllString(e, "$1: ")
-		}
-		return errors.New(strings.Join(msgs, "\n"))
-	}
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return fmt.Errorf("%s:%s", name, yamlLine.ReplaceAllString(strings.TrimPrefix(msg, "unmarshal errors:\n  "), "$1: "))
-}
-
-// recordLines notes where each upstream, principal and route is defined.
-func recordLines(root *yaml.Node, cfg *Config) {
-	doc := root.Content[0]
-	for i := 0; i+1 < len(doc.Content); i += 2 {
-		key, val := doc.Content[i].Value, doc.Content[i+1]
-		switch key {
-		case "upstreams":
-			for j := 0; j+1 < len(val.Content); j += 2 {
-				if u := cfg.Upstreams[val.Content[j].Value]; u != nil {
-					u.line, u.headerLines = val.Content[j].Line, keyLines(val.Content[j+1], "headers")
-				}
-			}
-		case "principals":
-			for j, n := range val.Content {
-				if j < len(cfg.Principals) {
-					cfg.Principals[j].line = n.Line
-				}
-			}
-		case "limits":
-			cfg.Limits.lines = limitLines(doc.Content[i].Line, val)
-		case "routes":
-			for j, n := range val.Content {
-				if j < len(cfg.Routes) {
-					cfg.Routes[j].line = n.Line
-				}
-			}
-		}
-	}
 }
 
 func (c *Config) errorf(line int, format string, args ...any) error {
