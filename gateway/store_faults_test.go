@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -36,28 +34,15 @@ func TestLostReservationReplyIsRecognised(t *testing.T) {
 	e := newEnv(t, store, dsn, "")
 	// Another session's uncommitted row for the key makes the reservation
 	// wait, inside the server, until that session rolls back.
-	hold, err := pgx.Connect(c, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close(c)
-	tx, err := hold.Begin(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(c, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, retention_us,
-		created_at, updated_at, expires_at) VALUES ('op_holder', 'acme', 'lost-reply', 'POST /v1/tickets', 'x',
-		'prepared', 1, now(), now(), now())`); err != nil {
-		t.Fatal(err)
-	}
+	hold := testenv.Hold(t, dsn, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state,
+		retention_us, created_at, updated_at, expires_at) VALUES ('op_holder', 'acme', 'lost-reply',
+		'POST /v1/tickets', 'x', 'prepared', 1, now(), now(), now())`)
 	answer := make(chan reply, 1)
 	go func() { answer <- e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "lost-reply") }()
-	testenv.WaitLockWait(t, hold)
+	testenv.WaitLockWait(t, hold.Conn)
 	proxy.Cut()
 	time.Sleep(100 * time.Millisecond) // the gateway has its error, and tries again
-	if err := tx.Rollback(c); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release()
 	r := <-answer
 	op, err := store.GetByKey(c, "acme", "lost-reply")
 	if r.status != 201 || err != nil || op.State != ledger.Succeeded || e.up.count("/v1/tickets") != 1 {

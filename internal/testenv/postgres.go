@@ -113,3 +113,43 @@ func WaitLockWait(tb testing.TB, conn Querier) {
 		}
 	}
 }
+
+// Held is a session of its own with a transaction left open: what a test
+// needs to make a statement of the code under test wait inside the server.
+type Held struct {
+	Conn *pgx.Conn
+	tx   pgx.Tx
+	once sync.Once
+}
+
+// Hold opens a session on dsn and runs sql in a transaction it leaves
+// open, holding whatever sql locked, until Release or the test's end.
+func Hold(tb testing.TB, dsn, sql string, args ...any) *Held {
+	tb.Helper()
+	c := context.Background()
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tx, err := conn.Begin(c)
+	if err != nil {
+		conn.Close(c)
+		tb.Fatal(err)
+	}
+	h := &Held{Conn: conn, tx: tx}
+	tb.Cleanup(h.Release)
+	if _, err := tx.Exec(c, sql, args...); err != nil {
+		tb.Fatal(err)
+	}
+	return h
+}
+
+// Release rolls the transaction back and closes the session; again, it
+// does nothing.
+func (h *Held) Release() {
+	h.once.Do(func() {
+		c := context.Background()
+		_ = h.tx.Rollback(c)
+		_ = h.Conn.Close(c)
+	})
+}

@@ -61,21 +61,9 @@ func (l *CommitLog) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceB
 // and keeps its transaction open until release.
 func blocked(t *testing.T, dsn, key string) (release func()) {
 	t.Helper()
-	c := context.Background()
-	conn, err := pgx.Connect(c, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(c, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, retention_us,
+	return testenv.Hold(t, dsn, `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, retention_us,
 		created_at, updated_at, expires_at) VALUES ('op_blocker', 'acme', $1, '/r', 'f', 'prepared', 1, now(), now(), now())`,
-		key); err != nil {
-		t.Fatal(err)
-	}
-	return func() { tx.Rollback(c); conn.Close(c) }
+		key).Release
 }
 
 // TestConcurrentStepsShareTransactions: with one batch in flight, held on

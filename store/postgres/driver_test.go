@@ -146,32 +146,19 @@ func TestConnectionLostMidStep(t *testing.T) {
 	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr
 	s, r := testStoreAt(t, u.String(), Options{MaxConns: 2})
-	hold, err := pgx.Connect(c, dsn) // holds the operation's row lock
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close(c)
-	tx, err := hold.Begin(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(c, `SELECT 1 FROM idem_operations WHERE id = $1 FOR UPDATE`, r.Op.ID); err != nil {
-		t.Fatal(err)
-	}
+	hold := testenv.Hold(t, dsn, `SELECT 1 FROM idem_operations WHERE id = $1 FOR UPDATE`, r.Op.ID) // the row lock
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
 		errc <- err
 	}()
-	testenv.WaitLockWait(t, hold)
+	testenv.WaitLockWait(t, hold.Conn)
 	proxy.Cut()
-	err = <-errc
+	err := <-errc
 	if !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("a step whose connection was lost: %v, want %v", err, ledger.ErrUnavailable)
 	}
-	if err := tx.Rollback(c); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release()
 	op, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}})
 	if err != nil || op.State != ledger.Succeeded {
 		t.Fatalf("the owner's retry after a lost step: %+v, %v", op, err)
