@@ -577,8 +577,7 @@ func TestFingerprintedHeadersAndKeyFromHeader(t *testing.T) {
 }
 
 // TestApprovalDeniedReplay: an operation whose approval was denied answers
-// 403 approval_denied to every retry (approvals themselves come later; the
-// ledger's Deny is what they will call).
+// 403 approval_denied to every retry, and nothing is forwarded.
 func TestApprovalDeniedReplay(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
@@ -586,11 +585,14 @@ func TestApprovalDeniedReplay(t *testing.T) {
 		fp, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/tickets", Tenant: "acme", Command: cmd})
 		c := context.Background()
 		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
-			Fingerprint: fp, Retention: time.Hour, Actor: "approvals"})
+			Fingerprint: fp, Retention: time.Hour, Actor: "approvals", Approval: &ledger.ApprovalRequest{
+				Target: "POST /v1/tickets", Command: []byte(`{"environment":"production"}`), RequestedBy: "agent",
+				Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Deny(c, ledger.DenyParams{ID: r.Op.ID, Actor: "alice", Reason: "not on a Friday"}); err != nil {
+		if _, err := s.Deny(c, ledger.DecisionParams{ApprovalID: r.Op.Approval.ID, Tenant: "acme", Fingerprint: fp,
+			Actor: "alice", Roles: []string{"approver"}, Note: "not on a Friday"}); err != nil {
 			t.Fatal(err)
 		}
 		got := a.post("deploy", "acme", `{"environment":"production"}`)

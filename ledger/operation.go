@@ -23,20 +23,13 @@ type Operation struct {
 	// BusinessKey and ConcurrencyKey are empty when the route names none.
 	BusinessKey    string
 	ConcurrencyKey string
-	Approval       *Approval // nil when no approval is involved
-	Response       *Response // nil until a response is stored
-	ResultRef      string    // the upstream's reference for the effect, when known
-	LastError      string    // a short code, never a message holding request data
+	Approval       *ApprovalRef // its current approval; nil when none is involved
+	Response       *Response    // nil until a response is stored
+	ResultRef      string       // the upstream's reference for the effect, when known
+	LastError      string       // a short code, never a message holding request data
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	ExpiresAt      time.Time // when a final operation may be purged
-}
-
-// Approval is the human decision an operation waits for.
-type Approval struct {
-	ID        string
-	Status    string // pending, approved, denied, expired
-	ExpiresAt time.Time
 }
 
 // Response is the stored answer replayed to every retry.

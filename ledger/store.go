@@ -28,7 +28,10 @@ type Store interface {
 	// Acquire takes a lease on a prepared operation (or, with p.Resend, an
 	// unknown one whose upstream honours the key), with a new owner token and
 	// a larger fence, and counts an attempt. ErrConcurrencyLocked if another
-	// operation holds its concurrency key meanwhile.
+	// operation holds its concurrency key meanwhile. An operation bound to
+	// an approval is taken only while that approval is approved (or used,
+	// after a release) and within its time, and the approval becomes used
+	// in the same step; otherwise ErrApprovalRequired.
 	Acquire(ctx context.Context, p AcquireParams) (Reservation, error)
 
 	// Heartbeat extends the owner's lease to the store's now + d.
@@ -54,8 +57,27 @@ type Store interface {
 	// the word of a named actor (an operator, or a probe with proof).
 	Resolve(ctx context.Context, p ResolveParams) (*Operation, error)
 
-	// Deny fails a prepared operation whose approval was refused.
-	Deny(ctx context.Context, p DenyParams) (*Operation, error)
+	// Approve grants a pending approval, unexpired, to a decider who may
+	// decide it (DecisionParams.Check) and echoes its fingerprint; it must
+	// then be used within its ValidFor. Of concurrent decisions exactly one
+	// wins; the others get ErrApprovalClosed.
+	Approve(ctx context.Context, p DecisionParams) (*Approval, error)
+	// Deny refuses a pending approval as Approve grants one, and fails its
+	// operation (prepared → failed) in the same step: every retry is then
+	// told it was denied.
+	Deny(ctx context.Context, p DecisionParams) (*Approval, error)
+	// ReopenApproval gives a prepared operation whose approval lapsed a new
+	// pending one, in one step guarded by the lapsed one's id: of
+	// concurrent retries one opens it, the others find it open.
+	ReopenApproval(ctx context.Context, p ReopenParams) (*Operation, error)
+	// ExpireApprovals expires up to limit approvals past their time
+	// (pending undecided, or approved unused) and returns how many: their
+	// operations' concurrency groups are free again.
+	ExpireApprovals(ctx context.Context, limit int) (int, error)
+	// GetApproval reads one approval; ListApprovals pages through them in
+	// id (creation) order.
+	GetApproval(ctx context.Context, id string) (*Approval, error)
+	ListApprovals(ctx context.Context, p ApprovalListParams) (ApprovalPage, error)
 
 	Get(ctx context.Context, id string) (*Operation, error)
 	GetByKey(ctx context.Context, tenant, key string) (*Operation, error)
@@ -114,6 +136,9 @@ type ReserveParams struct {
 	Retention                       time.Duration // how long the key is remembered once final
 	BusinessKey, ConcurrencyKey     string
 	Actor                           string // recorded in the history
+	// Approval, when set, reserves the operation prepared (Lease must be
+	// 0) with a pending approval, in the same atomic step.
+	Approval *ApprovalRequest
 	// ID and Token, when set (NewID, NewToken), are the new operation's id
 	// and its owner's token; unset, the store makes them. A caller that
 	// sets them may repeat a reservation whose reply it lost (a store error
@@ -146,6 +171,10 @@ func (p ReserveParams) Validate() error {
 		return invalid("lease %v: want 0 (reserve only) or at least %v", p.Lease, MinDuration)
 	case p.Retention < MinDuration:
 		return invalid("retention %v: want at least %v", p.Retention, MinDuration)
+	case p.Approval != nil && p.Lease != 0:
+		return invalid("an operation that waits for an approval is reserved without a lease")
+	case p.Approval != nil:
+		return p.Approval.Validate()
 	}
 	return nil
 }
@@ -187,6 +216,9 @@ func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time
 		CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
 	if op.State == Executing {
 		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
+	}
+	if p.Approval != nil {
+		op.Approval = &ApprovalRef{ID: p.Approval.ID, Status: ApprovalPending, ExpiresAt: created.Add(p.Approval.TTL)}
 	}
 	return op
 }
@@ -283,22 +315,6 @@ func (p ResolveParams) Validate() error {
 	return nil
 }
 
-// DenyParams fails a prepared operation whose approval was refused.
-type DenyParams struct {
-	ID       string
-	Actor    string
-	Reason   string
-	Response *Response
-}
-
-// Validate requires a named actor.
-func (p DenyParams) Validate() error {
-	if p.ID == "" || p.Actor == "" || !cleanText(p.Actor) || !cleanText(p.Reason) {
-		return invalid("deny needs an operation id and an actor, in UTF-8 text")
-	}
-	return nil
-}
-
 // Usage is what one tenant holds in the store.
 type Usage struct {
 	Live   int64 // operations prepared, executing or unknown
@@ -339,9 +355,15 @@ type Page struct {
 // NewPage builds a page from up to limit+1 rows read in id order: the extra
 // row, if present, only proves that another page exists.
 func NewPage(ops []*Operation, limit int) Page {
-	if len(ops) <= limit {
-		return Page{Operations: ops}
+	ops, next := pageOf(ops, limit, func(op *Operation) string { return op.ID })
+	return Page{Operations: ops, Next: next}
+}
+
+// pageOf cuts up to limit+1 rows read in id order to a page and the cursor
+// of the next one ("" when the extra row is absent).
+func pageOf[T any](rows []T, limit int, id func(T) string) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
 	}
-	ops = ops[:limit]
-	return Page{Operations: ops, Next: ops[limit-1].ID}
+	return rows[:limit], id(rows[limit-1])
 }

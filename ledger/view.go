@@ -1,6 +1,9 @@
 package ledger
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // View is an operation as the control API and the CLI render it (DESIGN.md,
 // "The HTTP contract"), with its history. It leaves out the stored body and
@@ -34,11 +37,64 @@ type ResponseView struct {
 	Status int `json:"status"`
 }
 
-// ApprovalView is an operation's approval in a view.
+// ApprovalView is an approval as the control API renders it (DESIGN.md,
+// "Approvals"). In a list of operations only id, status and expires_at are
+// set; the approval's own resource, and an operation's, have it whole.
 type ApprovalView struct {
-	ID        string    `json:"id"`
-	Status    string    `json:"status"`
-	ExpiresAt time.Time `json:"expires_at"`
+	ID          string          `json:"id"`
+	OperationID string          `json:"operation_id,omitempty"`
+	Key         string          `json:"key,omitempty"`
+	Tenant      string          `json:"tenant,omitempty"`
+	Route       string          `json:"route,omitempty"`
+	Target      string          `json:"target,omitempty"`
+	Fingerprint string          `json:"fingerprint,omitempty"`
+	Summary     string          `json:"summary,omitempty"`
+	Command     json.RawMessage `json:"command,omitempty"`
+	Reversible  *bool           `json:"reversible,omitempty"`
+	RequestedBy string          `json:"requested_by,omitempty"`
+	Approvers   []string        `json:"approvers,omitempty"`
+	Status      ApprovalStatus  `json:"status"`
+	CreatedAt   *time.Time      `json:"created_at,omitempty"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	DecidedBy   string          `json:"decided_by,omitempty"`
+	DecidedAt   *time.Time      `json:"decided_at,omitempty"`
+	Note        string          `json:"note,omitempty"`
+}
+
+// NewApprovalView renders a whole approval.
+func NewApprovalView(a *Approval) *ApprovalView {
+	created, reversible := a.CreatedAt.UTC(), a.Reversible
+	v := &ApprovalView{ID: a.ID, OperationID: a.OpID, Key: a.Key, Tenant: a.Tenant, Route: a.Route, Target: a.Target,
+		Fingerprint: a.Fingerprint, Summary: a.Summary, Reversible: &reversible, RequestedBy: a.RequestedBy,
+		Approvers: a.Approvers, Status: a.Status, CreatedAt: &created, ExpiresAt: a.ExpiresAt.UTC(),
+		DecidedBy: a.DecidedBy, Note: a.Note}
+	if json.Valid(a.Command) {
+		v.Command = json.RawMessage(a.Command)
+	}
+	if !a.DecidedAt.IsZero() {
+		t := a.DecidedAt.UTC()
+		v.DecidedAt = &t
+	}
+	return v
+}
+
+// ApprovalListView is a page of approvals in a view.
+type ApprovalListView struct {
+	Approvals []*ApprovalView `json:"approvals"`
+	Next      *string         `json:"next"`
+}
+
+// NewApprovalListView renders a page of approvals.
+func NewApprovalListView(p ApprovalPage) ApprovalListView {
+	lv := ApprovalListView{Approvals: make([]*ApprovalView, 0, len(p.Approvals))}
+	for _, a := range p.Approvals {
+		lv.Approvals = append(lv.Approvals, NewApprovalView(a))
+	}
+	if p.Next != "" {
+		next := p.Next
+		lv.Next = &next
+	}
+	return lv
 }
 
 // HistoryEntry is one transition in a view.
@@ -66,6 +122,15 @@ func NewView(op *Operation, history []Event) View {
 			h.From = &from
 		}
 		v.History = append(v.History, h)
+	}
+	return v
+}
+
+// WithApproval shows the operation's current approval whole (a is nil,
+// or the approval op.Approval names).
+func (v View) WithApproval(a *Approval) View {
+	if a != nil && v.Approval != nil && a.ID == v.Approval.ID {
+		v.Approval = NewApprovalView(a)
 	}
 	return v
 }

@@ -75,6 +75,7 @@ type Driver interface {
 	// OwnerToken returns the token of the operation's latest owner ("" once
 	// its lease expired): owner steps keep it.
 	OwnerToken(ctx context.Context, id string) (string, error)
+	ApprovalDriver
 }
 
 // Make runs c through d. When the guard fails it reads the operation to say
@@ -106,6 +107,12 @@ func Make(ctx context.Context, d Driver, c Change) (*ledger.Operation, error) {
 	if err := ledger.Check(c.Step, current.State, c.To); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", c.Step, c.ID, err)
 	}
+	if c.Step == ledger.StepAcquire && current.Approval != nil {
+		// Prepared, yet not taken: its approval is not granted, or no
+		// longer good by the store's clock.
+		return current, fmt.Errorf("%s %s: approval %s is %s: %w", c.Step, c.ID, current.Approval.ID,
+			current.Approval.Status, ledger.ErrApprovalRequired)
+	}
 	// Legal now, but not when the statement ran: a concurrent step (or, for
 	// an expiry, a lease extended in between) got there first.
 	return nil, fmt.Errorf("%s %s: %w: changed concurrently", c.Step, c.ID, ledger.ErrIllegalTransition)
@@ -133,6 +140,11 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 	}
 	if p.ID == "" {
 		p.ID, p.Token = ledger.NewID(), ledger.NewToken()
+	}
+	if p.Approval != nil && p.Approval.ID == "" {
+		a := *p.Approval
+		a.ID = ledger.NewApprovalID()
+		p.Approval = &a
 	}
 	// A row purged between our insert and our read frees the key: try again.
 	for range 3 {
@@ -266,7 +278,7 @@ func Acquire(ctx context.Context, d Driver, p ledger.AcquireParams) (ledger.Rese
 	op, err := Make(ctx, d, Change{Step: step, To: ledger.Executing, ID: p.ID, Actor: p.Actor, Reason: p.Reason,
 		NewToken: token, Lease: p.Lease})
 	if err != nil {
-		return ledger.Reservation{}, err
+		return ledger.Reservation{Op: op}, err // op: the one waiting, with ErrApprovalRequired
 	}
 	return ledger.Reservation{Op: op, Lease: &ledger.Lease{OpID: op.ID, Token: token, Fence: op.Fence,
 		Until: op.LeaseUntil, Actor: p.Actor}}, nil
@@ -331,15 +343,6 @@ func Resolve(ctx context.Context, d Driver, p ledger.ResolveParams) (*ledger.Ope
 	}
 	return Make(ctx, d, Change{Step: ledger.StepResolve, To: p.To, ID: p.ID, Actor: p.Actor, Reason: p.Note,
 		Response: p.Response, ResultRef: p.ResultRef})
-}
-
-// Deny implements ledger.Store.Deny on d.
-func Deny(ctx context.Context, d Driver, p ledger.DenyParams) (*ledger.Operation, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	return Make(ctx, d, Change{Step: ledger.StepDeny, To: ledger.Failed, ID: p.ID, Actor: p.Actor, Reason: p.Reason,
-		Response: p.Response, ErrorCode: "approval_denied"})
 }
 
 // BatchLimit refuses a non-positive batch size for the sweeps.

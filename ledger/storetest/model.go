@@ -21,6 +21,9 @@ type modelOp struct {
 	lapsed   bool           // executing under a lease that has run out
 	leases   []ledger.Lease // every lease ever issued, the current one last
 	owner    string         // the latest owner's token; cleared by an expiry
+	apr      string         // its approval's id, if it was reserved for one
+	aprFP    string
+	status   ledger.ApprovalStatus
 }
 
 // expire is what the lease expiry does to op.
@@ -34,7 +37,7 @@ type model struct {
 
 var (
 	modelKeys = []string{"k1", "k2"}
-	modelFPs  = []string{"sha256:aaaa", "sha256:bbbb"}
+	modelFPs  = []string{approvalFP, otherFP}
 )
 
 // testModel drives random call sequences against the store and the model
@@ -51,6 +54,7 @@ func testModel(t *testing.T, b Backend) {
 			"expire":    m.expire,
 			"resolve":   m.resolve,
 			"deny":      m.deny,
+			"approve":   m.approve,
 			"heartbeat": m.heartbeat,
 			"purge":     m.purge,
 			"":          m.check,
@@ -95,14 +99,21 @@ func (m *model) reserve(rt *rapid.T) {
 		l, lapsing = leaseFor(rt)
 		p.Lease = l.Lease
 	}
+	if !leased && rapid.Bool().Draw(rt, "approval") {
+		p.Approval = ApprovalParams(Long, Long).Approval
+	}
 	res, err := m.s.Reserve(ctx(rt), p)
 	settle(lapsing)
 	op := m.ops[key]
 	if op == nil {
-		if err != nil || !res.Created || res.Op.State != p.State() || res.Owned() != leased {
+		if err != nil || !res.Created || res.Op.State != p.State() || res.Owned() != leased ||
+			(res.Op.Approval != nil) != (p.Approval != nil) {
 			rt.Fatalf("new reserve: %+v %v", res, err)
 		}
 		op = &modelOp{id: res.Op.ID, fp: fp, state: p.State(), lapsed: lapsing}
+		if p.Approval != nil {
+			op.apr, op.aprFP, op.status = res.Op.Approval.ID, fp, ledger.ApprovalPending
+		}
 		if leased {
 			op.fence, op.attempts, op.owner = 1, 1, res.Lease.Token
 			op.leases = append(op.leases, *res.Lease)
@@ -146,10 +157,17 @@ func (m *model) acquire(rt *rapid.T) {
 		expectErr(rt, "acquire from "+string(op.state), err, ledger.ErrIllegalTransition)
 		return
 	}
+	if !resend && op.apr != "" && op.status != ledger.ApprovalApproved && op.status != ledger.ApprovalUsed {
+		expectErr(rt, "acquire with the approval "+string(op.status), err, ledger.ErrApprovalRequired)
+		return
+	}
 	if err != nil || res.Lease == nil {
 		rt.Fatalf("acquire from %s: %v", op.state, err)
 	}
 	op.state, op.lapsed, op.owner = ledger.Executing, lapsing, res.Lease.Token
+	if !resend && op.status == ledger.ApprovalApproved {
+		op.status = ledger.ApprovalUsed
+	}
 	op.fence++
 	op.attempts++
 	op.leases = append(op.leases, *res.Lease)
@@ -229,10 +247,37 @@ func (m *model) resolve(rt *rapid.T) {
 	m.nonOwner(rt, op, ledger.StepResolve, to, err)
 }
 
-func (m *model) deny(rt *rapid.T) {
+func (m *model) deny(rt *rapid.T)    { m.decide(rt, ledger.ApprovalDenied) }
+func (m *model) approve(rt *rapid.T) { m.decide(rt, ledger.ApprovalApproved) }
+
+// decide approves or denies an operation's approval, with the fingerprint
+// it binds or another one.
+func (m *model) decide(rt *rapid.T, to ledger.ApprovalStatus) {
 	_, op := m.pick(rt)
-	_, err := m.s.Deny(ctx(rt), ledger.DenyParams{ID: op.id, Actor: "alice"})
-	m.nonOwner(rt, op, ledger.StepDeny, ledger.Failed, err)
+	if op.apr == "" {
+		rt.Skip("no approval")
+	}
+	d := decision(op.apr)
+	d.Fingerprint = rapid.SampledFrom(modelFPs).Draw(rt, "decided fp")
+	var err error
+	if to == ledger.ApprovalApproved {
+		_, err = m.s.Approve(ctx(rt), d)
+	} else {
+		_, err = m.s.Deny(ctx(rt), d)
+	}
+	switch {
+	case d.Fingerprint != op.aprFP:
+		expectErr(rt, "decision on another fingerprint", err, ledger.ErrApprovalMismatch)
+	case op.status != ledger.ApprovalPending:
+		expectErr(rt, "decision on an approval "+string(op.status), err, ledger.ErrApprovalClosed)
+	case err != nil:
+		rt.Fatalf("%s a pending approval: %v", to, err)
+	default:
+		op.status = to
+		if to == ledger.ApprovalDenied {
+			op.state = ledger.Failed
+		}
+	}
 }
 
 func (m *model) nonOwner(rt *rapid.T, op *modelOp, step ledger.Step, to ledger.State, err error) {
@@ -260,6 +305,9 @@ func (m *model) check(rt *rapid.T) {
 			got.Fingerprint != want.fp {
 			rt.Fatalf("%s: store %s fence %d attempts %d; model %s fence %d attempts %d",
 				key, got.State, got.Fence, got.Attempts, want.state, want.fence, want.attempts)
+		}
+		if (got.Approval == nil) != (want.apr == "") || (got.Approval != nil && got.Approval.Status != want.status) {
+			rt.Fatalf("%s: approval %+v, model %s %s", key, got.Approval, want.apr, want.status)
 		}
 		if (got.State == ledger.Executing) == got.LeaseUntil.IsZero() {
 			rt.Fatalf("%s: %s with lease_until %v", key, got.State, got.LeaseUntil)

@@ -54,6 +54,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("RaceReserve", func(t *testing.T) { testRaceReserve(t, b) })
 	t.Run("RaceTwoHandles", func(t *testing.T) { testRaceTwoHandles(t, b) })
 	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })
+	runApprovals(t, b)
 	t.Run("Model", func(t *testing.T) { testModel(t, b) })
 }
 

@@ -62,6 +62,13 @@ SELECT ` + opColumns + ` FROM up`
 
 const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
+// withCTE adds one more common table expression to a transition statement,
+// before its final SELECT.
+func withCTE(statement, cte string) string {
+	i := strings.LastIndex(statement, "\nSELECT ")
+	return statement[:i] + ", " + cte + statement[i:]
+}
+
 // lazy makes a transition statement commit without waiting for its WAL to
 // reach the disk: visible to every session at once, durable a moment later.
 // Owner steps use it only with durability=relaxed. If the server fails in
@@ -82,10 +89,18 @@ var (
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
 	// lazySQL is the lazy form of each owner step's statement.
 	lazySQL = map[string]string{completeSQL: lazy(completeSQL), leaveSQL: lazy(leaveSQL)}
-	// acquireSQL counts an attempt and raises the fence: any earlier owner's
+	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
-	acquireSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
+	resendSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
 		lease_until = now() + $7::bigint * interval '1 microsecond'`, ``)
+	// acquireSQL is resendSQL for a prepared operation: one bound to an
+	// approval is taken only while the approval is granted and in time,
+	// and the approval is used by this very statement.
+	acquireSQL = withCTE(transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
+		lease_until = now() + $7::bigint * interval '1 microsecond',
+		approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END`,
+		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= now()))`),
+		`used AS (UPDATE idem_approvals a SET status = 'used' FROM up WHERE a.id = up.approval_id AND a.status = 'approved')`)
 	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $6`,
 		`AND lease_until < now()`)
 	resolveSQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
@@ -110,6 +125,9 @@ type driver struct {
 var _ steps.Driver = driver{}
 
 func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
+	if p.Approval != nil {
+		return d.insertForApproval(ctx, id, p)
+	}
 	state, attempts, reason := p.State(), 0, "reserve"
 	var tokenArg *string
 	if state == ledger.Executing {
@@ -174,8 +192,10 @@ func changeSQL(c steps.Change) (string, []any, error) {
 			nullable(c.ResultRef), nullable(c.ErrorCode)}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, nullable(c.ErrorCode)}, nil
-	case ledger.StepAcquire, ledger.StepResend:
+	case ledger.StepAcquire:
 		return acquireSQL, []any{c.NewToken, micros(c.Lease)}, nil
+	case ledger.StepResend:
+		return resendSQL, []any{c.NewToken, micros(c.Lease)}, nil
 	case ledger.StepExpire:
 		return expireOneSQL, []any{c.ErrorCode}, nil
 	case ledger.StepResolve:
@@ -205,7 +225,7 @@ func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 var holderSQL = map[bool]string{
 	true: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = $1 AND route = $2 AND business_key = $3`,
 	false: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = $1 AND route = $2 AND concurrency_key = $3
-		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status = 'pending'))`,
+		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status IN ('pending', 'approved')))`,
 }
 
 func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
@@ -279,9 +299,4 @@ func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) 
 // Resolve implements ledger.Store.
 func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
 	return steps.Resolve(ctx, driver{s: s}, p)
-}
-
-// Deny implements ledger.Store.
-func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
-	return steps.Deny(ctx, driver{s: s}, p)
 }

@@ -47,7 +47,8 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	op.BusinessKey, op.ConcurrencyKey = deref(businessKey), deref(concurrencyKey)
 	op.ResultRef, op.LastError = deref(resultRef), deref(lastError)
 	if approvalID != nil {
-		op.Approval = &ledger.Approval{ID: *approvalID, Status: deref(approvalStatus), ExpiresAt: deref(approvalExpires)}
+		op.Approval = &ledger.ApprovalRef{ID: *approvalID, Status: ledger.ApprovalStatus(deref(approvalStatus)),
+			ExpiresAt: deref(approvalExpires)}
 	}
 	if respStatus != nil {
 		op.Response = &ledger.Response{Status: int(*respStatus), Body: respBody}

@@ -27,7 +27,8 @@ const expireSQL = `WITH due AS (
 )
 SELECT count(*) FROM up`
 
-// purgeSQL deletes a batch of operations past retention, with their history.
+// purgeSQL deletes a batch of operations past retention, with their history
+// and approvals.
 // Only prepared and final operations qualify: see ledger.Store.Purge.
 const purgeSQL = `WITH due AS (
 	SELECT id FROM idem_operations
@@ -36,6 +37,8 @@ const purgeSQL = `WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ), hist AS (
 	DELETE FROM idem_transitions t USING due WHERE t.op_id = due.id
+), approvals AS (
+	DELETE FROM idem_approvals a USING due WHERE a.op_id = due.id
 ), gone AS (
 	DELETE FROM idem_operations o USING due WHERE o.id = due.id
 	RETURNING o.id

@@ -55,10 +55,16 @@ var (
 	completeSQL = transitionSQL(`lease_until = NULL, response_status = ?8,
 		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12`, ownerGuard)
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = ?8`, ownerGuard)
-	// acquireSQL counts an attempt and raises the fence: any earlier owner's
+	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
-	acquireSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
+	resendSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
 		lease_until = `+nowUS+` + ?7`, ``)
+	// acquireSQL is resendSQL for a prepared operation: one bound to an
+	// approval is taken only while the approval is granted and in time,
+	// and it is used by this step (a trigger marks the approval used).
+	acquireSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
+		lease_until = `+nowUS+` + ?7, approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END`,
+		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= `+nowUS+`))`)
 	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?6`,
 		`AND lease_until < `+nowUS)
 	resolveSQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
@@ -85,6 +91,9 @@ var _ steps.Driver = driver{}
 func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
 	if d.low {
 		return nil, d.belowFloor(ctx, p)
+	}
+	if p.Approval != nil {
+		return d.insertForApproval(ctx, id, p)
 	}
 	state, attempts, reason := p.State(), 0, "reserve"
 	var tokenArg any
@@ -155,8 +164,10 @@ func changeSQL(c steps.Change) (string, []any, error) {
 			null(c.ResultRef), null(c.ErrorCode)}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, null(c.ErrorCode)}, nil
-	case ledger.StepAcquire, ledger.StepResend:
+	case ledger.StepAcquire:
 		return acquireSQL, []any{c.NewToken, c.Lease.Microseconds()}, nil
+	case ledger.StepResend:
+		return resendSQL, []any{c.NewToken, c.Lease.Microseconds()}, nil
 	case ledger.StepExpire:
 		return expireOneSQL, []any{c.ErrorCode}, nil
 	case ledger.StepResolve:
@@ -186,7 +197,7 @@ func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 var holderSQL = map[bool]string{
 	true: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND route = ? AND business_key = ?`,
 	false: `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND route = ? AND concurrency_key = ?
-		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status = 'pending'))`,
+		AND (state IN ('executing', 'unknown') OR (state = 'prepared' AND approval_status IN ('pending', 'approved')))`,
 }
 
 func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
@@ -255,12 +266,5 @@ func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) 
 func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
 	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
 		return steps.Resolve(ctx, d, p)
-	})
-}
-
-// Deny implements ledger.Store.
-func (s *Store) Deny(ctx context.Context, p ledger.DenyParams) (*ledger.Operation, error) {
-	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.Deny(ctx, d, p)
 	})
 }

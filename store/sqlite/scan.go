@@ -52,7 +52,8 @@ func scanOp(r row) (*ledger.Operation, error) {
 	op.ResultRef, op.LastError = resultRef.String, lastError.String
 	op.CreatedAt, op.UpdatedAt, op.ExpiresAt = fromMicro(created), fromMicro(updated), fromMicro(expires)
 	if approvalID.Valid {
-		op.Approval = &ledger.Approval{ID: approvalID.String, Status: approvalStatus.String, ExpiresAt: micro(approvalExpires)}
+		op.Approval = &ledger.ApprovalRef{ID: approvalID.String, Status: ledger.ApprovalStatus(approvalStatus.String),
+			ExpiresAt: micro(approvalExpires)}
 	}
 	if respStatus.Valid {
 		op.Response = &ledger.Response{Status: int(respStatus.Int64), Body: respBody}

@@ -253,7 +253,8 @@ func abort(batch []*job, err error) {
 // database refused (its statement alone is rolled back).
 func refusal(err error) bool {
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrStaleOwner, ledger.ErrIllegalTransition,
-		ledger.ErrFingerprintMismatch, ledger.ErrInvalid, ledger.ErrConcurrencyLocked} {
+		ledger.ErrFingerprintMismatch, ledger.ErrInvalid, ledger.ErrConcurrencyLocked, ledger.ErrApprovalRequired,
+		ledger.ErrApprovalMismatch, ledger.ErrApprovalClosed, ledger.ErrForbidden} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -1,0 +1,489 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// The fingerprint approvals in this suite bind, and one they do not.
+const (
+	approvalFP = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	otherFP    = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// runApprovals is the approvals part of the suite.
+func runApprovals(t *testing.T, b Backend) {
+	t.Run("ApprovalReserve", func(t *testing.T) { testApprovalReserve(t, b) })
+	t.Run("ApprovalDecide", func(t *testing.T) { testApprovalDecide(t, b) })
+	t.Run("ApprovalDeny", func(t *testing.T) { testApprovalDeny(t, b) })
+	t.Run("ApprovalExpiry", func(t *testing.T) { testApprovalExpiry(t, b) })
+	t.Run("ApprovalValidFor", func(t *testing.T) { testApprovalValidFor(t, b) })
+	t.Run("ApprovalRelease", func(t *testing.T) { testApprovalRelease(t, b) })
+	t.Run("ApprovalConcurrencyKey", func(t *testing.T) { testApprovalConcurrencyKey(t, b) })
+	t.Run("ApprovalList", func(t *testing.T) { testApprovalList(t, b) })
+	t.Run("ApprovalPurge", func(t *testing.T) { testApprovalPurge(t, b) })
+	t.Run("RaceDecisions", func(t *testing.T) { testRaceDecisions(t, b) })
+	t.Run("RaceApprovedRetries", func(t *testing.T) { testRaceApprovedRetries(t, b) })
+}
+
+// ApprovalParams returns reserve parameters for a fresh key in tenant
+// "acme" whose operation waits for an approval, requested by agent-1 and
+// decided by the approver role.
+func ApprovalParams(ttl, validFor time.Duration) ledger.ReserveParams {
+	p := Params(0)
+	p.Route, p.Fingerprint = "POST /v1/deployments", approvalFP
+	p.Approval = &ledger.ApprovalRequest{Target: "POST /v1/deployments", Summary: "Deploy api:1.4.2 to production",
+		Command: []byte(`{"artifact":"api:1.4.2","environment":"production"}`), RequestedBy: "agent-1",
+		Approvers: []string{"approver"}, TTL: ttl, ValidFor: validFor}
+	return p
+}
+
+// decision is alice's decision (an approver, not the requester) on a.
+func decision(id string) ledger.DecisionParams {
+	return ledger.DecisionParams{ApprovalID: id, Tenant: "acme", Fingerprint: approvalFP, Actor: "alice",
+		Roles: []string{"approver", "admin"}, Note: "checked the change"}
+}
+
+func getApproval(tb testing.TB, s ledger.Store, id string) *ledger.Approval {
+	tb.Helper()
+	a, err := s.GetApproval(ctx(tb), id)
+	if err != nil {
+		tb.Fatalf("get approval %s: %v", id, err)
+	}
+	return a
+}
+
+// testApprovalReserve: one atomic step reserves the operation prepared
+// with a pending approval that binds its id, key, fingerprint and expiry;
+// retries never open a second one, and nothing takes the operation before
+// the decision.
+func testApprovalReserve(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	p := ApprovalParams(Long, Long)
+	r := reserve(t, s, p)
+	if r.Owned() || r.Op.State != ledger.Prepared || r.Op.Approval == nil || r.Op.Approval.Status != ledger.ApprovalPending {
+		t.Fatalf("reserved for approval: %+v", r.Op)
+	}
+	op := get(t, s, r.Op.ID)
+	if op.Approval == nil || op.Approval.ID != r.Op.Approval.ID || !op.Approval.ExpiresAt.Equal(op.CreatedAt.Add(Long)) {
+		t.Fatalf("stored approval ref %+v, created %v", op.Approval, op.CreatedAt)
+	}
+	a := getApproval(t, s, op.Approval.ID)
+	want := ledger.Approval{ID: op.Approval.ID, OpID: op.ID, Tenant: "acme", Key: p.Key, Route: p.Route,
+		Target: p.Approval.Target, Fingerprint: approvalFP, Summary: p.Approval.Summary, Command: p.Approval.Command,
+		RequestedBy: "agent-1", Approvers: []string{"approver"}, Status: ledger.ApprovalPending,
+		CreatedAt: op.CreatedAt, ExpiresAt: op.Approval.ExpiresAt, ValidFor: Long}
+	got := *a
+	got.CreatedAt, got.ExpiresAt = got.CreatedAt.UTC(), got.ExpiresAt.UTC()
+	want.CreatedAt, want.ExpiresAt = want.CreatedAt.UTC(), want.ExpiresAt.UTC()
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("approval record\n got %+v\nwant %+v", got, want)
+	}
+	again, err := s.Reserve(c, p)
+	if err != nil || again.Created || again.Op.ID != op.ID || again.Op.Approval.ID != a.ID {
+		t.Fatalf("identical retry: %+v %v", again, err)
+	}
+	other := p
+	other.Fingerprint = otherFP
+	_, err = s.Reserve(c, other)
+	wantErr(t, "changed request under the key", err, ledger.ErrFingerprintMismatch)
+	if page, err := s.ListApprovals(c, ledger.ApprovalListParams{Tenant: "acme"}); err != nil || len(page.Approvals) != 1 {
+		t.Fatalf("retries opened approvals: %d %v", len(page.Approvals), err)
+	}
+	res, err := s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"})
+	wantErr(t, "acquire while pending", err, ledger.ErrApprovalRequired)
+	if res.Op == nil || res.Op.ID != op.ID || get(t, s, op.ID).Fence != 0 {
+		t.Fatalf("refused acquire: %+v", res)
+	}
+	if h := history(t, s, op.ID); len(h) != 1 || h[0].To != ledger.Prepared {
+		t.Fatalf("history %+v", h)
+	}
+	bad := ApprovalParams(Long, Long)
+	bad.Lease = Long
+	_, err = s.Reserve(c, bad)
+	wantErr(t, "approval with a lease", err, ledger.ErrInvalid)
+}
+
+// testApprovalDecide: only an approver of the same tenant who did not
+// request the operation, echoing its fingerprint, decides it, once; the
+// approval is then used by the one acquire that executes it.
+func testApprovalDecide(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, ApprovalParams(Long, time.Hour))
+	id := r.Op.Approval.ID
+	refusals := []struct {
+		name string
+		edit func(*ledger.DecisionParams)
+		kind error
+	}{
+		{"the requester", func(d *ledger.DecisionParams) { d.Actor = "agent-1" }, ledger.ErrForbidden},
+		{"no approver role", func(d *ledger.DecisionParams) { d.Roles = []string{"agent", "admin"} }, ledger.ErrForbidden},
+		{"another tenant", func(d *ledger.DecisionParams) { d.Tenant = "globex" }, ledger.ErrNotFound},
+		{"an unknown approval", func(d *ledger.DecisionParams) { d.ApprovalID = "apr_nope" }, ledger.ErrNotFound},
+		{"another fingerprint", func(d *ledger.DecisionParams) { d.Fingerprint = otherFP }, ledger.ErrApprovalMismatch},
+		{"a malformed fingerprint", func(d *ledger.DecisionParams) { d.Fingerprint = "sha256:abc" }, ledger.ErrInvalid},
+		{"no fingerprint", func(d *ledger.DecisionParams) { d.Fingerprint = "" }, ledger.ErrInvalid},
+		{"no actor", func(d *ledger.DecisionParams) { d.Actor = "" }, ledger.ErrInvalid},
+	}
+	for _, ref := range refusals {
+		d := decision(id)
+		ref.edit(&d)
+		_, err := s.Approve(c, d)
+		wantErr(t, "approve by "+ref.name, err, ref.kind)
+		_, err = s.Deny(c, d)
+		wantErr(t, "deny by "+ref.name, err, ref.kind)
+	}
+	if a := getApproval(t, s, id); a.Status != ledger.ApprovalPending || a.DecidedBy != "" {
+		t.Fatalf("refused decisions changed the approval: %+v", a)
+	}
+	a, err := s.Approve(c, decision(id))
+	if err != nil || a.Status != ledger.ApprovalApproved || a.DecidedBy != "alice" || a.Note != "checked the change" ||
+		a.DecidedAt.IsZero() || !a.ExpiresAt.Equal(a.DecidedAt.Add(time.Hour)) {
+		t.Fatalf("approve: %+v %v", a, err)
+	}
+	op := get(t, s, r.Op.ID)
+	if op.State != ledger.Prepared || op.Approval.Status != ledger.ApprovalApproved || !op.Approval.ExpiresAt.Equal(a.ExpiresAt) {
+		t.Fatalf("approved operation: %+v %+v", op, op.Approval)
+	}
+	_, err = s.Approve(c, decision(id))
+	wantErr(t, "second approval", err, ledger.ErrApprovalClosed)
+	_, err = s.Deny(c, decision(id))
+	wantErr(t, "deny after approval", err, ledger.ErrApprovalClosed)
+	res, err := s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"})
+	if err != nil || !res.Owned() || res.Op.Approval.Status != ledger.ApprovalUsed {
+		t.Fatalf("acquire after approval: %+v %v", res, err)
+	}
+	if got := getApproval(t, s, id); got.Status != ledger.ApprovalUsed {
+		t.Fatalf("approval after acquire: %s", got.Status)
+	}
+	_, err = s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"})
+	wantErr(t, "second acquire", err, ledger.ErrIllegalTransition)
+}
+
+// testApprovalDeny: a denial fails the operation in the same step, with its
+// history row, and nothing can take it after.
+func testApprovalDeny(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, ApprovalParams(Long, Long))
+	a, err := s.Deny(c, decision(r.Op.Approval.ID))
+	if err != nil || a.Status != ledger.ApprovalDenied || a.DecidedBy != "alice" {
+		t.Fatalf("deny: %+v %v", a, err)
+	}
+	op := get(t, s, r.Op.ID)
+	if op.State != ledger.Failed || op.LastError != "approval_denied" || op.Approval.Status != ledger.ApprovalDenied {
+		t.Fatalf("denied operation: %+v", op)
+	}
+	h := history(t, s, op.ID)
+	if last := h[len(h)-1]; len(h) != 2 || last.From != ledger.Prepared || last.To != ledger.Failed || last.Actor != "alice" {
+		t.Fatalf("history %+v", h)
+	}
+	_, err = s.Approve(c, decision(a.ID))
+	wantErr(t, "approve after denial", err, ledger.ErrApprovalClosed)
+	_, err = s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"})
+	wantErr(t, "acquire after denial", err, ledger.ErrIllegalTransition)
+}
+
+// waitPast sleeps until t has passed on any store's clock.
+func waitPast(t time.Time) { time.Sleep(time.Until(t) + 5*time.Millisecond) }
+
+// testApprovalExpiry: a pending approval past its ttl is never decided or
+// used; the sweep expires it, and a new one is opened for the same
+// operation, once, however many retries ask.
+func testApprovalExpiry(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, ApprovalParams(50*time.Millisecond, Long))
+	old := r.Op.Approval
+	waitPast(old.ExpiresAt)
+	_, err := s.Approve(c, decision(old.ID))
+	wantErr(t, "decision after expiry", err, ledger.ErrApprovalClosed)
+	_, err = s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "gw"})
+	wantErr(t, "acquire after expiry", err, ledger.ErrApprovalRequired)
+	if n, err := s.ExpireApprovals(c, 100); err != nil || n != 1 {
+		t.Fatalf("expire approvals: %d %v", n, err)
+	}
+	if n, err := s.ExpireApprovals(c, 100); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d %v", n, err)
+	}
+	op := get(t, s, r.Op.ID)
+	if op.State != ledger.Prepared || op.Approval.Status != ledger.ApprovalExpired {
+		t.Fatalf("expired: %+v %+v", op, op.Approval)
+	}
+	req := *ApprovalParams(Long, Long).Approval
+	req.ID = ledger.NewApprovalID()
+	reopened, err := s.ReopenApproval(c, ledger.ReopenParams{OpID: op.ID, Previous: old.ID, Request: req, Actor: "gw"})
+	if err != nil || reopened.Approval.ID != req.ID || reopened.Approval.Status != ledger.ApprovalPending {
+		t.Fatalf("reopen: %+v %v", reopened, err)
+	}
+	// The same reopening again (its reply lost) is recognised; another
+	// retry's, naming the old approval, finds the new one open.
+	if again, err := s.ReopenApproval(c, ledger.ReopenParams{OpID: op.ID, Previous: old.ID, Request: req,
+		Actor: "gw"}); err != nil || again.Approval.ID != req.ID {
+		t.Fatalf("repeated reopen: %+v %v", again, err)
+	}
+	other := req
+	other.ID = ledger.NewApprovalID()
+	current, err := s.ReopenApproval(c, ledger.ReopenParams{OpID: op.ID, Previous: old.ID, Request: other, Actor: "gw"})
+	wantErr(t, "a second reopening", err, ledger.ErrIllegalTransition)
+	if current == nil || current.Approval.ID != req.ID {
+		t.Fatalf("refused reopen returns %+v", current)
+	}
+	_, err = s.ReopenApproval(c, ledger.ReopenParams{OpID: op.ID, Previous: req.ID, Request: other, Actor: "gw"})
+	wantErr(t, "reopening a good approval", err, ledger.ErrIllegalTransition)
+	a := getApproval(t, s, req.ID)
+	if a.OpID != op.ID || a.Key != op.Key || a.Fingerprint != op.Fingerprint || a.Status != ledger.ApprovalPending {
+		t.Fatalf("new approval %+v", a)
+	}
+	if old := getApproval(t, s, old.ID); old.Status != ledger.ApprovalExpired {
+		t.Fatalf("old approval %s", old.Status)
+	}
+	if _, err := s.Approve(c, decision(req.ID)); err != nil {
+		t.Fatalf("approve the new one: %v", err)
+	}
+	if res, err := s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"}); err != nil || !res.Owned() {
+		t.Fatalf("acquire: %+v %v", res, err)
+	}
+	page, err := s.ListApprovals(c, ledger.ApprovalListParams{Tenant: "acme"})
+	if err != nil || len(page.Approvals) != 2 {
+		t.Fatalf("approvals: %d %v", len(page.Approvals), err)
+	}
+}
+
+// testApprovalValidFor: an approval not used within valid_for is never
+// used: the acquire is refused and the operation needs a new approval.
+func testApprovalValidFor(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, ApprovalParams(Long, 50*time.Millisecond))
+	a, err := s.Approve(c, decision(r.Op.Approval.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPast(a.ExpiresAt)
+	_, err = s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "gw"})
+	wantErr(t, "acquire past valid_for", err, ledger.ErrApprovalRequired)
+	req := *ApprovalParams(Long, Long).Approval
+	op, err := s.ReopenApproval(c, ledger.ReopenParams{OpID: r.Op.ID, Previous: a.ID, Request: req, Actor: "gw"})
+	if err != nil || op.Approval.Status != ledger.ApprovalPending || op.Approval.ID == a.ID {
+		t.Fatalf("reopen after valid_for: %+v %v", op, err)
+	}
+	if got := getApproval(t, s, a.ID); got.Status != ledger.ApprovalExpired {
+		t.Fatalf("lapsed approval is %s", got.Status)
+	}
+}
+
+// testApprovalRelease: an approved operation whose send was definitely not
+// delivered is released, and its next acquire, within valid_for, needs no
+// second approval: the command it permits has not run.
+func testApprovalRelease(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, ApprovalParams(Long, Long))
+	if _, err := s.Approve(c, decision(r.Op.Approval.ID)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(c, *res.Lease, ledger.Note{Reason: "connection refused"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "gw"})
+	if err != nil || res.Op.Attempts != 2 || res.Op.Approval.Status != ledger.ApprovalUsed {
+		t.Fatalf("acquire after release: %+v %v", res, err)
+	}
+}
+
+// testApprovalConcurrencyKey: a pending or approved operation holds its
+// concurrency group; a denial or an expiry frees it.
+func testApprovalConcurrencyKey(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	locked := func(p ledger.ReserveParams) ledger.ReserveParams {
+		p.ConcurrencyKey = "production"
+		return p
+	}
+	plain := func() ledger.ReserveParams {
+		p := locked(Params(Long))
+		p.Route = "POST /v1/deployments"
+		return p
+	}
+	free := func(why string) {
+		t.Helper()
+		r := reserve(t, s, plain())
+		if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+			t.Fatalf("%s: %v", why, err)
+		}
+	}
+	held := func(why string, holder string) {
+		t.Helper()
+		res, err := s.Reserve(c, plain())
+		wantErr(t, why, err, ledger.ErrConcurrencyLocked)
+		if res.Op == nil || res.Op.ID != holder {
+			t.Fatalf("%s: holder %+v, want %s", why, res.Op, holder)
+		}
+	}
+	denied := reserve(t, s, locked(ApprovalParams(Long, Long)))
+	held("pending", denied.Op.ID)
+	if _, err := s.Deny(c, decision(denied.Op.Approval.ID)); err != nil {
+		t.Fatal(err)
+	}
+	free("after a denial")
+	approved := reserve(t, s, locked(ApprovalParams(Long, 50*time.Millisecond)))
+	a, err := s.Approve(c, decision(approved.Op.Approval.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held("approved", approved.Op.ID)
+	waitPast(a.ExpiresAt)
+	if n, err := s.ExpireApprovals(c, 10); err != nil || n != 1 {
+		t.Fatalf("expire: %d %v", n, err)
+	}
+	free("after an expiry")
+	// A new approval for the expired operation must wait for the group.
+	r := reserve(t, s, plain())
+	req := *ApprovalParams(Long, Long).Approval
+	_, err = s.ReopenApproval(c, ledger.ReopenParams{OpID: approved.Op.ID, Previous: a.ID, Request: req, Actor: "gw"})
+	wantErr(t, "reopen while another holds the group", err, ledger.ErrConcurrencyLocked)
+	if op := get(t, s, approved.Op.ID); op.Approval.ID != a.ID {
+		t.Fatalf("refused reopen changed the approval: %+v", op.Approval)
+	}
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testApprovalList: approvals page by tenant and status, in creation order.
+func testApprovalList(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	var pending []string
+	for i := range 5 {
+		r := reserve(t, s, ApprovalParams(Long, Long))
+		if i%2 == 0 {
+			pending = append(pending, r.Op.Approval.ID)
+		} else if _, err := s.Approve(c, decision(r.Op.Approval.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	globex := ApprovalParams(Long, Long)
+	globex.Tenant = "globex"
+	reserve(t, s, globex)
+	var got []string
+	after := ""
+	for {
+		page, err := s.ListApprovals(c, ledger.ApprovalListParams{Tenant: "acme", Status: ledger.ApprovalPending,
+			After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range page.Approvals {
+			got = append(got, a.ID)
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, pending) {
+		t.Fatalf("pending approvals %v, want %v", got, pending)
+	}
+	all, err := s.ListApprovals(c, ledger.ApprovalListParams{Tenant: "acme"})
+	if err != nil || len(all.Approvals) != 5 {
+		t.Fatalf("all of acme's: %d %v", len(all.Approvals), err)
+	}
+}
+
+// testApprovalPurge: purging an operation takes its approvals with it.
+func testApprovalPurge(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	p := ApprovalParams(Long, Long)
+	p.Retention = Lapsing
+	r := reserve(t, s, p)
+	if _, err := s.Deny(c, decision(r.Op.Approval.ID)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if n, err := s.Purge(c, 10); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	_, err := s.GetApproval(c, r.Op.Approval.ID)
+	wantErr(t, "approval of a purged operation", err, ledger.ErrNotFound)
+}
+
+// testRaceDecisions: an approve and a deny at once: exactly one wins, and
+// the operation ends as the winner says.
+func testRaceDecisions(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	for range 10 {
+		r := reserve(t, s, ApprovalParams(Long, Long))
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, decide := range []func() (*ledger.Approval, error){
+			func() (*ledger.Approval, error) { return s.Approve(ctx(t), decision(r.Op.Approval.ID)) },
+			func() (*ledger.Approval, error) {
+				d := decision(r.Op.Approval.ID)
+				d.Actor = "bob"
+				return s.Deny(ctx(t), d)
+			},
+		} {
+			wg.Go(func() { _, errs[i] = decide() })
+		}
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("approve %v, deny %v: want exactly one to win", errs[0], errs[1])
+		}
+		loser := errs[0]
+		if loser == nil {
+			loser = errs[1]
+		}
+		wantErr(t, "the losing decision", loser, ledger.ErrApprovalClosed)
+		op, a := get(t, s, r.Op.ID), getApproval(t, s, r.Op.Approval.ID)
+		if (errs[0] == nil) != (op.State == ledger.Prepared && a.Status == ledger.ApprovalApproved && a.DecidedBy == "alice") ||
+			(errs[1] == nil) != (op.State == ledger.Failed && a.Status == ledger.ApprovalDenied && a.DecidedBy == "bob") {
+			t.Fatalf("after the race: %s, approval %s by %s", op.State, a.Status, a.DecidedBy)
+		}
+	}
+}
+
+// testRaceApprovedRetries: many acquires right after the approval: exactly
+// one takes the lease, and the approval is used once.
+func testRaceApprovedRetries(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	r := reserve(t, s, ApprovalParams(Long, Long))
+	if _, err := s.Approve(ctx(t), decision(r.Op.Approval.ID)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	owned := 0
+	for range 20 {
+		wg.Go(func() {
+			res, err := s.Acquire(ctx(t), ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "gw"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && res.Owned():
+				owned++
+			case err == nil:
+				t.Errorf("acquire without a lease: %+v", res)
+			default:
+				wantErr(t, "a losing acquire", err, ledger.ErrIllegalTransition)
+			}
+		})
+	}
+	wg.Wait()
+	op := get(t, s, r.Op.ID)
+	if owned != 1 || op.Attempts != 1 || op.Fence != 1 || getApproval(t, s, r.Op.Approval.ID).Status != ledger.ApprovalUsed {
+		t.Fatalf("%d owners, attempts %d, fence %d", owned, op.Attempts, op.Fence)
+	}
+}

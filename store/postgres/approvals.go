@@ -1,0 +1,243 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/steps"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// approvalColumns is the column list of an approval, in scanApproval's order.
+const approvalColumns = `id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
+	requested_by, approvers, status, created_at, expires_at, valid_for_us, decided_by, decided_at, note`
+
+// us turns a parameter of microseconds into an interval.
+func us(param string) string { return param + `::bigint * interval '1 microsecond'` }
+
+// reserveApprovalSQL reserves an operation prepared with a pending
+// approval, its history row and the approval, in one statement; like
+// reserveSQL it returns the key's operation when it inserts nothing.
+var reserveApprovalSQL = `WITH ins AS (
+	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, fence, business_key,
+		concurrency_key, retention_us, created_at, updated_at, expires_at, approval_id, approval_status,
+		approval_expires_at)
+	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, now(), now(), now() + ` + us("$8") + `,
+		$10, 'pending', now() + ` + us("$11") + `)
+	ON CONFLICT DO NOTHING
+	RETURNING ` + opColumns + `
+), hist AS (
+	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
+	SELECT id, NULL, state, created_at, $9, 'reserve for approval' FROM ins
+), apr AS (
+	INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
+		requested_by, approvers, status, created_at, expires_at, valid_for_us)
+	SELECT $10, id, tenant, key, route, $12, fingerprint, $13, $14, $15, $16, $17, 'pending', created_at,
+		approval_expires_at, $18::bigint FROM ins
+)
+SELECT true, ` + opColumns + `, false FROM ins
+UNION ALL
+SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < now())
+	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+
+// decideSQL decides a pending approval, guarded by everything a decision
+// must match, and reflects it on the operation: granted, the approval's
+// clock restarts (valid_for); denied, the operation fails, with its
+// history row.
+var decideSQL = `WITH ap AS (
+	UPDATE idem_approvals SET status = $2, decided_by = $3, decided_at = now(), note = $4,
+		expires_at = CASE WHEN $2 = 'approved' THEN now() + valid_for_us * interval '1 microsecond' ELSE expires_at END
+	WHERE id = $1 AND tenant = $5 AND fingerprint = $6 AND status = 'pending' AND expires_at >= now()
+		AND requested_by <> $3
+	RETURNING ` + approvalColumns + `
+), up AS (
+	UPDATE idem_operations o SET approval_status = ap.status, approval_expires_at = ap.expires_at,
+		state = CASE WHEN ap.status = 'denied' THEN 'failed' ELSE o.state END,
+		last_error = CASE WHEN ap.status = 'denied' THEN 'approval_denied' ELSE o.last_error END,
+		updated_at = CASE WHEN ap.status = 'denied' THEN now() ELSE o.updated_at END,
+		expires_at = CASE WHEN ap.status = 'denied' THEN now() + o.retention_us * interval '1 microsecond'
+			ELSE o.expires_at END
+	FROM ap WHERE o.id = ap.op_id AND o.approval_id = ap.id AND o.state = 'prepared'
+	RETURNING o.id, o.state, o.updated_at
+), hist AS (
+	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
+	SELECT id, 'prepared', 'failed', updated_at, $3, $7 FROM up WHERE state = 'failed'
+)
+SELECT ` + approvalColumns + `, (SELECT count(*) FROM up) FROM ap`
+
+// reopenSQL gives a prepared operation whose approval lapsed a new one,
+// marks the lapsed one expired (a used one stays used) and writes the new
+// one, in one statement.
+var reopenSQL = `WITH up AS (
+	UPDATE idem_operations SET approval_id = $3, approval_status = 'pending',
+		approval_expires_at = now() + ` + us("$4") + `, updated_at = now()
+	WHERE id = $1 AND state = 'prepared' AND approval_id = $2
+		AND (approval_status = 'expired'
+		     OR (approval_status IN ('pending', 'approved', 'used') AND approval_expires_at < now()))
+	RETURNING ` + opColumnsNoBody + `
+), old AS (
+	UPDATE idem_approvals SET status = 'expired'
+	WHERE id = $2 AND status IN ('pending', 'approved') AND EXISTS (SELECT 1 FROM up)
+), ins AS (
+	INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
+		requested_by, approvers, status, created_at, expires_at, valid_for_us)
+	SELECT $3, id, tenant, key, route, $5, fingerprint, $6, $7, $8, $9, $10, 'pending', updated_at,
+		approval_expires_at, $11::bigint FROM up
+)
+SELECT ` + opColumns + ` FROM up`
+
+// expireApprovalsSQL expires a batch of approvals past their time and
+// frees their operations' concurrency groups; SKIP LOCKED lets instances
+// sweep side by side.
+const expireApprovalsSQL = `WITH due AS (
+	SELECT id FROM idem_approvals
+	WHERE status IN ('pending', 'approved') AND expires_at < now()
+	ORDER BY expires_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), ap AS (
+	UPDATE idem_approvals a SET status = 'expired' FROM due
+	WHERE a.id = due.id AND a.status IN ('pending', 'approved')
+	RETURNING a.id, a.op_id
+), up AS (
+	UPDATE idem_operations o SET approval_status = 'expired'
+	FROM ap WHERE o.id = ap.op_id AND o.approval_id = ap.id AND o.approval_status IN ('pending', 'approved')
+)
+SELECT count(*) FROM ap`
+
+// insertForApproval is Insert for a reservation that asks for an approval.
+func (d driver) insertForApproval(ctx context.Context, id string, p ledger.ReserveParams) (*ledger.Operation, error) {
+	a := p.Approval
+	var inserted, lapsed bool
+	var op *ledger.Operation
+	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+		op, err = scanOp(scanAround{row, &inserted, &lapsed})
+		return err
+	}, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, nullable(p.BusinessKey),
+		nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, a.ID, micros(a.TTL), a.Target, a.Summary,
+		string(a.Command), a.Reversible, a.RequestedBy, a.Approvers, micros(a.ValidFor))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, steps.ErrGuard
+	case err != nil:
+		return nil, mapErr("insert", err)
+	case !inserted:
+		return nil, &steps.KeyTaken{Op: op, Lapsed: lapsed}
+	}
+	return op, nil
+}
+
+func (d driver) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
+	return d.s.GetApproval(ctx, id)
+}
+
+func (d driver) Decide(ctx context.Context, dec steps.Decision) (*ledger.Approval, error) {
+	var a *ledger.Approval
+	var moved int64
+	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+		a, err = scanApproval(scanExtra{row, &moved})
+		return err
+	}, decideSQL, dec.ID, string(dec.Status), dec.Actor, dec.Note, dec.Tenant, dec.Fingerprint, dec.Reason)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, steps.ErrGuard
+	case err != nil:
+		return nil, mapErr("decide", err)
+	case moved != 1:
+		// A pending approval's operation is prepared under it; anything else
+		// is a broken record, not a decision to report as made.
+		return nil, fmt.Errorf("decide %s: its operation %s was not waiting for it", a.ID, a.OpID)
+	}
+	return a, nil
+}
+
+func (d driver) Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
+	r := p.Request
+	var op *ledger.Operation
+	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+		op, err = scanOp(row)
+		return err
+	}, reopenSQL, p.OpID, p.Previous, r.ID, micros(r.TTL), r.Target, r.Summary, string(r.Command), r.Reversible,
+		r.RequestedBy, r.Approvers, micros(r.ValidFor))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, steps.ErrGuard
+	}
+	return op, mapErr("reopen", err)
+}
+
+// Approve implements ledger.Store.
+func (s *Store) Approve(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
+	return steps.Decide(ctx, driver{s: s}, p, ledger.ApprovalApproved)
+}
+
+// Deny implements ledger.Store.
+func (s *Store) Deny(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
+	return steps.Decide(ctx, driver{s: s}, p, ledger.ApprovalDenied)
+}
+
+// ReopenApproval implements ledger.Store.
+func (s *Store) ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
+	return steps.Reopen(ctx, driver{s: s}, p)
+}
+
+// ExpireApprovals implements ledger.Store.
+func (s *Store) ExpireApprovals(ctx context.Context, limit int) (int, error) {
+	return s.sweep(ctx, "expire approvals", expireApprovalsSQL, limit)
+}
+
+// GetApproval implements ledger.Store.
+func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
+	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals WHERE id = $1`, id))
+	return a, mapErr("approval "+id, err)
+}
+
+// ListApprovals implements ledger.Store.
+func (s *Store) ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error) {
+	limit := p.PageLimit()
+	var where strings.Builder
+	args := []any{p.After}
+	where.WriteString("id > $1")
+	if p.Tenant != "" {
+		args = append(args, p.Tenant)
+		fmt.Fprintf(&where, " AND tenant = $%d", len(args))
+	}
+	if p.Status != "" {
+		args = append(args, string(p.Status))
+		fmt.Fprintf(&where, " AND status = $%d", len(args))
+	}
+	args = append(args, limit+1)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT %s FROM idem_approvals WHERE %s ORDER BY id LIMIT $%d`,
+		approvalColumns, where.String(), len(args)), args...)
+	if err != nil {
+		return ledger.ApprovalPage{}, mapErr("list approvals", err)
+	}
+	as, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ledger.Approval, error) { return scanApproval(r) })
+	if err != nil {
+		return ledger.ApprovalPage{}, mapErr("list approvals", err)
+	}
+	return ledger.NewApprovalPage(as, limit), nil
+}
+
+func scanApproval(row pgx.Row) (*ledger.Approval, error) {
+	var (
+		a         ledger.Approval
+		command   string
+		status    string
+		validFor  int64
+		decidedBy *string
+		decidedAt *time.Time
+	)
+	err := row.Scan(&a.ID, &a.OpID, &a.Tenant, &a.Key, &a.Route, &a.Target, &a.Fingerprint, &a.Summary, &command,
+		&a.Reversible, &a.RequestedBy, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &validFor, &decidedBy,
+		&decidedAt, &a.Note)
+	if err != nil {
+		return nil, err
+	}
+	a.Command, a.Status, a.ValidFor = []byte(command), ledger.ApprovalStatus(status), time.Duration(validFor)*time.Microsecond
+	a.DecidedBy, a.DecidedAt = deref(decidedBy), deref(decidedAt)
+	return &a, nil
+}
