@@ -14,12 +14,17 @@ const (
 	purgeBatch = 500
 )
 
-// RunBackground runs the lease-expiry sweep and the retention purge until
-// ctx ends. Every instance runs both; the stores make them safe to run at
-// once (each lapsed lease is expired once, each row purged once).
+// RunBackground runs the lease and approval expiry sweeps and the retention
+// purge until
+// ctx ends. Every instance runs them all; the stores make them safe to run
+// at once (each lapsed lease is expired once, each row purged once).
 func (g *Gateway) RunBackground(ctx context.Context) {
 	go g.every(ctx, g.cfg.SweepInterval, "expire leases", func(ctx context.Context) (int, error) {
 		return g.drain(ctx, sweepBatch, g.store.ExpireLeases)
+	})
+	// Expired approvals free their operations' concurrency groups.
+	go g.every(ctx, g.cfg.SweepInterval, "expire approvals", func(ctx context.Context) (int, error) {
+		return g.drain(ctx, sweepBatch, g.store.ExpireApprovals)
 	})
 	g.every(ctx, g.cfg.PurgeInterval, "purge", func(ctx context.Context) (int, error) {
 		return g.drain(ctx, purgeBatch, g.store.Purge)

@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
 )
@@ -118,12 +119,16 @@ type RouteConfig struct {
 		Final      []int `yaml:"final"`
 	} `yaml:"outcomes"`
 	// Roles, if set, are the roles allowed to call the route.
-	Roles    []string  `yaml:"roles"`
-	Approval yaml.Node `yaml:"approval"`
+	Roles []string `yaml:"roles"`
+	// Approval asks a human before the route's effect (DESIGN.md,
+	// "Approvals").
+	Approval *approval.Config `yaml:"approval"`
 
-	line    int
-	method  string
-	pattern string
+	line          int
+	approvalLines map[string]int // each approval key's own line
+	method        string
+	pattern       string
+	policy        *approval.Policy
 }
 
 // Size is a byte count written as 1024, 64KiB, 1MiB, 2MB...
@@ -313,8 +318,8 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 	if _, ok := c.Upstreams[r.Upstream]; !ok {
 		return c.errorf(r.line, "route %s: upstream %q is not defined", r.Match, r.Upstream)
 	}
-	if !r.Approval.IsZero() {
-		return c.errorf(r.line, "route %s: approval is not supported yet; refusing to run it unapproved", r.Match)
+	if err := c.checkApproval(r); err != nil {
+		return err
 	}
 	if err := r.checkPolicies(); err != nil {
 		return c.errorf(r.line, "route %s: %v", r.Match, err)

@@ -129,7 +129,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {
-					cfg.Routes[j].line = n.Line
+					cfg.Routes[j].line, cfg.Routes[j].approvalLines = n.Line, keyLines(n, "approval")
 				}
 			}
 		}

@@ -11,18 +11,21 @@ import (
 )
 
 // control serves the control API (DESIGN.md): operations by id, by key, by
-// state, and their resolution by an admin. Everything is scoped to the
+// state, their resolution by an admin, and approvals (httpidem's). Everything is scoped to the
 // caller's tenant: another tenant's operation is a 404, never a 403, so its
 // existence is not revealed.
-func (g *Gateway) control() http.Handler {
+func (g *Gateway) control(m *httpidem.Middleware) (http.Handler, error) {
 	mux := http.NewServeMux()
+	if err := m.ApprovalRoutes(mux, ControlPrefix); err != nil {
+		return nil, err
+	}
 	mux.HandleFunc("GET "+ControlPrefix+"/operations/{id}", g.getOperation)
 	mux.HandleFunc("GET "+ControlPrefix+"/operations", g.listOperations)
 	mux.HandleFunc("POST "+ControlPrefix+"/operations/{id}/resolve", g.resolve)
 	mux.HandleFunc(ControlPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.NewProblem(httpidem.CodeNotFound, "no such control resource").Write(w)
 	})
-	return mux
+	return mux, nil
 }
 
 // operation reads an operation of the caller's tenant.
@@ -52,7 +55,16 @@ func (g *Gateway) writeView(w http.ResponseWriter, r *http.Request, op *ledger.O
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, ledger.NewView(op, history))
+	view := ledger.NewView(op, history)
+	if op.Approval != nil {
+		a, err := g.store.GetApproval(r.Context(), op.Approval.ID)
+		if err != nil {
+			httpidem.ProblemFor(err).Write(w)
+			return
+		}
+		view = view.WithApproval(a)
+	}
+	httpidem.WriteJSON(w, http.StatusOK, view)
 }
 
 func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +100,7 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, ledger.NewListView(page))
+	httpidem.WriteJSON(w, http.StatusOK, ledger.NewListView(page))
 }
 
 // resolveRequest is the body of POST …/resolve.
@@ -136,11 +148,4 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.writeView(w, r, resolved)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

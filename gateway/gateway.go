@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
@@ -38,14 +39,18 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 		OnError: func(tenant string, err error) {
 			log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
 		}})
-	routes, err := g.routes()
+	routes, m, err := g.routes()
+	if err != nil {
+		return nil, err
+	}
+	control, err := g.control(m)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.ready)
-	mux.Handle(ControlPrefix+"/", g.authenticated(g.control()))
+	mux.Handle(ControlPrefix+"/", g.authenticated(control))
 	mux.Handle("/", g.authenticated(routes))
 	g.handler = g.logged(hygienic(mux))
 	return g, nil
@@ -67,7 +72,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 // routes builds the configured routes: writes behind the idempotency
 // middleware, reads proxied as they are, and 404 for everything else. Roles
 // are checked first, so a forbidden request reserves nothing.
-func (g *Gateway) routes() (http.Handler, error) {
+func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
 		clients[name] = newUpstreamClient(name, u, g.log)
@@ -77,16 +82,16 @@ func (g *Gateway) routes() (http.Handler, error) {
 		if rc.IsWrite() {
 			route, err := g.writeRoute(rc, clients[rc.Upstream])
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			writes = append(writes, route)
 		}
 	}
-	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf,
+	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", g.cfg.file, err)
+		return nil, nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
 	mux := http.NewServeMux()
 	for _, rc := range g.cfg.Routes {
@@ -100,7 +105,7 @@ func (g *Gateway) routes() (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.NewProblem(httpidem.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
 	})
-	return mux, nil
+	return mux, m, nil
 }
 
 func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
@@ -108,7 +113,7 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
 		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
-		Resend: uc.cfg.HonoursKey, Classify: classifier(rc)}
+		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)
 		if err != nil {
@@ -131,6 +136,14 @@ func classifier(rc *RouteConfig) func(int) httpidem.Fate {
 		}
 		return httpidem.DefaultClassify(status)
 	}
+}
+
+// principalOf is the caller as approvals see it: who requests, who decides.
+func principalOf(r *http.Request) (approval.Principal, error) {
+	if p := PrincipalFrom(r.Context()); p != nil {
+		return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, nil
+	}
+	return approval.Principal{}, errors.New("no principal")
 }
 
 func tenantOf(r *http.Request) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -21,6 +22,11 @@ type Options struct {
 	// Tenant names the caller's tenant; an error answers 401. Keys are
 	// scoped by tenant: the same key in two tenants is two operations.
 	Tenant func(r *http.Request) (string, error)
+	// Principal names the caller whole (name, tenant, roles): required
+	// with routes that ask for approvals, whose policy reads it and whose
+	// approvals record who requested them. Approvals decided through
+	// ApprovalRoutes are decided by it too.
+	Principal func(r *http.Request) (approval.Principal, error)
 	// Actor is recorded in each operation's history (default "httpidem").
 	Actor string
 	// Defaults for the routes: Lease 30s, Retention 24h, MaxBody 1 MiB.
@@ -61,10 +67,11 @@ type Options struct {
 
 // Middleware puts the idempotency contract in front of handlers.
 type Middleware struct {
-	opts    Options
-	routes  *router
-	waiters *waiters
-	cache   *replayCache
+	opts      Options
+	routes    *router
+	waiters   *waiters
+	cache     *replayCache
+	summaries summaries
 }
 
 // New checks opts and builds the middleware.
@@ -78,6 +85,9 @@ func New(opts Options) (*Middleware, error) {
 		c, err := compileRoute(r, &opts)
 		if err != nil {
 			return nil, fmt.Errorf("httpidem: %w", err)
+		}
+		if c.Approval != nil && opts.Principal == nil {
+			return nil, fmt.Errorf("httpidem: route %s %s asks for approvals: Options.Principal is required", c.Method, c.Pattern)
 		}
 		routes = append(routes, c)
 	}
@@ -154,6 +164,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.cached(w, req, op)
 		return
 	}
+	if m.retried(w, r, req, next) {
+		return
+	}
+	apr, p := m.approvalFor(r, req)
+	if p != nil {
+		p.Write(w)
+		return
+	}
 	settle, p := m.admit(r.Context(), req)
 	if p != nil {
 		p.Write(w)
@@ -164,7 +182,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	// Detached: a client that leaves must not cut a reservation between its
 	// commit and its reply, leaving an operation nobody owns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
-	res, err := m.reserve(ctx, req)
+	res, err := m.reserve(ctx, req, apr)
 	cancel()
 	switch {
 	case err != nil:
@@ -172,8 +190,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
 		live = m.execute(w, r, req, *res.Lease, next)
-	case res.Created:
+	case res.Created: // prepared, waiting for its approval
 		live = true
+		if apr != nil {
+			m.summaries.put(apr.ID, apr.Summary)
+		}
+		m.approved(w, r, req, res.Op, next)
 	case res.Duplicate:
 		m.duplicate(w, r, req, res.Op, next)
 	default:
@@ -191,8 +213,11 @@ const reserveRetry = 500 * time.Millisecond
 // this request's, instead of being left executing with nobody to run it,
 // and turning unknown although nothing was sent. A store that cannot write
 // is refused at once.
-func (m *Middleware) reserve(ctx context.Context, req *request) (ledger.Reservation, error) {
+func (m *Middleware) reserve(ctx context.Context, req *request, apr *ledger.ApprovalRequest) (ledger.Reservation, error) {
 	p := m.reserveParams(req)
+	if apr != nil {
+		p.Lease, p.Approval = 0, apr
+	}
 	p.ID, p.Token = ledger.NewID(), ledger.NewToken()
 	res, err := m.opts.Store.Reserve(ctx, p)
 	deadline := time.Now().Add(reserveRetry)
@@ -292,8 +317,35 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 		m.problem(w, NewProblem(CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
 			"re-sent; check the status resource, or ask an operator to resolve it"), op)
 	case ledger.Prepared:
+		if op.Approval != nil {
+			m.approved(w, r, req, op, next)
+			return
+		}
 		m.acquire(w, r, req, op, next)
 	}
+}
+
+// retried answers, on a route that asks for approvals, a request whose key
+// already has an operation, from one read: the retries of an operation
+// waiting for a human write nothing, and need no policy evaluated. It
+// reports whether it answered; an executing operation is left to the
+// reservation, which expires a lapsed lease.
+func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *request, next http.Handler) bool {
+	if req.route.Approval == nil {
+		return false
+	}
+	op, err := m.opts.Store.GetByKey(r.Context(), req.tenant, req.key)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound), err == nil && op.State == ledger.Executing:
+		return false
+	case err != nil:
+		m.problem(w, ProblemFor(err), nil)
+	case op.Fingerprint != req.fingerprint:
+		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
+	default:
+		m.existing(w, r, req, op, next)
+	}
+	return true
 }
 
 // acquire executes a prepared operation (one released after a definite
@@ -302,13 +354,21 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
 	resend := op.State == ledger.Unknown
 	reason := "retry after release"
-	if resend {
+	switch {
+	case resend:
 		reason = "re-sent with the same key: the upstream honours it"
+	case op.Approval != nil && op.Approval.Status == ledger.ApprovalApproved:
+		reason = "approved: executing"
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
 	res, err := m.opts.Store.Acquire(ctx, ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
 		Actor: m.opts.Actor, Reason: reason, Resend: resend})
 	cancel()
+	if errors.Is(err, ledger.ErrApprovalRequired) && res.Op != nil {
+		// Lapsed by the store's clock since it was read: a new approval.
+		m.reopen(w, r, req, res.Op, next)
+		return
+	}
 	if errors.Is(err, ledger.ErrIllegalTransition) {
 		// Another retry took it first: answer as for any existing one.
 		latest, gerr := m.opts.Store.Get(r.Context(), op.ID)

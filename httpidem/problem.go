@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/ledger"
@@ -24,6 +25,15 @@ const (
 	CodeOutcomeUnknown      = "outcome_unknown"
 	CodeConcurrencyLocked   = "concurrency_locked"
 	CodeApprovalDenied      = "approval_denied"
+	// CodeApprovalRequired and CodeApprovalExpired are not errors: the
+	// 202 of an operation waiting for a human (see Accepted).
+	CodeApprovalRequired = "approval_required"
+	CodeApprovalExpired  = "approval_expired"
+	// CodeApprovalMismatch: a decision echoed another fingerprint than
+	// the approval's; CodeApprovalClosed: the approval is no longer
+	// pending (decided, expired or used).
+	CodeApprovalMismatch    = "approval_mismatch"
+	CodeApprovalClosed      = "approval_closed"
 	CodeUnauthorized        = "unauthorized"
 	CodeForbidden           = "forbidden"
 	CodePayloadTooLarge     = "payload_too_large"
@@ -58,6 +68,10 @@ var problemKinds = map[string]struct {
 	CodeOutcomeUnknown:       {http.StatusConflict, "Outcome unknown"},
 	CodeConcurrencyLocked:    {http.StatusConflict, "Concurrency group locked"},
 	CodeApprovalDenied:       {http.StatusForbidden, "Approval denied"},
+	CodeApprovalRequired:     {http.StatusAccepted, "Approval required"},
+	CodeApprovalExpired:      {http.StatusAccepted, "Approval expired; a new one was requested"},
+	CodeApprovalMismatch:     {http.StatusConflict, "Decision for another request"},
+	CodeApprovalClosed:       {http.StatusConflict, "Approval no longer pending"},
 	CodeUnauthorized:         {http.StatusUnauthorized, "Unauthorized"},
 	CodeForbidden:            {http.StatusForbidden, "Forbidden"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
@@ -133,6 +147,20 @@ func (p *Problem) Write(w http.ResponseWriter) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
+// errText is what a domain error says after its step's prefix, or
+// fallback: the ledger's own words (which name no request data) make a
+// refusal actionable.
+func errText(err error, fallback string) string {
+	if err == nil {
+		return fallback
+	}
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, ": "); ok {
+		return rest
+	}
+	return msg
+}
+
 // ProblemFor maps an error to its problem: the one place where domain and
 // parser errors meet HTTP statuses.
 func ProblemFor(err error) *Problem {
@@ -155,6 +183,13 @@ func ProblemFor(err error) *Problem {
 			"(see operation_id); retry once it has ended")
 		p.RetryAfter, p.OtherOperation = 1, true
 		return p
+	case errors.Is(err, ledger.ErrApprovalMismatch):
+		return NewProblem(CodeApprovalMismatch, "the fingerprint decided on is not this approval's: the request "+
+			"shown is not the one waiting; read the approval again")
+	case errors.Is(err, ledger.ErrApprovalClosed):
+		return NewProblem(CodeApprovalClosed, errText(err, "the approval is no longer pending"))
+	case errors.Is(err, ledger.ErrForbidden):
+		return NewProblem(CodeForbidden, errText(err, "not allowed"))
 	case errors.Is(err, ledger.ErrNotFound):
 		return NewProblem(CodeNotFound, "no such operation")
 	case errors.Is(err, ledger.ErrUnavailable), errors.Is(err, ledger.ErrNoSchema):

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/ledger"
@@ -20,6 +21,13 @@ type request struct {
 	body        []byte // as received, forwarded unchanged
 	command     any    // parsed and validated
 	fingerprint string
+	// What the fingerprint binds besides the command, kept for an
+	// approval's policy: path parameters, query, named headers.
+	params    map[string]string
+	query     map[string][]string
+	rawQuery  string
+	headers   map[string]string
+	principal approval.Principal // set on routes that ask for approvals
 }
 
 // readRequest reads and checks everything about r before anything is
@@ -45,6 +53,11 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem
 	}
 	if req.tenant, err = m.opts.Tenant(r); err != nil {
 		return nil, NewProblem(CodeUnauthorized, err.Error())
+	}
+	if rt.Approval != nil {
+		if req.principal, err = m.opts.Principal(r); err != nil {
+			return nil, NewProblem(CodeUnauthorized, err.Error())
+		}
 	}
 	if p := req.parseCommand(r); p != nil {
 		return nil, p
@@ -72,8 +85,9 @@ func (req *request) fingerprintOf(r *http.Request) *Problem {
 	if err != nil {
 		return NewProblem(CodeInvalidRequest, err.Error())
 	}
+	req.params, req.query, req.rawQuery, req.headers = params, query, r.URL.RawQuery, fingerprintHeaders(r, rt.Headers)
 	req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template, Params: params,
-		Query: query, Tenant: req.tenant, Command: req.command, Headers: fingerprintHeaders(r, rt.Headers)})
+		Query: query, Tenant: req.tenant, Command: req.command, Headers: req.headers})
 	if err != nil {
 		return NewProblem(CodeInvalidCommand, err.Error())
 	}

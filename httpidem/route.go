@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -42,6 +43,9 @@ type Route struct {
 	// Classify maps the handler's status to the operation's fate; default
 	// DefaultClassify. A handler may instead Settle it (see Execution).
 	Classify func(status int) Fate
+	// Approval, if set, asks a human before the effect of every request
+	// its policy's `when` holds for (DESIGN.md, "Approvals").
+	Approval *approval.Policy
 	// Resend allows running an unknown operation again, for upstreams that
 	// honour the key (they deduplicate the re-sent request themselves).
 	Resend    bool
