@@ -77,6 +77,9 @@ type setup struct {
 	ticketLease string
 	// config is added to the gateway's configuration.
 	config string
+	// approvalTTL, if set, makes production deployments wait for an
+	// approver, pending at most this long (see approval_drills_test.go).
+	approvalTTL string
 }
 
 // drill is one gateway in front of one ops API with faults.
@@ -96,6 +99,11 @@ const (
 	operatorToken = "drill-operator-token"
 )
 
+// The approvers: alice and bob may decide acme's approvals, carol is an
+// agent who also holds the approver role, eve approves for another tenant.
+var approvers = map[string]string{"alice": "drill-alice-token", "bob": "drill-bob-token",
+	"carol": "drill-carol-token", "eve": "drill-eve-token"}
+
 func newDrill(t *testing.T, s setup) *drill {
 	dir := t.TempDir()
 	storeDir := cmp.Or(s.storeDir, dir)
@@ -110,6 +118,10 @@ upstreams:
 principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: operator, tenant: acme, roles: [admin], token_sha256: %s}
+  - {name: alice, tenant: acme, roles: [approver], token_sha256: %s}
+  - {name: bob, tenant: acme, roles: [approver], token_sha256: %s}
+  - {name: carol, tenant: acme, roles: [agent, approver], token_sha256: %s}
+  - {name: eve, tenant: globex, roles: [approver], token_sha256: %s}
 routes:
   - {match: POST /v1/tickets, upstream: ops, lease: %s, business_key: /source_event_id}
   - {match: "POST /v1/tickets/{id}/comments", upstream: ops, key_from: "header:X-Delivery-Id"}
@@ -117,10 +129,11 @@ routes:
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
   - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops, lease: 1s}
   - {match: GET /v1/payment-intents, upstream: ops}
-  - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
+  - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment%s}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
 %s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), d.api.URL, s.idempotentAPI, hashOf(token),
-		hashOf(operatorToken), cmp.Or(s.ticketLease, "1s"), s.config)
+		hashOf(operatorToken), hashOf(approvers["alice"]), hashOf(approvers["bob"]), hashOf(approvers["carol"]),
+		hashOf(approvers["eve"]), cmp.Or(s.ticketLease, "1s"), approvalPolicy(s.approvalTTL), s.config)
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// The approval drills: production deployments wait for a human, on real
+// gateway processes over both stores, and every verdict is the count of
+// deployments the ops API started.
+
+// approvalPolicy is the deployments route's approval block, for a drill
+// that asks for one (ttl set).
+func approvalPolicy(ttl string) string {
+	if ttl == "" {
+		return ""
+	}
+	return fmt.Sprintf(`, lease: 2s, approval: {when: 'body.environment == "production"', ttl: %s, approvers: [approver],
+      summary: 'Deploy {{.body.artifact}} to {{.body.environment}} ({{.body.service}})', reversible: false}`, ttl)
+}
+
+// onBothStores runs a drill on SQLite and on the shared PostgreSQL, each
+// in its own schema.
+func onBothStores(t *testing.T, s setup, drill func(t *testing.T, d *drill)) {
+	t.Run("sqlite", func(t *testing.T) { drill(t, newDrill(t, s)) })
+	t.Run("postgres", func(t *testing.T) {
+		pg := s
+		pg.storeDSN, _ = testenv.PostgresSchema(t)
+		drill(t, newDrill(t, pg))
+	})
+}
+
+// as calls the gateway's control API as one of the approvers.
+func (d *drill) as(who, method, path, body string) reply {
+	return do(method, d.gw.URL+"/_idem/v1"+path, body, "Authorization", "Bearer "+approvers[who])
+}
+
+// view reads the operation under key through the control API.
+func (d *drill) view(key string) ledger.View {
+	d.t.Helper()
+	r := d.control("GET", "/operations?key="+key, "")
+	var v ledger.View
+	if r.status != 200 || json.Unmarshal([]byte(r.body), &v) != nil {
+		d.t.Fatalf("operation %s: %+v", key, r)
+	}
+	return v
+}
+
+// waiting decodes a 202 and checks it waits for an approval.
+func waiting(t *testing.T, r reply, code string) httpidem.Accepted {
+	t.Helper()
+	var acc httpidem.Accepted
+	if r.status != 202 || json.Unmarshal([]byte(r.body), &acc) != nil || acc.Code != code || acc.Approval.ID == "" ||
+		r.header.Get("Location") != acc.StatusURL {
+		t.Fatalf("want 202 %s, got %+v", code, r)
+	}
+	return acc
+}
+
+// decide approves or denies as who, echoing fp ("" reads the approval's).
+func (d *drill) decide(who, verb, id, fp string) reply {
+	d.t.Helper()
+	if fp == "" {
+		var v ledger.ApprovalView
+		if r := d.as("alice", "GET", "/approvals/"+id, ""); json.Unmarshal([]byte(r.body), &v) != nil {
+			d.t.Fatalf("approval %s: %+v", id, r)
+		}
+		fp = v.Fingerprint
+	}
+	return d.as(who, "POST", "/approvals/"+id+"/"+verb, fmt.Sprintf(`{"fingerprint":%q,"note":"drill"}`, fp))
+}
+
+var prodDeploy = deployment("production", digest)
+
+const otherDigest = "sha256:5b6e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33c"
+
+// A production deploy waits, an approver approves it, the agent's retry
+// deploys it once, retries replay, a changed artifact (or query) under the
+// key is refused, and a new key with the changed artifact opens a new
+// approval. The approval record binds the operation, key, fingerprint and
+// expiry, and names its decider.
+func TestDrillApprovalProductionDeploy(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+		acc := waiting(t, d.keyed("/v1/deployments", "dep-1", prodDeploy), "approval_required")
+		if acc.Approval.Summary != "Deploy "+digest+" to production (billing)" {
+			t.Fatalf("summary %q", acc.Approval.Summary)
+		}
+		for range 3 {
+			if again := waiting(t, d.keyed("/v1/deployments", "dep-1", prodDeploy), "approval_required"); again.Approval.ID != acc.Approval.ID {
+				t.Fatalf("an identical retry opened approval %s", again.Approval.ID)
+			}
+		}
+		d.wantEffects("deployments_started", 0)
+		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 200 {
+			t.Fatalf("approve: %+v", r)
+		}
+		d.wantEffects("deployments_started", 0)
+		run := d.keyed("/v1/deployments", "dep-1", prodDeploy)
+		if run.status != 201 || run.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("retry after approval: %+v", run)
+		}
+		if r := d.keyed("/v1/deployments", "dep-1", prodDeploy); r.status != 201 || r.body != run.body ||
+			r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay: %+v", r)
+		}
+		want(t, d.keyed("/v1/deployments", "dep-1", deployment("production", otherDigest)), 422, "fingerprint_mismatch")
+		want(t, d.keyed("/v1/deployments?dry_run=true", "dep-1", prodDeploy), 422, "fingerprint_mismatch")
+		d.wantEffects("deployments_started", 1)
+		v := d.view("dep-1")
+		a := v.Approval
+		if v.State != ledger.Succeeded || a == nil || a.ID != acc.Approval.ID || a.OperationID != v.ID || a.Key != "dep-1" ||
+			a.Fingerprint != v.Fingerprint || a.Status != ledger.ApprovalUsed || a.DecidedBy != "alice" ||
+			a.RequestedBy != "agent" || a.Target != "POST /v1/deployments" || a.Reversible == nil || *a.Reversible ||
+			!strings.Contains(string(a.Command), digest) {
+			t.Fatalf("operation view %+v, approval %+v", v, a)
+		}
+		// The changed artifact under a new key is a new action: a new approval.
+		next := waiting(t, d.keyed("/v1/deployments", "dep-2", deployment("production", otherDigest)), "approval_required")
+		if next.Approval.ID == acc.Approval.ID {
+			t.Fatal("a new key reused the approval")
+		}
+		d.wantEffects("deployments_started", 1)
+	})
+}
+
+// The requester cannot approve its own operation, even with the approver
+// role; a principal without the role cannot decide; another tenant's
+// approver is told there is no such approval.
+func TestDrillApprovalWhoDecides(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+		r := do("POST", d.gw.URL+"/v1/deployments", prodDeploy, "Authorization", "Bearer "+approvers["carol"],
+			"Idempotency-Key", "dep-carol")
+		acc := waiting(t, r, "approval_required")
+		fp := d.view("dep-carol").Fingerprint
+		if r := d.decide("carol", "approve", acc.Approval.ID, fp); r.status != 403 || problemCode(r) != "forbidden" {
+			t.Fatalf("the requester approves: %+v", r)
+		}
+		agent := do("POST", d.gw.URL+"/_idem/v1/approvals/"+acc.Approval.ID+"/approve",
+			fmt.Sprintf(`{"fingerprint":%q}`, fp), "Authorization", "Bearer "+token)
+		if agent.status != 403 || problemCode(agent) != "forbidden" {
+			t.Fatalf("an agent approves: %+v", agent)
+		}
+		if r := d.decide("eve", "approve", acc.Approval.ID, fp); r.status != 404 {
+			t.Fatalf("another tenant's approver: %+v", r)
+		}
+		if r := d.as("eve", "GET", "/approvals/"+acc.Approval.ID, ""); r.status != 404 {
+			t.Fatalf("another tenant reads it: %+v", r)
+		}
+		if v := d.view("dep-carol"); v.State != ledger.Prepared || v.Approval.Status != ledger.ApprovalPending {
+			t.Fatalf("refused decisions changed it: %+v", v)
+		}
+		d.wantEffects("deployments_started", 0)
+	})
+}
+
+// An approval that expires before it is used is never used: a decision
+// after expiry is refused, the next retry opens a new approval for the
+// same operation (202 approval_expired), and that one, approved, deploys
+// once. The expired approval freed the environment meanwhile.
+func TestDrillApprovalExpiry(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "1s"}, func(t *testing.T, d *drill) {
+		acc := waiting(t, d.keyed("/v1/deployments", "dep-x", prodDeploy), "approval_required")
+		want(t, d.keyed("/v1/deployments", "dep-y", deployment("production", otherDigest)), 409, "concurrency_locked")
+		time.Sleep(time.Until(acc.Approval.ExpiresAt) + 300*time.Millisecond) // and a sweep
+		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 409 || problemCode(r) != "approval_closed" {
+			t.Fatalf("decision after expiry: %+v", r)
+		}
+		if v := d.view("dep-x"); v.Approval.Status != ledger.ApprovalExpired {
+			t.Fatalf("swept: %+v", v.Approval)
+		}
+		other := waiting(t, d.keyed("/v1/deployments", "dep-y", deployment("production", otherDigest)), "approval_required")
+		if r := d.decide("alice", "deny", other.Approval.ID, ""); r.status != 200 {
+			t.Fatalf("deny: %+v", r)
+		}
+		again := waiting(t, d.keyed("/v1/deployments", "dep-x", prodDeploy), "approval_expired")
+		if again.OperationID != acc.OperationID || again.Approval.ID == acc.Approval.ID {
+			t.Fatalf("after expiry: %+v", again)
+		}
+		if r := d.decide("alice", "approve", again.Approval.ID, ""); r.status != 200 {
+			t.Fatalf("approve: %+v", r)
+		}
+		if r := d.keyed("/v1/deployments", "dep-x", prodDeploy); r.status != 201 {
+			t.Fatalf("run: %+v", r)
+		}
+		d.wantEffects("deployments_started", 1)
+		want(t, d.keyed("/v1/deployments", "dep-y", deployment("production", otherDigest)), 403, "approval_denied")
+	})
+}
+
+// A concurrent approve and deny: exactly one wins. Then 50 identical
+// retries at once after an approval: one deployment, the approval used
+// once.
+func TestDrillApprovalRaces(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+		acc := waiting(t, d.keyed("/v1/deployments", "race", prodDeploy), "approval_required")
+		fp := d.view("race").Fingerprint
+		var r [2]reply
+		concurrently(2, func(i int) {
+			r[i] = d.decide([]string{"alice", "bob"}[i], []string{"approve", "deny"}[i], acc.Approval.ID, fp)
+		})
+		statuses := []int{r[0].status, r[1].status}
+		slices.Sort(statuses)
+		if !slices.Equal(statuses, []int{200, 409}) || problemCode(r[0])+problemCode(r[1]) != "approval_closed" {
+			t.Fatalf("approve and deny at once: %+v", r)
+		}
+		approved := r[0].status == 200
+		var answers [50]reply
+		concurrently(50, func(i int) { answers[i] = d.keyed("/v1/deployments", "race", prodDeploy) })
+		n201, n403 := 0, 0
+		for _, a := range answers {
+			switch {
+			case a.status == 201:
+				n201++
+			case a.status == 403 && problemCode(a) == "approval_denied":
+				n403++
+			case a.status != 409:
+				t.Fatalf("a retry got %+v", a)
+			}
+		}
+		v := d.view("race")
+		if approved {
+			if n201 == 0 || v.State != ledger.Succeeded || v.Attempts != 1 || v.Approval.Status != ledger.ApprovalUsed {
+				t.Fatalf("approved: %d created, %+v", n201, v)
+			}
+			d.wantEffects("deployments_started", 1)
+			return
+		}
+		if n403 != 50 || v.State != ledger.Failed {
+			t.Fatalf("denied: %d refusals, %+v", n403, v)
+		}
+		d.wantEffects("deployments_started", 0)
+	})
+}
+
+// kill -9 of the gateway between the approval and the retry, and during
+// the approved execution: no second deployment, and the operation ends
+// succeeded or unknown, never approved again silently.
+func TestDrillApprovalCrash(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+		acc := waiting(t, d.keyed("/v1/deployments", "crash-1", prodDeploy), "approval_required")
+		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 200 {
+			t.Fatal(r)
+		}
+		d.gw.Kill()
+		d.gw = d.startGateway(0)
+		if r := d.keyed("/v1/deployments", "crash-1", prodDeploy); r.status != 201 {
+			t.Fatalf("retry after the restart: %+v", r)
+		}
+		d.wantEffects("deployments_started", 1)
+
+		// Now killed while the approved deployment is at the API, once the
+		// API's controller has finished the first one (2s).
+		time.Sleep(2500 * time.Millisecond)
+		waiting(t, d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest)), "approval_required")
+		v := d.view("crash-2")
+		if r := d.decide("alice", "approve", v.Approval.ID, ""); r.status != 200 {
+			t.Fatal(r)
+		}
+		d.fault(`{"delay_ms":1500}`)
+		go d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest))
+		d.waitInFlight(1)
+		d.gw.Kill()
+		d.gw = d.startGateway(0)
+		waitFor(t, "the lease to lapse", func() bool {
+			r := d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest))
+			return r.status == 409 && problemCode(r) == "outcome_unknown"
+		})
+		v = d.view("crash-2")
+		if v.State != ledger.Unknown || v.Approval.Status != ledger.ApprovalUsed || v.Attempts != 1 {
+			t.Fatalf("after the crash: %+v %+v", v, v.Approval)
+		}
+		time.Sleep(2 * time.Second) // the API finishes the write it was given, or not
+		if n := d.effects()["deployments_started"]; n < 1 || n > 2 {
+			t.Fatalf("%d deployments, want the first and at most one more", n)
+		}
+		page := d.as("alice", "GET", "/approvals?status=pending", "")
+		if !strings.Contains(page.body, `"approvals":[]`) {
+			t.Fatalf("a crash opened an approval: %s", page.body)
+		}
+	})
+}
