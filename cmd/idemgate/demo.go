@@ -71,10 +71,11 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	return nil
 }
 
-// Tokens of the demo's two principals (their hashes are in its config).
+// Tokens of the demo's principals (their hashes are in its config).
 const (
 	demoAgentToken    = "demo-agent-token"
 	demoOperatorToken = "demo-operator-token"
+	demoApproverToken = "demo-approver-token"
 )
 
 // demoEnv is the running demo: both servers, and where it writes.
@@ -155,15 +156,21 @@ upstreams:
 principals:
   - {name: agent, tenant: demo, roles: [agent], token_sha256: %[4]s}
   - {name: operator, tenant: demo, roles: [admin], token_sha256: %[5]s}
+  - {name: alice, tenant: demo, roles: [approver], token_sha256: %[6]s}
 routes:
   - {match: POST /v1/tickets, upstream: ops, business_key: /source_event_id}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
   - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops}
   - {match: GET /v1/payment-intents, upstream: ops}
-  - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment}
+  - match: POST /v1/deployments
+    upstream: ops
+    concurrency_key: /environment
+    approval: {when: 'body.environment == "production"', ttl: 15m, reversible: false,
+               summary: 'Deploy {{.body.artifact}} to {{.body.environment}} ({{.body.service}})'}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-`, filepath.Join(dir, "gateway.yaml"), storeDSN, apiURL, sha256Hex(demoAgentToken), sha256Hex(demoOperatorToken))
+`, filepath.Join(dir, "gateway.yaml"), storeDSN, apiURL, sha256Hex(demoAgentToken), sha256Hex(demoOperatorToken),
+		sha256Hex(demoApproverToken))
 	path := filepath.Join(dir, "gateway.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err

@@ -46,6 +46,8 @@ func demoScenario() []demoStep {
 			"deployments_started", "deployment", 1, demoMutableRef},
 		{"A payment capture times out: did the card get charged?", "capture timeout, unknown, resolved",
 			"captures", "capture", 1, demoPaymentUnknown},
+		{"The agent deploys to production, which needs a human's approval", "production deploy, approved once",
+			"deployments_started", "deployment", 1, demoApprovedDeploy},
 	}
 }
 

@@ -14,11 +14,12 @@ func TestDemo(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo exited %d:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if n := strings.Count(r.stdout, "  ok\n"); n != 6 || strings.Contains(r.stdout, "WRONG") {
-		t.Fatalf("want 6 acts ok:\n%s", r.stdout)
+	if n := strings.Count(r.stdout, "  ok\n"); n != len(demoScenario()) || strings.Contains(r.stdout, "WRONG") {
+		t.Fatalf("want %d acts ok:\n%s", len(demoScenario()), r.stdout)
 	}
 	for _, want := range []string{"Idempotent-Replayed: true", "fingerprint_mismatch", "1 executed, 49 replayed",
-		"Idempotency-Duplicate-Of", "is not immutable", "504 outcome_unknown", "$ idemgate ops resolve op_"} {
+		"Idempotency-Duplicate-Of", "is not immutable", "504 outcome_unknown", "$ idemgate ops resolve op_",
+		"202 approval_required", "the same approval apr_", "403 approval_denied"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the story lacks %q", want)
 		}
