@@ -25,11 +25,11 @@ import (
 )
 
 // stores opens a fresh store of each kind.
-var stores = map[string]func(t *testing.T) ledger.Store{
-	"sqlite": func(t *testing.T) ledger.Store {
+var stores = map[string]func(t testing.TB) ledger.Store{
+	"sqlite": func(t testing.TB) ledger.Store {
 		return openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
 	},
-	"postgres": func(t *testing.T) ledger.Store {
+	"postgres": func(t testing.TB) ledger.Store {
 		dsn, _ := testenv.PostgresSchema(t)
 		return openPostgres(t, dsn)
 	},

@@ -55,14 +55,14 @@ var outages = map[string]func(t *testing.T) outage{
 }
 
 // openPostgres opens and migrates a store on dsn, closed at the test's end.
-func openPostgres(t *testing.T, dsn string) *postgres.Store {
+func openPostgres(t testing.TB, dsn string) *postgres.Store {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 16})
 	return migrated(t, s, err)
 }
 
 // openSQLite opens and migrates a store at path, closed at the test's end.
-func openSQLite(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
+func openSQLite(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), path, opts)
 	return migrated(t, s, err)
@@ -73,7 +73,7 @@ type migrator interface {
 	Migrate(context.Context) error
 }
 
-func migrated[S migrator](t *testing.T, s S, err error) S {
+func migrated[S migrator](t testing.TB, s S, err error) S {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
