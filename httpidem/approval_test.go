@@ -182,8 +182,26 @@ func TestApprovalLifecycle(t *testing.T) {
 		if r := a.deploy("dep-1", changed); r.status != 422 || problemCode(t, r) != httpidem.CodeFingerprintMismatch {
 			t.Fatalf("changed artifact under the key: %d %s", r.status, r.body)
 		}
-		if other := accepted(t, a.deploy("dep-2", changed)); other.Approval.ID == acc.Approval.ID {
+		if r := a.deploy("dep-1", strings.Replace(prod, "aaaa", "aaab", 1)); r.status != 422 {
+			t.Fatalf("a one-byte change under the key: %d %s", r.status, r.body)
+		}
+		if r := a.do("POST", "/v1/services/web/deployments", agent, "dep-1", prod); r.status != 422 ||
+			problemCode(t, r) != httpidem.CodeFingerprintMismatch {
+			t.Fatalf("another service (path parameter) under the key: %d %s", r.status, r.body)
+		}
+		if r := a.do("POST", "/v1/services/api/deployments?force=true", agent, "dep-1", prod); r.status != 422 {
+			t.Fatalf("a query under the key: %d %s", r.status, r.body)
+		}
+		other := accepted(t, a.deploy("dep-2", changed))
+		if other.Approval.ID == acc.Approval.ID {
 			t.Fatal("a new key reused the approval")
+		}
+		if d := a.decide("deny", alice, other.Approval.ID, ""); d.status != 200 { // frees production
+			t.Fatalf("deny: %d %s", d.status, d.body)
+		}
+		web := accepted(t, a.do("POST", "/v1/services/web/deployments", agent, "dep-3", prod))
+		if web.Approval.Summary != "Deploy api@sha256:aaaa to production (web)" {
+			t.Fatalf("another service's approval: %+v", web)
 		}
 		if n := a.effects.Load(); n != 1 {
 			t.Fatalf("%d effects, want 1", n)

@@ -38,27 +38,44 @@ type ResponseView struct {
 }
 
 // ApprovalView is an approval as the control API renders it (DESIGN.md,
-// "Approvals"). In a list of operations only id, status and expires_at are
-// set; the approval's own resource, and an operation's, have it whole.
+// "Approvals"): every member of the record, always present. In a list of
+// operations only id, status and expires_at are known, and only they are
+// rendered (see NewSummary).
 type ApprovalView struct {
 	ID          string          `json:"id"`
-	OperationID string          `json:"operation_id,omitempty"`
-	Key         string          `json:"key,omitempty"`
-	Tenant      string          `json:"tenant,omitempty"`
-	Route       string          `json:"route,omitempty"`
-	Target      string          `json:"target,omitempty"`
-	Fingerprint string          `json:"fingerprint,omitempty"`
-	Summary     string          `json:"summary,omitempty"`
-	Command     json.RawMessage `json:"command,omitempty"`
-	Reversible  *bool           `json:"reversible,omitempty"`
-	RequestedBy string          `json:"requested_by,omitempty"`
-	Approvers   []string        `json:"approvers,omitempty"`
+	OperationID string          `json:"operation_id"`
+	Key         string          `json:"key"`
+	Tenant      string          `json:"tenant"`
+	Route       string          `json:"route"`
+	Target      string          `json:"target"`
+	Fingerprint string          `json:"fingerprint"`
+	Summary     string          `json:"summary"`
+	Command     json.RawMessage `json:"command"`
+	Reversible  *bool           `json:"reversible"`
+	RequestedBy string          `json:"requested_by"`
+	Approvers   []string        `json:"approvers"`
 	Status      ApprovalStatus  `json:"status"`
-	CreatedAt   *time.Time      `json:"created_at,omitempty"`
+	CreatedAt   *time.Time      `json:"created_at"`
 	ExpiresAt   time.Time       `json:"expires_at"`
-	DecidedBy   string          `json:"decided_by,omitempty"`
-	DecidedAt   *time.Time      `json:"decided_at,omitempty"`
-	Note        string          `json:"note,omitempty"`
+	DecidedBy   string          `json:"decided_by"`
+	DecidedAt   *time.Time      `json:"decided_at"`
+	Note        string          `json:"note"`
+
+	ref bool // only id, status and expires_at are known
+}
+
+// MarshalJSON renders the whole record, or, for an approval known only by
+// its operation's reference, the three members known.
+func (v ApprovalView) MarshalJSON() ([]byte, error) {
+	if v.ref {
+		return json.Marshal(struct {
+			ID        string         `json:"id"`
+			Status    ApprovalStatus `json:"status"`
+			ExpiresAt time.Time      `json:"expires_at"`
+		}{v.ID, v.Status, v.ExpiresAt})
+	}
+	type whole ApprovalView
+	return json.Marshal(whole(v))
 }
 
 // NewApprovalView renders a whole approval.
@@ -148,7 +165,8 @@ func NewSummary(op *Operation) Summary {
 		v.Response = &ResponseView{Status: op.Response.Status}
 	}
 	if op.Approval != nil {
-		v.Approval = &ApprovalView{ID: op.Approval.ID, Status: op.Approval.Status, ExpiresAt: op.Approval.ExpiresAt.UTC()}
+		v.Approval = &ApprovalView{ID: op.Approval.ID, Status: op.Approval.Status, ExpiresAt: op.Approval.ExpiresAt.UTC(),
+			ref: true}
 	}
 	return v
 }
