@@ -13,6 +13,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.63.0
+	golang.org/x/term v0.48.0
 	golang.org/x/time v0.15.0
 	modernc.org/sqlite v1.62.0
 	pgregory.net/rapid v1.3.0
