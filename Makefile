@@ -34,3 +34,5 @@ bench:
 	go run ./bench -n 5000
 	go test -run '^$$' -bench . -benchtime 2000x -count 5 ./store/...
 	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
+	go test -run '^$$' -bench . -benchtime 20000x -count 5 ./approval
+	go test -run '^$$' -bench Retries -benchtime 3000x -count 5 ./httpidem
