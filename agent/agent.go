@@ -95,6 +95,12 @@ type Outcome struct {
 	// Expired says the gateway no longer holds the operation (or may have
 	// purged it): it cannot tell more, so asking it again will not help.
 	Expired bool `json:"expired"`
+	// Approval is the human decision the gateway named for the operation
+	// in the answer (a 202) or the lookup this outcome comes from: for
+	// NeedsApproval, the one it waits for (after an approval_expired 202,
+	// the new one). Nil when that answer named none: a denial (403
+	// approval_denied) or an executed answer carries none.
+	Approval *ApprovalInfo `json:"approval,omitempty"`
 }
 
 // ErrPayloadChanged is a resume whose request differs from the intent's:

@@ -20,9 +20,22 @@ type Policy struct {
 	MaxElapsed  time.Duration // time spent, at most (default 2m)
 	BaseDelay   time.Duration // first backoff ceiling (default 200ms)
 	MaxDelay    time.Duration // backoff ceiling (default 10s)
-	// Wait is sent as Prefer: wait=N, so that a retry meeting its own
-	// in-flight operation waits for its answer (default 10s).
+	// Wait is sent as Prefer: wait=N on a retry that meets its own
+	// operation in flight, so that it waits for its answer (default 10s).
+	// Other requests carry no Prefer: wait, since the gateway holds any
+	// request that meets a pending approval for its decision (see
+	// ApprovalWait).
 	Wait time.Duration
+	// ApprovalWait is how long a Do call waits for a human's decision on
+	// an operation that needs one (0: it does not wait, and returns
+	// NeedsApproval at once). Meanwhile it sends the same request with the
+	// same key and Prefer: wait=N (N the seconds left, at most 60 per
+	// request and half the HTTP client's timeout), which the gateway holds
+	// until the decision: it returns the executed outcome once approved,
+	// Failed once denied, and NeedsApproval when the wait is spent. Those
+	// requests are journaled as any other, and are not counted against
+	// MaxAttempts or MaxElapsed.
+	ApprovalWait time.Duration
 	// GatewayRetention is how long the gateway keeps an operation after
 	// its last change (its default: 24h). Past it, "no such operation"
 	// may mean "done and purged", and an intent whose answer was never
@@ -101,6 +114,8 @@ type attempt struct {
 	lookupErr  error  // the lookup by key failed: the gateway could not say
 	expired    bool   // the gateway no longer holds it, or may have purged it
 	retryAfter time.Duration
+	approval   *ApprovalInfo // the approval the answer (202) or the lookup named
+	accepted   string        // a 202's code: approval_required or approval_expired
 }
 
 // delivery is what the attempt tells of whether its request reached the
@@ -128,6 +143,9 @@ const (
 	stepReconcile              // the answer was lost after sending: ask the gateway by key
 	stepWaitStatus             // still executing: send again (Prefer: wait) after the delay
 	stepAsk                    // the gateway could not say: ask it again, send nothing
+	// stepWaitApproval: a human has not decided yet; send again (same key,
+	// Prefer: wait for the decision) while Policy.ApprovalWait lasts.
+	stepWaitApproval
 )
 
 // decide is the workflow article's table of error families.
@@ -150,7 +168,9 @@ func decide(a attempt) (step, Kind) {
 		return stepDone, Failed
 	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
 		return stepDone, Unauthorized
-	case a.status == http.StatusAccepted:
+	case a.status == http.StatusAccepted && a.approval != nil:
+		// The gateway's own 202 names the approval it waits for; an
+		// upstream's 202 (accepted for processing) is its answer.
 		return stepDone, NeedsApproval
 	case a.status >= 200 && a.status < 300 && replayed:
 		return stepDone, Replayed
@@ -213,6 +233,8 @@ func (a attempt) reason() string {
 		first = "the answer was lost (" + cause(a.err) + ")"
 	case a.err != nil:
 		return "gateway unreachable: " + cause(a.err)
+	case a.status == http.StatusAccepted && a.approval != nil && a.note == "" && a.lookupErr == nil:
+		return acceptedReason(a.status, a.accepted, a.approval)
 	case a.status > 0 && a.note == "" && a.lookupErr == nil:
 		return a.answer()
 	case a.status > 0:

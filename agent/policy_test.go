@@ -66,7 +66,8 @@ func TestDecideEveryFamily(t *testing.T) {
 		"unauthorized":          {problem(401, "unauthorized"), stepDone, Unauthorized},
 		"forbidden":             {problem(403, "forbidden"), stepDone, Unauthorized},
 		"approval denied":       {problem(403, "approval_denied"), stepDone, Failed},
-		"needs approval":        {attempt{status: 202, header: http.Header{}}, stepDone, NeedsApproval},
+		"needs approval":        {attempt{status: 202, header: http.Header{}, approval: &ApprovalInfo{ID: "apr_1"}}, stepDone, NeedsApproval},
+		"an upstream's 202":     {attempt{status: 202, header: http.Header{}}, stepDone, Created},
 		"created":               {attempt{status: 201, header: http.Header{}}, stepDone, Created},
 		"replayed":              {replayed, stepDone, Replayed},
 		"upstream 500":          {attempt{status: 500, header: http.Header{}}, stepReconcile, Unknown},
@@ -133,6 +134,16 @@ func (s *script) count() int {
 	return len(s.sends)
 }
 
+// awaiting answers as the gateway does for an operation that waits for an
+// approval.
+func awaiting(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Idempotency-Operation", "op_1")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	fmt.Fprint(w, `{"code":"approval_required","operation_id":"op_1","state":"prepared",`+
+		`"approval":{"id":"apr_1","status":"pending","expires_at":"2026-12-02T12:15:00Z","summary":"Deploy"}}`)
+}
+
 func status(code int, headers ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		for i := 0; i+1 < len(headers); i += 2 {
@@ -191,6 +202,7 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 		kind    Kind
 		sends   int
 		sleeps  []time.Duration
+		prefer  []string // each send's Prefer; none when nil
 	}{
 		"429 waits Retry-After": {answers: []http.HandlerFunc{status(429, "Retry-After", "3"), status(201)},
 			kind: Created, sends: 2, sleeps: []time.Duration{3 * time.Second}},
@@ -215,19 +227,21 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 		"lost, unknown: not resent": {answers: []http.HandlerFunc{lost, status(201)}, lookup: lookupSays("unknown"),
 			kind: Unknown, sends: 1},
 		"lost, executing: waits then replayed": {answers: []http.HandlerFunc{lost, status(201, "Idempotent-Replayed", "true")},
-			lookup: lookupSays("executing"), kind: Replayed, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+			lookup: lookupSays("executing"), kind: Replayed, sends: 2, sleeps: []time.Duration{100 * time.Millisecond},
+			prefer: []string{"", "wait=10"}},
 		"lost, lookup fails: asks again, sends nothing": {answers: []http.HandlerFunc{lost, status(201)},
 			lookup: status(500), policy: Policy{MaxAttempts: 3}, kind: Unknown, sends: 1,
 			sleeps: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		"in progress, then the answer": {answers: []http.HandlerFunc{problemAnswer(409, "in_progress"),
 			status(201, "Idempotent-Replayed", "true")}, kind: Replayed, sends: 2,
-			sleeps: []time.Duration{100 * time.Millisecond}},
-		"outcome unknown stops":       {answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")}, kind: Unknown, sends: 1},
-		"fingerprint mismatch stops":  {answers: []http.HandlerFunc{problemAnswer(422, "fingerprint_mismatch")}, kind: Conflict, sends: 1},
-		"validation stops":            {answers: []http.HandlerFunc{problemAnswer(422, "invalid_command")}, kind: Rejected, sends: 1},
-		"authentication stops":        {answers: []http.HandlerFunc{problemAnswer(401, "unauthorized")}, kind: Unauthorized, sends: 1},
-		"approval needed":             {answers: []http.HandlerFunc{status(202)}, kind: NeedsApproval, sends: 1},
-		"in progress past the budget": {answers: []http.HandlerFunc{problemAnswer(409, "in_progress")}, policy: Policy{MaxAttempts: 2}, kind: InProgress, sends: 2, sleeps: []time.Duration{100 * time.Millisecond}},
+			sleeps: []time.Duration{100 * time.Millisecond}, prefer: []string{"", "wait=10"}},
+		"outcome unknown stops":      {answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")}, kind: Unknown, sends: 1},
+		"fingerprint mismatch stops": {answers: []http.HandlerFunc{problemAnswer(422, "fingerprint_mismatch")}, kind: Conflict, sends: 1},
+		"validation stops":           {answers: []http.HandlerFunc{problemAnswer(422, "invalid_command")}, kind: Rejected, sends: 1},
+		"authentication stops":       {answers: []http.HandlerFunc{problemAnswer(401, "unauthorized")}, kind: Unauthorized, sends: 1},
+		"approval needed":            {answers: []http.HandlerFunc{awaiting}, kind: NeedsApproval, sends: 1},
+		"in progress past the budget": {answers: []http.HandlerFunc{problemAnswer(409, "in_progress")}, policy: Policy{MaxAttempts: 2}, kind: InProgress, sends: 2, sleeps: []time.Duration{100 * time.Millisecond},
+			prefer: []string{"", "wait=10"}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -247,9 +261,15 @@ func TestPolicyAgainstAScriptedGateway(t *testing.T) {
 			if fmt.Sprint(clk.sleeps) != fmt.Sprint(c.sleeps) {
 				t.Fatalf("slept %v, want %v", clk.sleeps, c.sleeps)
 			}
-			for _, h := range s.sends {
-				if h.Get("Idempotency-Key") != out.Key || h.Get("Prefer") != "wait=10" {
-					t.Fatalf("a send without the intent's key: %v", h)
+			// Prefer: wait only on a retry that meets its operation in
+			// flight: the gateway would hold any other for a decision.
+			for i, h := range s.sends {
+				want := ""
+				if i < len(c.prefer) {
+					want = c.prefer[i]
+				}
+				if h.Get("Idempotency-Key") != out.Key || h.Get("Prefer") != want {
+					t.Fatalf("send %d: want the intent's key and Prefer %q: %v", i+1, want, h)
 				}
 			}
 			e, _ := client.Journal.Latest(context.Background(), ticket.Intent)

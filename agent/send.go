@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // maxBody bounds an answer the client reads.
@@ -26,7 +28,8 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 	}
 	clk := c.clock()
 	start := clk.Now()
-	for n := 1; ; n++ {
+	for n := 1; ; {
+		began := clk.Now()
 		a, err := r.try(ctx)
 		if err == nil {
 			err = r.settle(ctx, a)
@@ -34,8 +37,22 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 		if err != nil || r.s == stepDone || ctx.Err() != nil {
 			return r.out, cmp.Or(err, ctx.Err())
 		}
+		if r.s == stepWaitApproval { // its own budget: a human's time is not the retry policy's
+			pause, ok := r.approvalPause(began, a)
+			if !ok {
+				r.out.Reason += fmt.Sprintf("; no decision within the approval wait (%s)", r.p.ApprovalWait)
+				return r.out, nil // still needs approval; a resume waits on with the same key
+			}
+			r.waited += clk.Now().Sub(began) + pause
+			if pause > 0 {
+				if err := clk.Sleep(ctx, pause); err != nil {
+					return r.out, err
+				}
+			}
+			continue
+		}
 		delay := max(r.p.backoff(n, clk.Random), a.retryAfter)
-		if n >= r.p.MaxAttempts || clk.Now().Add(delay).Sub(start) > r.p.MaxElapsed {
+		if n >= r.p.MaxAttempts || clk.Now().Add(delay).Sub(start)-r.waited > r.p.MaxElapsed {
 			tries := "tries"
 			if n == 1 {
 				tries = "try"
@@ -46,7 +63,38 @@ func (c *Client) run(ctx context.Context, e *Entry, body []byte) (Outcome, error
 		if err := clk.Sleep(ctx, delay); err != nil {
 			return r.out, err
 		}
+		n++
 	}
+}
+
+// maxApprovalWait bounds the Prefer: wait of one request that waits for a
+// human's decision (the gateway's own cap, by default).
+const maxApprovalWait = time.Minute
+
+// approvalPause is the pause before the next request that waits for the
+// human's decision, and sets the wait that request asks for; ok is false
+// once Policy.ApprovalWait is spent. There is no pause after a request the
+// gateway held (it did the waiting), and a growing one after a waiting
+// request it answered at once (a gateway that does not hold, or a new
+// approval just opened), so that the client never spins on it.
+func (r *runState) approvalPause(began time.Time, a attempt) (pause time.Duration, ok bool) {
+	clk := r.c.clock()
+	now := clk.Now()
+	if r.approvalBy.IsZero() {
+		r.approvalBy = now.Add(r.p.ApprovalWait)
+	}
+	if r.waitSent && now.Sub(began) < time.Second {
+		r.polls++
+		pause = max(r.p.backoff(r.polls, clk.Random), a.retryAfter)
+	} else {
+		r.polls = 0
+	}
+	w := r.c.clampWait(min(r.approvalBy.Sub(now.Add(pause)), maxApprovalWait)).Truncate(time.Second)
+	if w < time.Second {
+		return 0, false
+	}
+	r.nextWait = w
+	return pause, true
 }
 
 // runState is one Do call: what it sends, what the gateway last said of
@@ -63,6 +111,14 @@ type runState struct {
 	kind     Kind   // what the current try came to
 	num      int    // the current try's attempt number (0: the gateway was only asked)
 	out      Outcome
+	approval *ApprovalInfo // the approval the gateway named with what it last said (informed)
+
+	// Waiting for a human's decision (Policy.ApprovalWait).
+	approvalBy time.Time     // when the wait is spent (set at its first pause)
+	nextWait   time.Duration // the Prefer: wait of the next waiting request
+	waitSent   bool          // the current try's request waited for the decision
+	polls      int           // waiting requests in a row the gateway answered at once
+	waited     time.Duration // time spent waiting, not counted against MaxElapsed
 }
 
 // newRun starts a run where the journal left the intent: a resume first
@@ -93,15 +149,29 @@ func (r *runState) try(ctx context.Context) (attempt, error) {
 			return a, err
 		}
 	}
-	if r.s == stepRetry || r.s == stepWaitStatus {
+	r.waitSent = false
+	if r.s == stepRetry || r.s == stepWaitStatus || r.s == stepWaitApproval {
+		// Prefer: wait only to wait: the gateway holds any request that
+		// meets a pending approval for its decision, the first one too, so
+		// a plain send asks for none and a 202 comes back at once.
+		var wait time.Duration
+		switch r.s {
+		case stepWaitStatus:
+			wait = r.p.Wait
+		case stepWaitApproval:
+			wait, r.waitSent = r.nextWait, true
+		}
 		if r.num, err = r.c.Journal.beginAttempt(ctx, r.e.Key); err != nil { // written before it is sent
 			return a, err
 		}
-		a = r.c.send(ctx, r.e, r.body, r.p)
+		a = r.c.send(ctx, r.e, r.body, wait)
 		r.stale = false // this attempt is recent
 		if r.s, r.kind = decide(a); r.s == stepReconcile {
 			r.s, r.kind, err = r.c.reconcile(ctx, r.e.Key, r.out, false, &a)
 		}
+	}
+	if r.s == stepDone && r.kind == NeedsApproval && r.p.ApprovalWait > 0 {
+		r.s = stepWaitApproval // the same request, the same key, waiting for the decision
 	}
 	return a, err
 }
@@ -114,10 +184,13 @@ func (r *runState) settle(ctx context.Context, a attempt) error {
 	// thing it did say stands.
 	reached := (r.num > 0 && !transient(a)) || (r.num == 0 && a.asked)
 	r.out.fill(a, r.kind, r.num, reached)
+	if a.code == "approval_denied" && r.approval != nil {
+		r.out.Reason = join(r.out.Reason, "the approval it waited for was "+r.approval.what())
+	}
 	if reached {
-		r.informed, r.why = r.kind, r.out.Reason
+		r.informed, r.why, r.approval = r.kind, r.out.Reason, r.out.Approval
 	} else if r.informed != "" {
-		r.out.Kind = r.informed
+		r.out.Kind, r.out.Approval = r.informed, r.approval
 		before := "the journal last recorded " + string(r.informed)
 		if r.why != "" {
 			before = "before that, " + r.why
@@ -146,7 +219,7 @@ func (c *Client) clampWait(w time.Duration) time.Duration {
 // last answer that told something of the operation, as the kind is; a
 // lookup alone (num 0) is no answer to the write, and keeps them.
 func (o *Outcome) fill(a attempt, kind Kind, num int, reached bool) {
-	o.Kind, o.Reason, o.Expired = kind, a.reason(), a.expired
+	o.Kind, o.Reason, o.Expired, o.Approval = kind, a.reason(), a.expired, a.approval
 	if reached && num > 0 {
 		o.Status, o.Body, o.Header = a.status, a.body, a.header
 	}
@@ -163,7 +236,7 @@ func (o *Outcome) fill(a attempt, kind Kind, num int, reached bool) {
 // may have been applied.
 func (o *Outcome) adopt(e *Entry) {
 	if e.LastKind != o.Kind {
-		o.Body, o.Header = nil, nil
+		o.Body, o.Header, o.Approval = nil, nil, nil
 		if e.LastKind == Unknown {
 			o.Reason += "; an earlier attempt may have reached the gateway, and its answer was never recorded"
 		} else {
@@ -173,8 +246,10 @@ func (o *Outcome) adopt(e *Entry) {
 	o.Kind, o.Status, o.OperationID, o.Sent = e.LastKind, e.LastStatus, e.OperationID, e.Sent
 }
 
-// send sends one attempt, with the intent's key.
-func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) attempt {
+// send sends one attempt, with the intent's key, asking the gateway to
+// wait up to wait (whole seconds; none under one) for an operation in
+// flight or a human's decision.
+func (c *Client) send(ctx context.Context, e *Entry, body []byte, wait time.Duration) attempt {
 	var a attempt
 	sent := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
@@ -185,7 +260,9 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) atte
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	req.Header.Set("Idempotency-Key", e.Key)
-	req.Header.Set("Prefer", fmt.Sprintf("wait=%d", int(p.Wait.Seconds())))
+	if wait >= time.Second {
+		req.Header.Set("Prefer", fmt.Sprintf("wait=%d", int(wait.Seconds())))
+	}
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -203,6 +280,9 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, p Policy) atte
 	}
 	a.retryAfter = retryAfter(resp.Header, c.clock().Now())
 	a.code = problemCode(resp.Header, a.body)
+	if a.status == http.StatusAccepted {
+		a.approval, a.accepted = accepted(a.body)
+	}
 	return a
 }
 
@@ -215,17 +295,23 @@ func problemCode(h http.Header, body []byte) string {
 	return p.Code
 }
 
-// opView is the part of the gateway's operation view the client reads.
+// opView is the gateway's view of an operation (ledger.View, without its
+// history), and the bytes it came in.
 type opView struct {
-	ID       string `json:"id"`
-	State    string `json:"state"`
-	Approval *struct {
-		Status string `json:"status"`
-	} `json:"approval"`
+	ledger.Summary
 	raw json.RawMessage
 }
 
-func (v opView) awaitsApproval() bool { return v.Approval != nil && v.Approval.Status == "pending" }
+// approval is the approval the view names, nil if none.
+func (v opView) approval() *ApprovalInfo { return approvalOf(v.Approval) }
+
+// awaitsApproval says the operation waits for a human's decision at now:
+// prepared with a pending approval that has not lapsed. One that lapsed
+// undecided still reads pending until a request opens a new one.
+func (v opView) awaitsApproval(now time.Time) bool {
+	ap := v.approval()
+	return v.State == ledger.Prepared && ap != nil && ap.Status == ledger.ApprovalPending && !ap.Lapsed(now)
+}
 
 // lookup asks the gateway for the operation under key; a nil raw means it
 // has none.
@@ -280,7 +366,7 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale
 	}
 	if a.found = v.raw != nil; a.found {
 		a.header = http.Header{"Idempotency-Operation": {v.ID}}
-		s, k := judge(v, a)
+		s, k := judge(v, a, c.clock().Now())
 		return s, k, c.Journal.settle(ctx, key, SentYes)
 	}
 	switch {
@@ -300,15 +386,26 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale
 
 // judge is what the gateway's view of an operation it holds means: it is
 // sent again when not applied, or when final (the resend is answered from
-// its record, which is how the stored answer is fetched).
-func judge(v opView, a *attempt) (step, Kind) {
-	switch {
-	case v.State == "prepared" && !v.awaitsApproval():
+// its record, which is how the stored answer is fetched). A prepared one
+// whose approval is pending waits for a human, and is not sent; one whose
+// approval lapsed is sent, which opens a new one; one approved is sent,
+// which runs it.
+func judge(v opView, a *attempt, now time.Time) (step, Kind) {
+	a.approval = v.approval()
+	switch ap := a.approval; {
+	case v.State == ledger.Prepared && ap == nil:
 		a.note = "the gateway holds it not applied (released)"
 		return stepRetry, Failed
-	case v.State == "prepared":
-		a.note = "it waits for a human's approval at the gateway"
+	case v.State == ledger.Prepared && ap.Lapsed(now):
+		a.note = ap.lapsedNote()
+		return stepRetry, NeedsApproval
+	case v.awaitsApproval(now):
+		a.note = "it waits for a human's approval at the gateway: " + ap.waiting()
 		return stepDone, NeedsApproval
+	case v.State == ledger.Prepared:
+		a.note = fmt.Sprintf("the gateway holds it not applied, and its approval is %s: sending it again (the same "+
+			"key) runs it", ap.Status)
+		return stepRetry, Failed
 	case v.State == "succeeded":
 		a.note = "the gateway says it succeeded"
 		return stepRetry, Replayed

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // Status is what the journal and the gateway know of an intent.
@@ -14,6 +16,7 @@ type Status struct {
 	Problem   string          `json:"gateway_problem,omitempty"`
 	unasked   bool            // the gateway could not be asked
 	gone      bool            // it no longer holds the operation, or may have purged it
+	at        time.Time       // when the gateway was asked, by the client's clock
 }
 
 // Status looks the intent's latest version up in the journal and at the
@@ -39,7 +42,7 @@ func (c *Client) StatusByOperation(ctx context.Context, opID string) (Status, er
 // retention passed (an operation id was seen, or the last attempt that may
 // have reached it is older), or it was never reserved.
 func (c *Client) statusOf(ctx context.Context, e *Entry) (Status, error) {
-	st := Status{Entry: e}
+	st := Status{Entry: e, at: c.clock().Now()}
 	view, err := c.lookup(ctx, e.Key)
 	if err != nil {
 		st.unasked, st.Problem = true, "the gateway could not be asked: "+cause(err)
@@ -76,7 +79,10 @@ func (s Status) Kind() Kind {
 	case "unknown":
 		return Unknown
 	case "prepared": // not applied (released, or resolved so): resuming is safe
-		if v.awaitsApproval() {
+		// Waiting for a human, or its approval lapsed (a resume opens a
+		// new one); released, or approved (a resume runs it), is failed
+		// for now.
+		if ap := v.approval(); v.awaitsApproval(s.at) || ap.Lapsed(s.at) {
 			return NeedsApproval
 		}
 		return Failed
@@ -110,9 +116,15 @@ func (s Status) Outcome() Outcome {
 		Expired: s.gone}
 	var v opView
 	if json.Unmarshal(s.Operation, &v) == nil && v.State != "" {
-		o.Reason = "the gateway holds it " + v.State
-		if v.awaitsApproval() {
-			o.Reason += ", waiting for a human's approval"
+		o.Reason = "the gateway holds it " + string(v.State)
+		o.Approval = v.approval()
+		switch ap := o.Approval; {
+		case v.awaitsApproval(s.at):
+			o.Reason += ", waiting for a human's approval: " + ap.waiting()
+		case v.State == ledger.Prepared && ap.Lapsed(s.at):
+			o.Reason += "; " + ap.lapsedNote()
+		case v.State == ledger.Prepared && ap != nil:
+			o.Reason += fmt.Sprintf(", and its approval is %s: resuming this intent (the same key) runs it", ap.Status)
 		}
 	}
 	if s.unasked && e.LastKind != "" {
@@ -120,6 +132,6 @@ func (s Status) Outcome() Outcome {
 	}
 	// Resuming may change it: the gateway could not say, or holds it not
 	// applied (released, or never reserved), so a resume sends it.
-	o.Unfinished = s.unasked || (!s.gone && (s.Operation == nil || v.State == "prepared" && !v.awaitsApproval()))
+	o.Unfinished = s.unasked || (!s.gone && (s.Operation == nil || v.State == "prepared" && !v.awaitsApproval(s.at)))
 	return o
 }

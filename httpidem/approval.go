@@ -9,30 +9,17 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/ledger"
 )
 
 // Accepted is the 202 answer of an operation that waits for a human
-// decision (DESIGN.md, "Approvals"): nothing was forwarded, and the same
-// request with the same key executes it once it is approved.
-type Accepted struct {
-	Code        string           `json:"code"` // CodeApprovalRequired or CodeApprovalExpired
-	Detail      string           `json:"detail"`
-	OperationID string           `json:"operation_id"`
-	State       ledger.State     `json:"state"`
-	StatusURL   string           `json:"status_url,omitempty"`
-	Approval    AcceptedApproval `json:"approval"`
-}
+// decision (contract.Accepted).
+type Accepted = contract.Accepted
 
 // AcceptedApproval is the approval an Accepted answer waits for.
-type AcceptedApproval struct {
-	ID        string                `json:"id"`
-	Status    ledger.ApprovalStatus `json:"status"`
-	ExpiresAt time.Time             `json:"expires_at"`
-	Summary   string                `json:"summary"`
-	URL       string                `json:"url,omitempty"`
-}
+type AcceptedApproval = contract.AcceptedApproval
 
 // approvalFor evaluates the route's policy on a request that would create
 // an operation: nil when it needs no approval. A policy that cannot be

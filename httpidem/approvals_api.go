@@ -8,16 +8,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Decision is the body of POST …/approvals/{id}/approve and …/deny: the
-// decider echoes the fingerprint it was shown, so that a decision is never
-// for another request than the one that waits.
-type Decision struct {
-	Fingerprint string `json:"fingerprint"`
-	Note        string `json:"note"`
-}
+// Decision is the body of a decision (contract.Decision).
+type Decision = contract.Decision
 
 // maxNote bounds a decision's note, in characters.
 const maxNote = 2000

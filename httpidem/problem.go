@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -24,16 +25,13 @@ const (
 	CodeInProgress          = "in_progress"
 	CodeOutcomeUnknown      = "outcome_unknown"
 	CodeConcurrencyLocked   = "concurrency_locked"
-	CodeApprovalDenied      = "approval_denied"
-	// CodeApprovalRequired and CodeApprovalExpired are not errors: the
-	// 202 of an operation waiting for a human (see Accepted).
-	CodeApprovalRequired = "approval_required"
-	CodeApprovalExpired  = "approval_expired"
-	// CodeApprovalMismatch: a decision echoed another fingerprint than
-	// the approval's; CodeApprovalClosed: the approval is no longer
-	// pending (decided, expired or used).
-	CodeApprovalMismatch    = "approval_mismatch"
-	CodeApprovalClosed      = "approval_closed"
+	// The approval codes, from package contract (required and expired are
+	// the codes of a 202, not errors).
+	CodeApprovalDenied      = contract.CodeApprovalDenied
+	CodeApprovalRequired    = contract.CodeApprovalRequired
+	CodeApprovalExpired     = contract.CodeApprovalExpired
+	CodeApprovalMismatch    = contract.CodeApprovalMismatch
+	CodeApprovalClosed      = contract.CodeApprovalClosed
 	CodeUnauthorized        = "unauthorized"
 	CodeForbidden           = "forbidden"
 	CodePayloadTooLarge     = "payload_too_large"

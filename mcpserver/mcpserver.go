@@ -32,9 +32,9 @@ func New(c *agent.Client, version string) *mcp.Server {
 	return s
 }
 
-const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step.`
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step.`
 
-const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown" or "in_progress" result, instead of sending the write again.`
+const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown", "in_progress" or "needs_approval" result, instead of sending the write again; for a write waiting for a human, it shows the approval (id, status, summary, expires_at).`
 
 const listDescription = `List this server's open intents, oldest first: never sent, in progress, unknown, waiting for approval, or failed before the gateway could take them (nothing applied; resuming may still perform them). Each comes with the journal's last record and a next_step. Use it after losing track of your work, before starting anything new.`
 
@@ -50,15 +50,36 @@ type SubmitInput struct {
 // Result is what submit_write and operation_status return. Every field is
 // always there, so that an empty one reads as "none", never as "missing".
 type Result struct {
-	Intent      string `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
-	Kind        string `json:"kind" jsonschema:"what became of the write"`
-	Sent        string `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
-	Reason      string `json:"reason" jsonschema:"what happened, in words"`
-	OperationID string `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
-	Status      int    `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
-	Body        string `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
-	Attempts    int    `json:"attempts" jsonschema:"requests sent for this intent so far"`
-	NextStep    string `json:"next_step" jsonschema:"what to do now: follow it"`
+	Intent      string         `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
+	Kind        string         `json:"kind" jsonschema:"what became of the write"`
+	Sent        string         `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
+	Reason      string         `json:"reason" jsonschema:"what happened, in words"`
+	OperationID string         `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Status      int            `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	Body        string         `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
+	Attempts    int            `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	Approval    ApprovalResult `json:"approval" jsonschema:"the human decision the write waits for (kind needs_approval) or that the gateway named with it; every field empty when none is involved"`
+	NextStep    string         `json:"next_step" jsonschema:"what to do now: follow it"`
+}
+
+// ApprovalResult is the approval in a Result, always there: empty fields
+// read as "none".
+type ApprovalResult struct {
+	ID        string `json:"id" jsonschema:"the approval's id at the gateway, or empty if none is involved"`
+	Status    string `json:"status" jsonschema:"pending (no human has decided yet), approved, denied, expired or used; empty if none"`
+	Summary   string `json:"summary" jsonschema:"what a human is asked to approve, in words; empty if the gateway did not say"`
+	ExpiresAt string `json:"expires_at" jsonschema:"when a pending approval expires undecided (RFC 3339); empty if none"`
+}
+
+func approvalResult(a *agent.ApprovalInfo) ApprovalResult {
+	if a == nil {
+		return ApprovalResult{}
+	}
+	r := ApprovalResult{ID: a.ID, Status: string(a.Status), Summary: a.Summary}
+	if !a.ExpiresAt.IsZero() {
+		r.ExpiresAt = a.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return r
 }
 
 // resultOf is an outcome as the model reads it.
@@ -68,7 +89,8 @@ func resultOf(o agent.Outcome) Result {
 		kind = "intent_created"
 	}
 	return Result{Intent: o.Intent, Kind: kind, Sent: string(o.Sent), Reason: o.Reason, OperationID: o.OperationID,
-		Status: o.Status, Body: bounded(o.Body), Attempts: o.Attempts, NextStep: NextStep(o)}
+		Status: o.Status, Body: bounded(o.Body), Attempts: o.Attempts, Approval: approvalResult(o.Approval),
+		NextStep: NextStep(o)}
 }
 
 type handlers struct{ c *agent.Client }

@@ -1,7 +1,9 @@
 package mcpserver
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idemgate/idemgate/agent"
 )
@@ -17,7 +19,7 @@ func NextStep(o agent.Outcome) string {
 	case agent.InProgress:
 		return "Still running. Call operation_status with this intent later (or submit_write again with the same intent: it will not run twice)."
 	case agent.NeedsApproval:
-		return "Waiting for a human's approval. Call operation_status later; do not create a new intent."
+		return approvalStep(o.Approval, time.Now())
 	case agent.Conflict:
 		return `This intent's key was first used with a different request ` + see + `. If the parameters changed on purpose, use mode "revise".`
 	case agent.Rejected:
@@ -35,6 +37,38 @@ func NextStep(o agent.Outcome) string {
 			"gateway first, and never performs it twice."
 	}
 	return "Not sent yet: call submit_write with this intent and the same method, path and body to perform it."
+}
+
+// approvalStep is the next step of a write waiting for a human's decision:
+// who decides, by when, and that the same intent, unchanged, is the way on.
+func approvalStep(a *agent.ApprovalInfo, now time.Time) string {
+	const keep = " Do not create a new intent and do not change the method, path or body: that would need a new " +
+		"approval, and the action could then happen twice."
+	what := "this write"
+	if a != nil && a.Summary != "" {
+		what = fmt.Sprintf("%q", a.Summary)
+	}
+	if a != nil && a.Lapsed(now) {
+		return "The approval request for " + what + " expired undecided" + at(" at ", a) + ", and nothing was sent " +
+			"to the API. Call submit_write again with the same intent, method, path and body (mode resume): it opens " +
+			"a new approval request for the same action." + keep
+	}
+	by := at(" before ", a)
+	if by == "" {
+		by = " (operation_status shows by when)"
+	}
+	return "A human must decide whether to approve " + what + by + "; nothing is sent to the API until then. " +
+		"Tell the user it waits for a human's approval. Call operation_status with this intent later, or " +
+		"submit_write again with the same intent, method, path and body (mode resume): it runs the write once " +
+		"approved, and never twice." + keep
+}
+
+// at is the approval's expiry after prefix, or "" if it has none.
+func at(prefix string, a *agent.ApprovalInfo) string {
+	if a == nil || a.ExpiresAt.IsZero() {
+		return ""
+	}
+	return prefix + a.ExpiresAt.UTC().Format(time.RFC3339)
 }
 
 func unknownStep(o agent.Outcome, see string) string {

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/agent"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // Every next step, for every kind and state, points only at fields that
@@ -36,6 +38,32 @@ func TestNextStepPromisesOnlyWhatTheResultCarries(t *testing.T) {
 				if strings.Contains(next, "nothing happened") && sent != agent.SentNo {
 					t.Errorf("%s: %q", name, next)
 				}
+			}
+		}
+	}
+}
+
+// A write waiting for a human: by when, or, once the approval lapsed, that
+// resuming opens a new one; never a new intent.
+func TestApprovalStep(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	pending := &agent.ApprovalInfo{ID: "apr_1", Status: ledger.ApprovalPending, Summary: "Deploy web",
+		ExpiresAt: now.Add(15 * time.Minute)}
+	lapsed := *pending
+	lapsed.ExpiresAt = now.Add(-time.Minute)
+	for name, c := range map[string]struct {
+		a    *agent.ApprovalInfo
+		want []string
+	}{
+		"pending": {pending, []string{`approve "Deploy web" before 2026-12-02T12:15:00Z`, "operation_status"}},
+		"lapsed": {&lapsed, []string{`The approval request for "Deploy web" expired undecided at 2026-12-02T11:59:00Z`,
+			"it opens a new approval request for the same action"}},
+		"unnamed": {nil, []string{"approve this write (operation_status shows by when)"}},
+	} {
+		next := approvalStep(c.a, now)
+		for _, want := range append(c.want, "Do not create a new intent") {
+			if !strings.Contains(next, want) {
+				t.Errorf("%s: %q lacks %q", name, next, want)
 			}
 		}
 	}

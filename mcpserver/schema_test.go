@@ -27,8 +27,8 @@ func TestSchemasArePortable(t *testing.T) {
 	res := listTools(t)
 	required := map[string][]string{
 		"submit_write input":      {"method", "path"},
-		"submit_write output":     {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "next_step"},
-		"operation_status output": {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "next_step"},
+		"submit_write output":     {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
+		"operation_status output": {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
 		"list_operations output":  {"intents"},
 	}
 	for _, tool := range res.Tools {
@@ -44,6 +44,11 @@ func TestSchemasArePortable(t *testing.T) {
 			}
 			if want := required[name]; !slices.Equal(sorted(s.Required), sorted(want)) {
 				t.Errorf("%s: required %v, want %v", name, s.Required, want)
+			}
+			// The approval is always there, each of its fields too (empty: none).
+			if a := s.Properties["approval"]; side == "output" && a != nil &&
+				!slices.Equal(sorted(a.Required), []string{"expires_at", "id", "status", "summary"}) {
+				t.Errorf("%s: approval requires %v", name, a.Required)
 			}
 		}
 	}

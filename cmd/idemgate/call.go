@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -94,9 +95,10 @@ func newCallCmd() *cobra.Command {
 		f              callFlags
 		data           string
 		repeat, revise bool
+		approvalWait   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--repeat|--revise] METHOD PATH [-d JSON|@file]",
+		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--repeat|--revise] [--approval-wait DURATION] METHOD PATH [-d JSON|@file]",
 		Short: "Send one write through the gateway, keeping its key across retries and restarts",
 		Long: `call sends a write for a named intent. The intent's key is made once and written
 to the journal before anything is sent, so running the same call again (after a
@@ -106,6 +108,13 @@ changed parameters (a new version of the intent). Errors are retried as the
 gateway's contract allows; a lost answer is checked with the gateway, never
 re-sent blind. The outcome is printed as JSON on stdout. The token comes from
 IDEMGATE_TOKEN.
+
+A write that needs a human's approval is needs_approval (exit 4), with the
+approval (id, status, summary, expires_at) in the JSON; nothing reached the
+API. Running the same call again resumes it, and runs it once approved.
+--approval-wait 10m waits up to that long for the decision instead, re-sending
+the same request with the same key (Prefer: wait) until it is approved (then
+the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 
 ` + callExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -121,6 +130,9 @@ IDEMGATE_TOKEN.
 			if repeat && revise {
 				return exitWith(cmd, 2, errors.New("--repeat and --revise exclude each other"))
 			}
+			if approvalWait < 0 {
+				return exitWith(cmd, 2, errors.New("--approval-wait must not be negative"))
+			}
 			body, err := readData(data, cmd.InOrStdin())
 			if err != nil {
 				return exitWith(cmd, 2, err)
@@ -131,7 +143,8 @@ IDEMGATE_TOKEN.
 			} else if revise {
 				mode = agent.Revise
 			}
-			return runCall(cmd, &f, agent.Action{Intent: f.intent, Method: args[0], Path: args[1], Body: body, Mode: mode})
+			return runCall(cmd, &f, agent.Policy{ApprovalWait: approvalWait},
+				agent.Action{Intent: f.intent, Method: args[0], Path: args[1], Body: body, Mode: mode})
 		},
 	}
 	f.add(cmd)
@@ -139,16 +152,19 @@ IDEMGATE_TOKEN.
 	cmd.Flags().StringVarP(&data, "data", "d", "", "the JSON body, or @FILE, or @- for stdin")
 	cmd.Flags().BoolVar(&repeat, "repeat", false, "a new, identical action: new intent, new key")
 	cmd.Flags().BoolVar(&revise, "revise", false, "changed parameters: new version of the intent, new key")
+	cmd.Flags().DurationVar(&approvalWait, "approval-wait", 0, "wait up to this long (e.g. 10m) for a human's "+
+		"decision when the write needs approval; 0: return needs_approval at once")
 	cmd.AddCommand(newCallStatusCmd())
 	return cmd
 }
 
-func runCall(cmd *cobra.Command, f *callFlags, a agent.Action) error {
+func runCall(cmd *cobra.Command, f *callFlags, p agent.Policy, a agent.Action) error {
 	c, err := f.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer c.Journal.Close()
+	c.Policy = p
 	out, err := c.Do(cmd.Context(), a)
 	switch {
 	case errors.Is(err, agent.ErrPayloadChanged), errors.Is(err, agent.ErrInvalidAction),
@@ -181,11 +197,15 @@ func exitOf(o agent.Outcome) exitCode {
 	return code
 }
 
-// callView is the printed outcome: the body inline when it is JSON.
+// callView is the printed outcome: the body inline when it is JSON, and
+// the approval the gateway named, when it named one.
 func callView(o agent.Outcome) map[string]any {
 	v := map[string]any{"kind": o.Kind, "intent": o.Intent, "version": o.Version, "key": o.Key,
 		"operation_id": o.OperationID, "status": o.Status, "attempts": o.Attempts, "sent": o.Sent,
 		"reason": o.Reason, "unfinished": o.Unfinished}
+	if o.Approval != nil {
+		v["approval"] = o.Approval
+	}
 	if json.Valid(o.Body) {
 		v["body"] = json.RawMessage(o.Body)
 	} else if len(o.Body) > 0 {
@@ -252,6 +272,9 @@ func statusView(st agent.Status) map[string]any {
 	}
 	v := map[string]any{"kind": kind, "sent": o.Sent, "reason": o.Reason, "unfinished": o.Unfinished,
 		"journal": st.Entry}
+	if o.Approval != nil {
+		v["approval"] = o.Approval
+	}
 	if st.Operation != nil {
 		v["operation"] = st.Operation
 	}

@@ -9,8 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // TestCallExitCodes runs idemgate call against a gateway that answers
@@ -47,6 +52,8 @@ func TestCallExitCodes(t *testing.T) {
 			fmt.Fprint(w, `plain text`)
 		case "/approval":
 			w.WriteHeader(202)
+			fmt.Fprint(w, `{"code":"approval_required","operation_id":"op_7","state":"prepared",`+
+				`"approval":{"id":"apr_7","status":"pending","expires_at":"2030-01-01T00:00:00Z","summary":"s"}}`)
 		case "/conflict":
 			problem(422, "fingerprint_mismatch")
 		case "/rejected":
@@ -131,5 +138,94 @@ func TestCallGatewayUnreachable(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, `"sent": "no"`) ||
 		!strings.Contains(r.stdout, `"reason": "the gateway could not be asked: connection refused; the journal last recorded failed"`) {
 		t.Fatalf("status: %+v", r)
+	}
+}
+
+// A write that needs approval: exit 4 with the approval in the JSON, and
+// in call status; --approval-wait re-sends it with the same key until the
+// decision: approved, exit 0; denied, exit 9.
+func TestCallNeedsApproval(t *testing.T) {
+	exp := time.Now().Add(15 * time.Minute).UTC().Truncate(time.Second)
+	var mu sync.Mutex
+	seen := map[string][]string{} // Prefer of each request, by key
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer secret-token" {
+			w.WriteHeader(401)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/_idem/v1/operations" {
+			json.NewEncoder(w).Encode(ledger.View{Summary: ledger.Summary{ID: "op_3", State: ledger.Prepared,
+				Approval: &ledger.ApprovalView{ID: "apr_3", Status: ledger.ApprovalPending, Summary: "Deploy web to production",
+					ExpiresAt: exp}}, History: []ledger.HistoryEntry{}})
+			return
+		}
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		seen[key] = append(seen[key], r.Header.Get("Prefer"))
+		n := len(seen[key])
+		mu.Unlock()
+		w.Header().Set("Idempotency-Operation", "op_3")
+		switch {
+		case n > 1 && r.URL.Path == "/approved": // decided while the request was held
+			w.WriteHeader(201)
+			fmt.Fprint(w, `{"id":"D-1"}`)
+			return
+		case n > 1 && r.URL.Path == "/denied":
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(403)
+			fmt.Fprint(w, `{"code":"approval_denied","detail":"the approval for this operation was denied"}`)
+			return
+		}
+		w.WriteHeader(202)
+		json.NewEncoder(w).Encode(httpidem.Accepted{Code: "approval_required", Detail: "a human must approve it",
+			OperationID: "op_3", State: ledger.Prepared, Approval: httpidem.AcceptedApproval{ID: "apr_3",
+				Status: ledger.ApprovalPending, ExpiresAt: exp, Summary: "Deploy web to production",
+				URL: "/_idem/v1/approvals/apr_3"}})
+	}))
+	defer srv.Close()
+	env := []string{"IDEMGATE_TOKEN=secret-token", "IDEMGATE_URL=" + srv.URL,
+		"IDEMGATE_JOURNAL=" + filepath.Join(t.TempDir(), "j.db")}
+	type view struct {
+		Kind     string
+		Key      string
+		Reason   string
+		Approval map[string]string
+	}
+	wantApproval := map[string]string{"id": "apr_3", "status": "pending", "summary": "Deploy web to production",
+		"expires_at": exp.Format(time.RFC3339), "url": "/_idem/v1/approvals/apr_3"}
+
+	r := runEnv(t, env, "", "call", "--intent", "deploy", "POST", "/pending", "-d", `{"env":"production"}`)
+	var v view
+	json.Unmarshal([]byte(r.stdout), &v)
+	if r.code != 4 || v.Kind != "needs_approval" || fmt.Sprint(v.Approval) != fmt.Sprint(wantApproval) ||
+		!strings.Contains(v.Reason, `a human must approve "Deploy web to production"`) ||
+		!strings.Contains(v.Reason, "before "+exp.Format(time.RFC3339)) || r.stderr != "" {
+		t.Fatalf("needs approval: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runEnv(t, env, "", "call", "status", "--intent", "deploy")
+	var st view
+	json.Unmarshal([]byte(r.stdout), &st)
+	if r.code != 0 || st.Kind != "needs_approval" || st.Approval["id"] != "apr_3" || st.Approval["summary"] == "" ||
+		st.Approval["expires_at"] != exp.Format(time.RFC3339) {
+		t.Fatalf("status: exit %d, %s", r.code, r.stdout)
+	}
+
+	for path, want := range map[string]struct {
+		kind string
+		code int
+	}{"/approved": {"created", 0}, "/denied": {"failed", 9}} {
+		r := runEnv(t, env, "", "call", "--intent", "wait"+path, "--approval-wait", "1m", "POST", path, "-d", `{}`)
+		var v view
+		json.Unmarshal([]byte(r.stdout), &v)
+		mu.Lock()
+		prefers := seen[v.Key]
+		mu.Unlock()
+		if r.code != want.code || v.Kind != want.kind || fmt.Sprint(prefers) != "[ wait=15]" {
+			t.Errorf("%s: exit %d, %s %s; the gateway saw %v under the key", path, r.code, r.stdout, r.stderr, prefers)
+		}
+	}
+	if r := runEnv(t, env, "", "call", "--intent", "x", "--approval-wait", "-1s", "POST", "/approved"); r.code != 2 {
+		t.Fatalf("negative wait: exit %d, %s", r.code, r.stderr)
 	}
 }
