@@ -48,25 +48,27 @@ func wrapAdapter(e *cel.Env) (*cel.Env, error) {
 	return cel.CustomTypeAdapter(bodyAdapter{next: e.CELTypeAdapter()})(e)
 }
 
-// compileWhen parses and type-checks src and plans it for evaluation.
-func compileWhen(src string) (cel.Program, error) {
+// compileWhen parses and type-checks src and plans it for evaluation, with
+// the guards its comparisons of body fields need.
+func compileWhen(src string) (cel.Program, []guard, error) {
 	e, err := env()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
-		return nil, iss.Err()
+		return nil, nil, iss.Err()
 	}
 	// dyn is let through: `body.approve` is dyn, and its result is checked
 	// when it is evaluated.
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
-		return nil, fmt.Errorf("must be bool, not %s", t)
+		return nil, nil, fmt.Errorf("must be bool, not %s", t)
 	}
-	return e.Program(ast,
+	prg, err := e.Program(ast,
 		cel.EvalOptions(cel.OptOptimize),
 		cel.CostLimit(costLimit),
 	)
+	return prg, guardsOf(ast), err
 }
 
 // activation hands CEL the request's variables. Each is produced only when

@@ -90,6 +90,7 @@ type Config struct {
 // Policy is a compiled Config. It is immutable and safe for concurrent use.
 type Policy struct {
 	when       cel.Program        // nil: always required
+	guards     []guard            // body fields when compares with literals
 	summary    *template.Template // nil: "METHOD PATH"
 	ttl        time.Duration
 	validFor   time.Duration
@@ -130,11 +131,11 @@ func Compile(c Config) (*Policy, error) {
 	}
 
 	if strings.TrimSpace(c.When) != "" {
-		prg, err := compileWhen(c.When)
+		prg, guards, err := compileWhen(c.When)
 		if err != nil {
 			return nil, fmt.Errorf("when: %w", err)
 		}
-		p.when = prg
+		p.when, p.guards = prg, guards
 	}
 
 	if strings.TrimSpace(c.Summary) != "" {
@@ -167,6 +168,11 @@ func (p *Policy) Reversible() bool { return p.reversible }
 func (p *Policy) Required(in Input) (bool, error) {
 	if p.when == nil {
 		return true, nil
+	}
+	for _, g := range p.guards {
+		if err := g.check(in.Body); err != nil {
+			return false, fmt.Errorf("approval.when: %w", err)
+		}
 	}
 	out, _, err := p.when.Eval(&activation{in: in})
 	if err != nil {

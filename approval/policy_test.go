@@ -371,3 +371,48 @@ func TestConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTypeConfusionIsRefused: a field the policy compares with a literal
+// must have the literal's type. CEL's equality would say a list (as a form
+// body makes every field) or a number is simply not "production", and the
+// write would run unapproved; it is refused instead.
+func TestTypeConfusionIsRefused(t *testing.T) {
+	for _, when := range []string{`body.environment == "production"`, `"production" == body.environment`,
+		`body["environment"] != "staging"`, `body.environment in ["production", "prod"]`,
+		`body.target.environment == "production" || false`} {
+		p, err := Compile(Config{When: when})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		for _, body := range []string{`{"environment":["production"],"target":{"environment":["production"]}}`,
+			`{"environment":5,"target":{"environment":5}}`, `{"environment":{"a":1},"target":{"environment":true}}`} {
+			_, err := p.Required(Input{Body: parseBody(t, body)})
+			if err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("%s over %s: %v, want a refusal", when, body, err)
+			}
+		}
+		ok := parseBody(t, `{"environment":"production","target":{"environment":"production"}}`)
+		if _, err := p.Required(Input{Body: ok}); err != nil {
+			t.Errorf("%s over strings: %v", when, err)
+		}
+	}
+	p, _ := Compile(Config{When: `body.amount > 1000 && body.currency == "EUR"`})
+	if req, err := p.Required(Input{Body: parseBody(t, `{"amount":5000,"currency":"EUR"}`)}); err != nil || !req {
+		t.Fatalf("numbers and strings: %v %v", req, err)
+	}
+	if _, err := p.Required(Input{Body: parseBody(t, `{"amount":5000,"currency":["EUR"]}`)}); err == nil {
+		t.Fatal("a list currency passed")
+	}
+}
+
+// parseBody parses a body as the middleware does, numbers as json.Number.
+func parseBody(t *testing.T, s string) any {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

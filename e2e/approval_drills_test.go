@@ -82,6 +82,44 @@ var prodDeploy = deployment("production", digest)
 
 const otherDigest = "sha256:5b6e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33c"
 
+// Bad decisions on a real gateway: an unknown approval, a missing or
+// malformed fingerprint, a decision on an operation no longer waiting;
+// each refused, nothing deployed, the operation unchanged.
+func TestDrillApprovalBadDecisions(t *testing.T) {
+	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+		acc := waiting(t, d.keyed("/v1/deployments", "bad", prodDeploy), "approval_required")
+		post := func(path, body string) reply { return d.as("alice", "POST", "/approvals/"+path, body) }
+		for _, c := range []struct {
+			name, path, body string
+			status           int
+			code             string
+		}{
+			{"unknown approval", "apr_01NOSUCHAPPROVAL/approve", `{"fingerprint":"sha256:` + strings.Repeat("a", 64) + `"}`, 404, "not_found"},
+			{"no fingerprint", acc.Approval.ID + "/approve", `{"note":"fine"}`, 422, "invalid_command"},
+			{"malformed fingerprint", acc.Approval.ID + "/deny", `{"fingerprint":"sha256:ABC"}`, 422, "invalid_command"},
+			{"another request", acc.Approval.ID + "/approve", `{"fingerprint":"sha256:` + strings.Repeat("b", 64) + `"}`, 409, "approval_mismatch"},
+		} {
+			if r := post(c.path, c.body); r.status != c.status || problemCode(r) != c.code {
+				t.Fatalf("%s: %+v", c.name, r)
+			}
+		}
+		if v := d.view("bad"); v.State != ledger.Prepared || v.Approval.Status != ledger.ApprovalPending {
+			t.Fatalf("refused decisions changed it: %+v", v.Approval)
+		}
+		if r := d.decide("alice", "deny", acc.Approval.ID, ""); r.status != 200 {
+			t.Fatal(r)
+		}
+		if r := d.decide("bob", "approve", acc.Approval.ID, ""); r.status != 409 || problemCode(r) != "approval_closed" {
+			t.Fatalf("a decision on an operation no longer waiting: %+v", r)
+		}
+		if r := d.keyed("/v1/deployments", "bad-2", prodDeploy); r.status != 202 {
+			t.Fatal(r)
+		}
+		want(t, d.send("POST", "/v1/deployments", prodDeploy), 400, "missing_key")
+		d.wantEffects("deployments_started", 0)
+	})
+}
+
 // A production deploy waits, an approver approves it, the agent's retry
 // deploys it once, retries replay, a changed artifact (or query) under the
 // key is refused, and a new key with the changed artifact opens a new

@@ -17,6 +17,10 @@ func (c *Config) checkApproval(r *RouteConfig) error {
 	if !r.IsWrite() {
 		return c.errorf(r.line, "route %s: approval: only write routes can ask for one", r.Match)
 	}
+	if r.RequireKey != nil && !*r.RequireKey {
+		// A keyless request is forwarded unrecorded: unapproved.
+		return c.errorf(r.line, "route %s: approval: needs require_key (a keyless request would run unapproved)", r.Match)
+	}
 	p, err := approval.Compile(*r.Approval)
 	if err != nil {
 		line := r.line

@@ -110,6 +110,7 @@ func TestConfigMistakesNameFileAndLine(t *testing.T) {
 		"approval variable":   {"    upstream: ops\n    retention", "    upstream: ops\n    approval:\n      when: 'bodee.x == 1'\n    retention", "gw.yaml:15: route POST /v1/tickets: approval: when:"},
 		"approval summary":    {"    upstream: ops\n    retention", "    upstream: ops\n    approval:\n      summary: 'Deploy {{.body.x'\n    retention", "gw.yaml:15: route POST /v1/tickets: approval: summary:"},
 		"approval ttl":        {"    upstream: ops\n    retention", "    upstream: ops\n    approval:\n      ttl: -5m\n    retention", "gw.yaml:15: route POST /v1/tickets: approval: ttl:"},
+		"approval keyless":    {"    upstream: ops\n    retention", "    upstream: ops\n    require_key: false\n    approval: {}\n    retention", "gw.yaml:12: route POST /v1/tickets: approval: needs require_key"},
 		"approval key":        {"    upstream: ops\n    retention", "    upstream: ops\n    approval: {whem: 'true'}\n    retention", `gw.yaml:14: unknown key "whem"`},
 		"approval on a read":  {"  - match: GET /v1/deployments/{id}\n    upstream: ops", "  - match: GET /v1/deployments/{id}\n    upstream: ops\n    approval: {}", "gw.yaml:18: route GET /v1/deployments/{id}: approval: only write routes"},
 		"bad yaml":            {"routes:", "routes: [", "gw.yaml:"},

@@ -78,6 +78,9 @@ func (m *Middleware) approved(w http.ResponseWriter, r *http.Request, req *reque
 	}
 	now := time.Now()
 	switch {
+	case op.Approval.Lapsed(now) && req.reopened:
+		// This request tried already; the store's clock says otherwise.
+		m.accepted(w, r, op, CodeApprovalRequired)
 	case op.Approval.Lapsed(now):
 		m.reopen(w, r, req, op, next)
 	case op.Approval.Usable(now):
@@ -90,9 +93,10 @@ func (m *Middleware) approved(w http.ResponseWriter, r *http.Request, req *reque
 // reopen opens a new approval for an operation whose approval lapsed:
 // a stale consent is never used, and the operation is not lost.
 func (m *Middleware) reopen(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
+	req.reopened = true // at most once per request, whatever the clocks say
 	if req.route.Approval == nil {
-		m.problem(w, NewProblem(CodeApprovalRequired, "this operation's approval lapsed and its route no longer "+
-			"opens approvals; ask an operator"), op)
+		m.problem(w, NewProblem(CodeApprovalClosed, "this operation's approval lapsed and its route no longer "+
+			"asks for approvals, so none can be opened; ask an operator"), op)
 		return
 	}
 	apr, p := m.approvalRequest(req, m.policyInput(r, req))
@@ -106,19 +110,16 @@ func (m *Middleware) reopen(w http.ResponseWriter, r *http.Request, req *request
 	cancel()
 	switch {
 	case err == nil:
-		m.summaries.put(apr.ID, apr.Summary)
 		m.accepted(w, r, reopened, CodeApprovalExpired)
-	case errors.Is(err, ledger.ErrIllegalTransition) && reopened != nil && reopened.State == ledger.Prepared &&
-		!reopened.Approval.Lapsed(time.Now()):
-		// Another retry opened it first, or the store's clock says the
-		// approval is still good.
-		if reopened.Approval.Usable(time.Now()) {
-			m.acquire(w, r, req, reopened, next)
-			return
-		}
-		m.accepted(w, r, reopened, CodeApprovalRequired)
 	case errors.Is(err, ledger.ErrIllegalTransition) && reopened != nil:
+		// Another retry opened it first, or the store's clock says the
+		// approval is still good: answer as it now stands, once.
 		m.existing(w, r, req, reopened, next)
+	case errors.Is(err, ledger.ErrConcurrencyLocked):
+		p := NewProblem(CodeConcurrencyLocked, "another live operation holds this route's concurrency group; "+
+			"this operation's new approval is opened once it has ended: retry with the same key")
+		p.RetryAfter = 1
+		m.problem(w, p, op)
 	default:
 		m.problem(w, ProblemFor(err), op)
 	}
@@ -141,7 +142,8 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 	detail := "a human must approve this operation before it runs; nothing was sent. Retry with the same key " +
 		"(or send Prefer: wait=N) to run it once approved"
 	if code == CodeApprovalExpired {
-		detail = "the earlier approval request expired undecided; a new one was opened for the same operation. " + detail
+		detail = "the earlier approval lapsed (it expired undecided, or was not used in time); a new one was " +
+			"opened for the same operation. " + detail
 	}
 	body := Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
 		Approval: AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}

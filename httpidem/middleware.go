@@ -365,7 +365,12 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 		Actor: m.opts.Actor, Reason: reason, Resend: resend})
 	cancel()
 	if errors.Is(err, ledger.ErrApprovalRequired) && res.Op != nil {
-		// Lapsed by the store's clock since it was read: a new approval.
+		// Lapsed by the store's clock since it was read: a new approval,
+		// unless this request tried one already.
+		if req.reopened {
+			m.accepted(w, r, res.Op, CodeApprovalRequired)
+			return
+		}
 		m.reopen(w, r, req, res.Op, next)
 		return
 	}

@@ -28,6 +28,7 @@ type request struct {
 	rawQuery  string
 	headers   map[string]string
 	principal approval.Principal // set on routes that ask for approvals
+	reopened  bool               // this request tried to open a new approval
 }
 
 // readRequest reads and checks everything about r before anything is

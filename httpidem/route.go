@@ -103,6 +103,13 @@ func compileRoute(r Route, o *Options) (*route, error) {
 	if r.RequireKey != nil {
 		c.requireKey = *r.RequireKey
 	}
+	if r.Approval != nil {
+		// A keyless request would pass through unrecorded, and so unapproved.
+		if r.RequireKey != nil && !*r.RequireKey {
+			return nil, fmt.Errorf("route %s %s asks for approvals: it cannot do without a key", c.Method, c.Pattern)
+		}
+		c.requireKey = true
+	}
 	if err := c.compileKeyFrom(); err != nil {
 		return nil, err
 	}

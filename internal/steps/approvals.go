@@ -35,6 +35,9 @@ type ApprovalDriver interface {
 	// being prepared under the lapsed approval p.Previous, or returns
 	// ErrGuard. The lapsed one is marked expired unless it was used.
 	Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error)
+	// ExpireApproval expires one approval past its time by the store's
+	// clock, and reports whether it did.
+	ExpireApproval(ctx context.Context, id string) (bool, error)
 }
 
 // Decide implements ledger.Store's Approve and Deny on d. The approval is
@@ -84,6 +87,14 @@ func Reopen(ctx context.Context, d Driver, p ledger.ReopenParams) (*ledger.Opera
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	// The new approval asks for the same thing on the same requester's
+	// behalf, whoever retried: else the requester could approve its own
+	// operation once another principal's retry reopened it.
+	prev, err := d.GetApproval(ctx, p.Previous)
+	if err != nil {
+		return nil, fmt.Errorf("reopen approval: %w", err)
+	}
+	p.Request.RequestedBy, p.Request.Summary = prev.RequestedBy, prev.Summary
 	op, err := d.Reopen(ctx, p)
 	if !errors.Is(err, ErrGuard) {
 		if err != nil {

@@ -215,6 +215,17 @@ func holder(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reser
 	}
 	if p.ConcurrencyKey != "" {
 		op, err := d.Holder(ctx, p.Tenant, p.Route, false, p.ConcurrencyKey)
+		if err == nil && op.State == ledger.Prepared && op.Approval != nil && op.Approval.Lapsed(time.Now()) {
+			// Held by an approval past its time that no sweep has expired
+			// yet (a Go service may run none): expire it, and try again.
+			expired, eerr := d.ExpireApproval(ctx, op.Approval.ID)
+			if eerr != nil {
+				return ledger.Reservation{}, true, fmt.Errorf("reserve: %w", eerr)
+			}
+			if expired {
+				return ledger.Reservation{}, false, nil
+			}
+		}
 		if err == nil {
 			return ledger.Reservation{Op: op}, true, fmt.Errorf("reserve: %s holds %q: %w", op.ID, p.ConcurrencyKey,
 				ledger.ErrConcurrencyLocked)

@@ -25,6 +25,7 @@ func runApprovals(t *testing.T, b Backend) {
 	t.Run("ApprovalValidFor", func(t *testing.T) { testApprovalValidFor(t, b) })
 	t.Run("ApprovalRelease", func(t *testing.T) { testApprovalRelease(t, b) })
 	t.Run("ApprovalConcurrencyKey", func(t *testing.T) { testApprovalConcurrencyKey(t, b) })
+	t.Run("ApprovalLapsedHolder", func(t *testing.T) { testApprovalLapsedHolder(t, b) })
 	t.Run("ApprovalList", func(t *testing.T) { testApprovalList(t, b) })
 	t.Run("ApprovalPurge", func(t *testing.T) { testApprovalPurge(t, b) })
 	t.Run("RaceDecisions", func(t *testing.T) { testRaceDecisions(t, b) })
@@ -219,9 +220,15 @@ func testApprovalExpiry(t *testing.T, b Backend) {
 	}
 	req := *ApprovalParams(Long, Long).Approval
 	req.ID = ledger.NewApprovalID()
+	// Another principal's retry reopens it: the new approval is still
+	// the requester's, and asks for the same thing.
+	req.RequestedBy, req.Summary = "agent-2", "something else"
 	reopened, err := s.ReopenApproval(c, ledger.ReopenParams{OpID: op.ID, Previous: old.ID, Request: req, Actor: "gw"})
 	if err != nil || reopened.Approval.ID != req.ID || reopened.Approval.Status != ledger.ApprovalPending {
 		t.Fatalf("reopen: %+v %v", reopened, err)
+	}
+	if a := getApproval(t, s, req.ID); a.RequestedBy != "agent-1" || a.Summary != "Deploy api:1.4.2 to production" {
+		t.Fatalf("reopened approval names %q, summary %q", a.RequestedBy, a.Summary)
 	}
 	// The same reopening again (its reply lost) is recognised; another
 	// retry's, naming the old approval, finds the new one open.
@@ -359,6 +366,25 @@ func testApprovalConcurrencyKey(t *testing.T, b Backend) {
 	}
 	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testApprovalLapsedHolder: a reservation that finds its concurrency group
+// held by an approval past its time, which no sweep has expired, expires it
+// and takes the group.
+func testApprovalLapsedHolder(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	p := ApprovalParams(50*time.Millisecond, Long)
+	p.ConcurrencyKey = "production"
+	held := reserve(t, s, p)
+	waitPast(held.Op.Approval.ExpiresAt)
+	next := Params(Long)
+	next.Route, next.ConcurrencyKey = p.Route, "production"
+	if r := reserve(t, s, next); !r.Owned() {
+		t.Fatalf("reserve after the lapse: %+v", r)
+	}
+	if a := getApproval(t, s, held.Op.Approval.ID); a.Status != ledger.ApprovalExpired {
+		t.Fatalf("the lapsed holder's approval is %s", a.Status)
 	}
 }
 

@@ -73,10 +73,14 @@ SELECT ` + approvalColumns + `, (SELECT count(*) FROM up) FROM ap`
 // reopenSQL gives a prepared operation whose approval lapsed a new one,
 // marks the lapsed one expired (a used one stays used) and writes the new
 // one, in one statement.
-var reopenSQL = `WITH up AS (
+var reopenSQL = `WITH prev AS (
+	-- The lapsed approval's row is locked first, as a decision and the
+	-- sweep lock it before the operation's: no two of them deadlock.
+	SELECT id FROM idem_approvals WHERE id = $2 FOR UPDATE
+), up AS (
 	UPDATE idem_operations SET approval_id = $3, approval_status = 'pending',
 		approval_expires_at = now() + ` + us("$4") + `, updated_at = now()
-	WHERE id = $1 AND state = 'prepared' AND approval_id = $2
+	WHERE id = $1 AND state = 'prepared' AND approval_id = $2 AND EXISTS (SELECT 1 FROM prev)
 		AND (approval_status = 'expired'
 		     OR (approval_status IN ('pending', 'approved', 'used') AND approval_expires_at < now()))
 	RETURNING ` + opColumnsNoBody + `
@@ -99,7 +103,17 @@ const expireApprovalsSQL = `WITH due AS (
 	WHERE status IN ('pending', 'approved') AND expires_at < now()
 	ORDER BY expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
-), ap AS (
+)` + expireDueSQL
+
+// expireOneApprovalSQL expires one approval past its time.
+const expireOneApprovalSQL = `WITH due AS (
+	SELECT id FROM idem_approvals WHERE id = $1 AND status IN ('pending', 'approved') AND expires_at < now()
+	FOR UPDATE
+)` + expireDueSQL
+
+// expireDueSQL expires the approvals of the CTE due, and frees their
+// operations' concurrency groups.
+const expireDueSQL = `, ap AS (
 	UPDATE idem_approvals a SET status = 'expired' FROM due
 	WHERE a.id = due.id AND a.status IN ('pending', 'approved')
 	RETURNING a.id, a.op_id
@@ -108,6 +122,12 @@ const expireApprovalsSQL = `WITH due AS (
 	FROM ap WHERE o.id = ap.op_id AND o.approval_id = ap.id AND o.approval_status IN ('pending', 'approved')
 )
 SELECT count(*) FROM ap`
+
+func (d driver) ExpireApproval(ctx context.Context, id string) (bool, error) {
+	var n int64
+	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) error { return row.Scan(&n) }, expireOneApprovalSQL, id)
+	return n == 1, mapErr("expire approval", err)
+}
 
 // insertForApproval is Insert for a reservation that asks for an approval.
 func (d driver) insertForApproval(ctx context.Context, id string, p ledger.ReserveParams) (*ledger.Operation, error) {

@@ -68,6 +68,19 @@ const expireApprovalsSQL = `UPDATE idem_approvals SET status = 'expired' WHERE i
 	SELECT id FROM idem_approvals WHERE status IN ('pending', 'approved') AND expires_at < ` + nowUS + `
 	ORDER BY expires_at LIMIT ?1)`
 
+// expireOneSQL expires one approval past its time.
+const expireOneApprovalSQL = `UPDATE idem_approvals SET status = 'expired'
+	WHERE id = ?1 AND status IN ('pending', 'approved') AND expires_at < ` + nowUS + ` RETURNING id`
+
+func (d driver) ExpireApproval(ctx context.Context, id string) (bool, error) {
+	var got string
+	err := queryRow(ctx, d.q, expireOneApprovalSQL, id).Scan(&got)
+	if errors.Is(err, errNoRows) {
+		return false, nil
+	}
+	return err == nil, mapErr("expire approval", err)
+}
+
 // insertApproval writes the approval of an operation just reserved. It
 // runs after the operation's insert in the same transaction: any error of
 // its own must end the batch, or the operation would stand without it.
