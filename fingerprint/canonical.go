@@ -205,6 +205,11 @@ func (w *writer) string(s string) error {
 
 const hexDigits = "0123456789abcdef"
 
+// AppendString appends s as an RFC 8785 string, for encoders of fixed
+// shapes (the audit log's events) that write canonical JSON without a
+// map. s must be valid UTF-8.
+func AppendString(b []byte, s string) []byte { return appendString(b, s) }
+
 // appendString writes s with the minimal escaping of RFC 8785: the two
 // mandatory escapes, the short forms for \b \t \n \f \r, \u00xx for the other
 // control characters, and every other character as itself.
