@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // Policy bounds the retries of one Do call.
@@ -150,7 +152,7 @@ const (
 
 // decide is the workflow article's table of error families.
 func decide(a attempt) (step, Kind) {
-	replayed := a.err == nil && a.header.Get("Idempotent-Replayed") == "true"
+	replayed := a.err == nil && a.header.Get(contract.HeaderReplayed) == "true"
 	switch {
 	case a.err != nil && !a.sent:
 		return stepRetry, Failed // connection refused: nothing reached the gateway
@@ -158,13 +160,13 @@ func decide(a attempt) (step, Kind) {
 		return stepReconcile, Unknown // timeout or reset after sending: never blind
 	case transient(a):
 		return stepRetry, Failed // "not now", nothing applied: the same key makes the retry safe
-	case a.code == "in_progress":
+	case a.code == contract.CodeInProgress:
 		return stepWaitStatus, InProgress
-	case a.code == "outcome_unknown":
+	case a.code == contract.CodeOutcomeUnknown:
 		return stepDone, Unknown
-	case a.code == "fingerprint_mismatch":
+	case a.code == contract.CodeFingerprintMismatch:
 		return stepDone, Conflict
-	case a.code == "approval_denied":
+	case a.code == contract.CodeApprovalDenied:
 		return stepDone, Failed
 	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
 		return stepDone, Unauthorized
@@ -197,10 +199,10 @@ func transient(a attempt) bool {
 	switch {
 	case a.err != nil:
 		return !a.sent
-	case a.code == "store_unavailable", a.code == "upstream_unavailable", a.code == "rate_limited",
-		a.code == "concurrency_locked":
+	case a.code == contract.CodeStoreUnavailable, a.code == contract.CodeUpstreamUnavailable, a.code == contract.CodeRateLimited,
+		a.code == contract.CodeConcurrencyLocked:
 		return true
-	case a.code != "" || a.header.Get("Idempotent-Replayed") == "true":
+	case a.code != "" || a.header.Get(contract.HeaderReplayed) == "true":
 		return false
 	}
 	switch a.status {
@@ -254,7 +256,7 @@ func (a attempt) answer() string {
 		_ = json.Unmarshal(a.body, &p)
 	}
 	s := fmt.Sprintf("answered %d", a.status)
-	if a.header.Get("Idempotent-Replayed") == "true" {
+	if a.header.Get(contract.HeaderReplayed) == "true" {
 		s = fmt.Sprintf("the gateway replayed the stored answer, %d", a.status)
 	}
 	if a.code != "" {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -184,7 +185,7 @@ func (r *runState) settle(ctx context.Context, a attempt) error {
 	// thing it did say stands.
 	reached := (r.num > 0 && !transient(a)) || (r.num == 0 && a.asked)
 	r.out.fill(a, r.kind, r.num, reached)
-	if a.code == "approval_denied" && r.approval != nil {
+	if a.code == contract.CodeApprovalDenied && r.approval != nil {
 		r.out.Reason = join(r.out.Reason, "the approval it waited for was "+r.approval.what())
 	}
 	if reached {
@@ -226,7 +227,7 @@ func (o *Outcome) fill(a attempt, kind Kind, num int, reached bool) {
 	if num > 0 {
 		o.Attempts = num
 	}
-	if id := a.header.Get("Idempotency-Operation"); id != "" {
+	if id := a.header.Get(contract.HeaderOperation); id != "" {
 		o.OperationID = id
 	}
 }
@@ -259,9 +260,9 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, wait time.Dura
 		return attempt{err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set("Idempotency-Key", e.Key)
+	req.Header.Set(contract.HeaderKey, e.Key)
 	if wait >= time.Second {
-		req.Header.Set("Prefer", fmt.Sprintf("wait=%d", int(wait.Seconds())))
+		req.Header.Set(contract.HeaderPrefer, fmt.Sprintf("wait=%d", int(wait.Seconds())))
 	}
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
@@ -365,7 +366,7 @@ func (c *Client) reconcile(ctx context.Context, key string, known Outcome, stale
 		return stepAsk, Unknown, nil // ask again later; never resend unasked
 	}
 	if a.found = v.raw != nil; a.found {
-		a.header = http.Header{"Idempotency-Operation": {v.ID}}
+		a.header = http.Header{contract.HeaderOperation: {v.ID}}
 		s, k := judge(v, a, c.clock().Now())
 		return s, k, c.Journal.settle(ctx, key, SentYes)
 	}

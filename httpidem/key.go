@@ -5,18 +5,17 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// The headers of the contract.
+// The headers of the contract, from package contract.
 const (
-	HeaderKey       = "Idempotency-Key"
-	HeaderOperation = "Idempotency-Operation"
-	HeaderReplayed  = "Idempotent-Replayed"
-	HeaderPrefer    = "Prefer"
-	// HeaderDuplicateOf names the operation whose answer a request with the
-	// same business key (and another idempotency key) was given.
-	HeaderDuplicateOf = "Idempotency-Duplicate-Of"
+	HeaderKey         = contract.HeaderKey
+	HeaderOperation   = contract.HeaderOperation
+	HeaderReplayed    = contract.HeaderReplayed
+	HeaderPrefer      = contract.HeaderPrefer
+	HeaderDuplicateOf = contract.HeaderDuplicateOf
 )
 
 // ParseKey reads an Idempotency-Key value: a bare token, or a quoted

@@ -16,41 +16,31 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Problem codes, DESIGN.md's table, plus store_unavailable.
+// Problem codes: package contract's, here for the middleware's users.
 const (
-	CodeMissingKey          = "missing_key"
-	CodeInvalidKey          = "invalid_key"
-	CodeInvalidCommand      = "invalid_command"
-	CodeFingerprintMismatch = "fingerprint_mismatch"
-	CodeInProgress          = "in_progress"
-	CodeOutcomeUnknown      = "outcome_unknown"
-	CodeConcurrencyLocked   = "concurrency_locked"
-	// The approval codes, from package contract (required and expired are
-	// the codes of a 202, not errors).
-	CodeApprovalDenied      = contract.CodeApprovalDenied
-	CodeApprovalRequired    = contract.CodeApprovalRequired
-	CodeApprovalExpired     = contract.CodeApprovalExpired
-	CodeApprovalMismatch    = contract.CodeApprovalMismatch
-	CodeApprovalClosed      = contract.CodeApprovalClosed
-	CodeUnauthorized        = "unauthorized"
-	CodeForbidden           = "forbidden"
-	CodePayloadTooLarge     = "payload_too_large"
-	CodeUpstreamUnavailable = "upstream_unavailable"
-	// CodeStoreUnavailable: the ledger cannot be reached or cannot write;
-	// nothing is reserved and nothing is forwarded, and the client may retry
-	// with the same key.
-	CodeStoreUnavailable     = "store_unavailable"
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	CodeRateLimited          = "rate_limited"
-	// CodeInvalidRequest is a request the gateway will not forward as it
-	// stands: a header name with '_', two Authorization headers, a dot
-	// segment in the path, a query that does not parse.
-	CodeInvalidRequest = "invalid_request"
-	// CodeIllegalTransition is an action the operation's state does not
-	// allow (resolving one that is not unknown).
-	CodeIllegalTransition = "illegal_transition"
-	CodeNotFound          = "not_found"
-	CodeInternal          = "internal"
+	CodeMissingKey           = contract.CodeMissingKey
+	CodeInvalidKey           = contract.CodeInvalidKey
+	CodeInvalidCommand       = contract.CodeInvalidCommand
+	CodeFingerprintMismatch  = contract.CodeFingerprintMismatch
+	CodeInProgress           = contract.CodeInProgress
+	CodeOutcomeUnknown       = contract.CodeOutcomeUnknown
+	CodeConcurrencyLocked    = contract.CodeConcurrencyLocked
+	CodeApprovalDenied       = contract.CodeApprovalDenied
+	CodeApprovalRequired     = contract.CodeApprovalRequired
+	CodeApprovalExpired      = contract.CodeApprovalExpired
+	CodeApprovalMismatch     = contract.CodeApprovalMismatch
+	CodeApprovalClosed       = contract.CodeApprovalClosed
+	CodeUnauthorized         = contract.CodeUnauthorized
+	CodeForbidden            = contract.CodeForbidden
+	CodePayloadTooLarge      = contract.CodePayloadTooLarge
+	CodeUpstreamUnavailable  = contract.CodeUpstreamUnavailable
+	CodeStoreUnavailable     = contract.CodeStoreUnavailable
+	CodeUnsupportedMediaType = contract.CodeUnsupportedMediaType
+	CodeRateLimited          = contract.CodeRateLimited
+	CodeInvalidRequest       = contract.CodeInvalidRequest
+	CodeIllegalTransition    = contract.CodeIllegalTransition
+	CodeNotFound             = contract.CodeNotFound
+	CodeInternal             = contract.CodeInternal
 )
 
 // problemKinds is the one map from a problem code to its status and title.

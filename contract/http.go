@@ -1,0 +1,43 @@
+package contract
+
+// The headers of the HTTP contract (DESIGN.md, "The HTTP contract").
+const (
+	HeaderKey       = "Idempotency-Key"
+	HeaderOperation = "Idempotency-Operation"
+	HeaderReplayed  = "Idempotent-Replayed"
+	HeaderPrefer    = "Prefer"
+	// HeaderDuplicateOf names the operation whose answer a request with the
+	// same business key (and another idempotency key) was given.
+	HeaderDuplicateOf = "Idempotency-Duplicate-Of"
+)
+
+// Problem codes: DESIGN.md's table, plus store_unavailable, invalid_request,
+// illegal_transition, not_found and internal.
+const (
+	CodeMissingKey          = "missing_key"
+	CodeInvalidKey          = "invalid_key"
+	CodeInvalidCommand      = "invalid_command"
+	CodeFingerprintMismatch = "fingerprint_mismatch"
+	CodeInProgress          = "in_progress"
+	CodeOutcomeUnknown      = "outcome_unknown"
+	CodeConcurrencyLocked   = "concurrency_locked"
+	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeUpstreamUnavailable = "upstream_unavailable"
+	// CodeStoreUnavailable: the ledger cannot be reached or cannot write;
+	// nothing is reserved and nothing is forwarded, and the client may retry
+	// with the same key.
+	CodeStoreUnavailable     = "store_unavailable"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeRateLimited          = "rate_limited"
+	// CodeInvalidRequest is a request the gateway will not forward as it
+	// stands: a header name with '_', two Authorization headers, a dot
+	// segment in the path, a query that does not parse.
+	CodeInvalidRequest = "invalid_request"
+	// CodeIllegalTransition is an action the operation's state does not
+	// allow (resolving one that is not unknown).
+	CodeIllegalTransition = "illegal_transition"
+	CodeNotFound          = "not_found"
+	CodeInternal          = "internal"
+)
