@@ -51,6 +51,9 @@ var Kinds = []Kind{Received, Conflict, Duplicate, Locked, ApprovalRequested, App
 // are absent, and render as null. It never holds a body, a token or a
 // secret: a response is named by its SHA-256 alone.
 type Event struct {
+	// ID is the event's place in its store, in the order of recording;
+	// not part of the leaf. Seq is -1 until the event is sealed.
+	ID             int64
 	Seq            int64     // position in the tenant's log, from 0
 	At             time.Time // microseconds, UTC
 	Tenant         string

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/audit"
 )
 
 // Store is the operations registry. Every method is one atomic step: it
@@ -93,6 +95,12 @@ type Store interface {
 	// how many. Executing and unknown operations are never purged: forgetting
 	// them would let a retry repeat an effect that may have happened.
 	Purge(ctx context.Context, limit int) (int, error)
+
+	// AuditEvents reads the audit events of one operation (or of a
+	// tenant), in the order they were recorded: every transition and every
+	// approval granted or expired has one, written in the same statement,
+	// and purging the operation keeps them.
+	AuditEvents(ctx context.Context, p AuditParams) ([]audit.Event, error)
 
 	// Ping checks that the store can do its work now: it answers, and a
 	// write commits (a full disk or a read-only file is ErrUnavailable).
@@ -314,6 +322,18 @@ func (p ResolveParams) Validate() error {
 	}
 	return nil
 }
+
+// AuditParams selects audit events: of one operation, or of a tenant,
+// after the store id After, at most Limit (0: DefaultPage; at most MaxPage).
+type AuditParams struct {
+	Tenant      string
+	OperationID string
+	After       int64
+	Limit       int
+}
+
+// PageLimit returns the effective page size.
+func (p AuditParams) PageLimit() int { return ListParams{Limit: p.Limit}.PageLimit() }
 
 // Usage is what one tenant holds in the store.
 type Usage struct {

@@ -32,8 +32,7 @@ var reserveApprovalSQL = `WITH ins AS (
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT id, NULL, state, created_at, $9, 'reserve for approval' FROM ins
+	` + recorded("ins", "NULL::text", "ins.state", "ins.created_at", "$9", "'reserve for approval'") + ` FROM ins
 ), apr AS (
 	INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
 		requested_by, approvers, status, created_at, expires_at, valid_for_us)
@@ -63,10 +62,10 @@ var decideSQL = `WITH ap AS (
 		expires_at = CASE WHEN ap.status = 'denied' THEN now() + o.retention_us * interval '1 microsecond'
 			ELSE o.expires_at END
 	FROM ap WHERE o.id = ap.op_id AND o.approval_id = ap.id AND o.state = 'prepared'
-	RETURNING o.id, o.state, o.updated_at
+	RETURNING o.id, o.state, o.updated_at, o.tenant, o.key, o.fingerprint, o.route, o.approval_id,
+		o.response_status, o.result_ref
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT id, 'prepared', 'failed', updated_at, $3, $7 FROM up WHERE state = 'failed'
+	` + recorded("up", "'prepared'", "up.state", "up.updated_at", "$3", "$7") + ` FROM up WHERE up.state = 'failed'
 )
 SELECT ` + approvalColumns + `, (SELECT count(*) FROM up) FROM ap`
 

@@ -20,7 +20,7 @@ import (
 // waited for its commit) insert nothing. When nothing is inserted, the same
 // statement returns the key's operation if its snapshot sees it (a replay in
 // one round trip); one committed during the statement needs a second read.
-const reserveSQL = `WITH ins AS (
+var reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
@@ -29,8 +29,7 @@ const reserveSQL = `WITH ins AS (
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT id, NULL, state, created_at, $13, $14 FROM ins
+	` + recorded("ins", "NULL::text", "ins.state", "ins.created_at", "$13", "$14") + ` FROM ins
 )
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
@@ -54,8 +53,7 @@ func transitionSQL(set, guard string) string {
 	WHERE id = $1 AND state = $2 ` + guard + `
 	RETURNING ` + opColumnsNoBody + `
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT id, $2, $3, updated_at, $4, $5 FROM up
+	` + recorded("up", "$2::text", "$3::text", "up.updated_at", "$4", "$5") + ` FROM up
 )
 SELECT ` + opColumns + ` FROM up`
 }

@@ -34,7 +34,7 @@ const (
 // one order. Only inserted operations are returned; a step whose key (or
 // business or concurrency key) is taken gets no row, and reads the holder
 // after the batch, as when reserveSQL's snapshot could not see it.
-const multiReserveSQL = `WITH input AS (
+var multiReserveSQL = `WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
 		$8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[])
 		AS i(id, tenant, key, route, fingerprint, state, attempts, owner_token, lease_us, business_key,
@@ -49,8 +49,8 @@ const multiReserveSQL = `WITH input AS (
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT ins.id, NULL, ins.state, ins.created_at, input.actor, input.reason FROM ins JOIN input USING (id)
+	` + recorded("ins", "NULL::text", "ins.state", "ins.created_at", "input.actor", "input.reason") + `
+	FROM ins JOIN input USING (id)
 )
 SELECT true, ` + opColumns + `, false FROM ins`
 
@@ -70,8 +70,8 @@ var multiCompleteSQL = `WITH input AS (
 	WHERE o.id = i.id AND o.state = i.from_state AND o.owner_token = i.owner_token AND o.fence = i.fence
 	RETURNING ` + qualified("o", opColumnsNoBody) + `
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT up.id, i.from_state, up.state, up.updated_at, i.actor, i.reason FROM up JOIN input i USING (id)
+	` + recorded("up", "i.from_state", "up.state", "up.updated_at", "i.actor", "i.reason") + `
+	FROM up JOIN input i USING (id)
 )
 SELECT ` + opColumns + ` FROM up`
 

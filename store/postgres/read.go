@@ -49,16 +49,19 @@ func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, err
 	return ledger.NewPage(ops, limit), nil
 }
 
-// History implements ledger.Store.
+// History implements ledger.Store: the transition events of the
+// operation, in the order they were recorded.
 func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, op_id, coalesce(from_state, ''), to_state, at, actor, reason
-		FROM idem_transitions WHERE op_id = $1 ORDER BY seq`, id)
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(from_state, ''), to_state, at, actor, coalesce(reason, '')
+		FROM idem_audit_events WHERE operation_id = $1 AND to_state IS NOT NULL ORDER BY id`, id)
 	if err != nil {
 		return nil, mapErr("history", err)
 	}
+	var n int64
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Event, error) {
-		var e ledger.Event
-		err := r.Scan(&e.Seq, &e.OpID, &e.From, &e.To, &e.At, &e.Actor, &e.Reason)
+		n++
+		e := ledger.Event{Seq: n, OpID: id}
+		err := r.Scan(&e.From, &e.To, &e.At, &e.Actor, &e.Reason)
 		return e, err
 	})
 	return events, mapErr("history", err)

@@ -10,7 +10,7 @@ import (
 // expireSQL makes a batch of lapsed leases unknown. SKIP LOCKED lets several
 // gateway instances sweep at once without waiting on each other, and the
 // state guard in the UPDATE makes each expiry happen once.
-const expireSQL = `WITH due AS (
+var expireSQL = `WITH due AS (
 	SELECT id FROM idem_operations
 	WHERE state = 'executing' AND lease_until < now()
 	ORDER BY lease_until LIMIT $1
@@ -20,23 +20,21 @@ const expireSQL = `WITH due AS (
 		last_error = 'lease_expired', updated_at = now(),
 		expires_at = now() + o.retention_us * interval '1 microsecond'
 	FROM due WHERE o.id = due.id AND o.state = 'executing'
-	RETURNING o.id, o.updated_at
+	RETURNING o.id, o.updated_at, o.tenant, o.key, o.fingerprint, o.route, o.approval_id, o.response_status,
+		o.result_ref
 ), hist AS (
-	INSERT INTO idem_transitions (op_id, from_state, to_state, at, actor, reason)
-	SELECT id, 'executing', 'unknown', updated_at, $2, 'lease expired' FROM up
+	` + recorded("up", "'executing'", "'unknown'", "up.updated_at", "$2", "'lease expired'") + ` FROM up
 )
 SELECT count(*) FROM up`
 
-// purgeSQL deletes a batch of operations past retention, with their history
-// and approvals.
+// purgeSQL deletes a batch of operations past retention, with their
+// approvals; their audit events, which are their history, stay.
 // Only prepared and final operations qualify: see ledger.Store.Purge.
-const purgeSQL = `WITH due AS (
+var purgeSQL = `WITH due AS (
 	SELECT id FROM idem_operations
 	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < now()
 	ORDER BY expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
-), hist AS (
-	DELETE FROM idem_transitions t USING due WHERE t.op_id = due.id
 ), approvals AS (
 	DELETE FROM idem_approvals a USING due WHERE a.op_id = due.id
 ), gone AS (

@@ -47,18 +47,20 @@ func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, err
 	return ledger.NewPage(ops, limit), nil
 }
 
-// History implements ledger.Store.
+// History implements ledger.Store: the transition events of the
+// operation, in the order they were recorded.
 func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) {
 	var events []ledger.Event
-	err := s.each(ctx, `SELECT seq, op_id, coalesce(from_state, ''), to_state, at, actor, reason
-		FROM idem_transitions WHERE op_id = ? ORDER BY seq`, []any{id}, func(r *sql.Rows) error {
-		var e ledger.Event
-		var at int64
-		err := r.Scan(&e.Seq, &e.OpID, &e.From, &e.To, &at, &e.Actor, &e.Reason)
-		e.At = fromMicro(at)
-		events = append(events, e)
-		return err
-	})
+	err := s.each(ctx, `SELECT coalesce(from_state, ''), to_state, at, actor, coalesce(reason, '')
+		FROM idem_audit_events WHERE operation_id = ? AND to_state IS NOT NULL ORDER BY id`, []any{id},
+		func(r *sql.Rows) error {
+			e := ledger.Event{Seq: int64(len(events) + 1), OpID: id}
+			var at int64
+			err := r.Scan(&e.From, &e.To, &at, &e.Actor, &e.Reason)
+			e.At = fromMicro(at)
+			events = append(events, e)
+			return err
+		})
 	return events, mapErr("history", err)
 }
 
