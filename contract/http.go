@@ -9,7 +9,17 @@ const (
 	// HeaderDuplicateOf names the operation whose answer a request with the
 	// same business key (and another idempotency key) was given.
 	HeaderDuplicateOf = "Idempotency-Duplicate-Of"
+	// HeaderRun is the agent's own name for the run that sends a request
+	// (an agent run id); the audit log records it with every event of the
+	// request, to say which run sent what.
+	HeaderRun = "Idempotency-Run"
+	// HeaderTraceparent is W3C Trace Context's header; its trace id is
+	// recorded in the audit log.
+	HeaderTraceparent = "traceparent"
 )
+
+// MaxRunLen bounds an Idempotency-Run value, as a key is bounded.
+const MaxRunLen = 255
 
 // Problem codes: DESIGN.md's table, plus store_unavailable, invalid_request,
 // illegal_transition, not_found and internal.
