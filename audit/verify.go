@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -59,12 +60,16 @@ type checkpointLine struct {
 // and no checkpoint beyond the export's end. It reads the file twice and
 // keeps O(log n) hashes, whatever its size.
 func Verify(path string, v note.Verifier, earlier ...string) (Report, error) {
-	cps, err := checkpoints(path, v, nil)
+	cps, err := checkpoints(path, v, nil, "")
 	if err != nil {
 		return Report{}, err
 	}
+	only := "" // a checkpoints file holds every tenant's: keep the export's log's
+	if len(cps) > 0 {
+		only = cps[0].Origin
+	}
 	for _, e := range earlier {
-		if cps, err = checkpoints(e, v, cps); err != nil {
+		if cps, err = checkpoints(e, v, cps, only); err != nil {
 			return Report{}, err
 		}
 	}
@@ -80,9 +85,10 @@ type signed struct {
 	where string
 }
 
-// checkpoints adds the checkpoints of the file at path to cps, sorted by
-// size, refusing a bad signature, a second origin and a fork.
-func checkpoints(path string, v note.Verifier, cps []signed) ([]signed, error) {
+// checkpoints adds the checkpoints of the file at path to cps (those of
+// origin only, if set), sorted by size, refusing a bad signature, a second
+// origin and a fork.
+func checkpoints(path string, v note.Verifier, cps []signed, only string) ([]signed, error) {
 	err := eachLine(path, func(n int, line []byte) error {
 		if !bytes.HasPrefix(line, []byte(`{"checkpoint"`)) {
 			return nil
@@ -90,6 +96,9 @@ func checkpoints(path string, v note.Verifier, cps []signed) ([]signed, error) {
 		var cl checkpointLine
 		if err := json.Unmarshal(line, &cl); err != nil || cl.Checkpoint == nil {
 			return &Tampered{Line: n, Seq: -1, Why: "a checkpoint line that does not parse"}
+		}
+		if only != "" && !strings.HasPrefix(*cl.Checkpoint, only+"\n") {
+			return nil
 		}
 		c, err := OpenCheckpoint([]byte(*cl.Checkpoint), v)
 		if err != nil {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
 	"time"
@@ -26,7 +27,14 @@ type Operation struct {
 	Approval       *ApprovalRef // its current approval; nil when none is involved
 	Response       *Response    // nil until a response is stored
 	ResultRef      string       // the upstream's reference for the effect, when known
-	LastError      string       // a short code, never a message holding request data
+	// Principal is who reserved it; Target the method and concrete path it
+	// was sent to. RunID and TraceID are the latest sender's agent run
+	// (Idempotency-Run) and W3C trace: the audit log's context.
+	Principal, Target, RunID, TraceID string
+	// ResponseSHA256 names the stored response in the audit log, which
+	// never holds a body.
+	ResponseSHA256 string
+	LastError      string // a short code, never a message holding request data
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	ExpiresAt      time.Time // when a final operation may be purged
@@ -37,6 +45,16 @@ type Response struct {
 	Status int
 	Header http.Header // selected headers only, no hop-by-hop
 	Body   []byte
+}
+
+// SHA256 is the hex SHA-256 of the response's body: how the audit log
+// names an answer without holding it.
+func (r *Response) SHA256() string {
+	if r == nil {
+		return ""
+	}
+	sum := sha256.Sum256(r.Body)
+	return hex.EncodeToString(sum[:])
 }
 
 // Lease is proof of ownership of an executing operation. Every owner step

@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/idemgate/idemgate/audit"
 )
 
@@ -101,6 +103,19 @@ type Store interface {
 	// approval granted or expired has one, written in the same statement,
 	// and purging the operation keeps them.
 	AuditEvents(ctx context.Context, p AuditParams) ([]audit.Event, error)
+	// SealAudit runs fn as the one sealer of the store's audit log (the
+	// single writer on SQLite, an advisory lock on PostgreSQL), in one
+	// transaction that commits if fn returns nil. It reports false, and
+	// does not run fn, when another sealer holds the log.
+	SealAudit(ctx context.Context, fn func(audit.SealTx) error) (bool, error)
+	// AuditLog reads a tenant's sealed events in log order, from p.From.
+	AuditLog(ctx context.Context, p LogParams) ([]audit.Event, error)
+	// AuditCheckpoints reads the signed checkpoints of a tenant's log (of
+	// every tenant's, for ""), larger than size after, by tenant and size.
+	AuditCheckpoints(ctx context.Context, tenant string, after int64) ([]audit.Stored, error)
+	// AuditHashes reads stored hashes of a tenant's tree, by tlog's index:
+	// the proofs' material.
+	AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error)
 
 	// Ping checks that the store can do its work now: it answers, and a
 	// write commits (a full disk or a read-only file is ErrUnavailable).
@@ -144,6 +159,9 @@ type ReserveParams struct {
 	Retention                       time.Duration // how long the key is remembered once final
 	BusinessKey, ConcurrencyKey     string
 	Actor                           string // recorded in the history
+	// Principal, Target, RunID and TraceID are the audit log's context of
+	// the request (DESIGN.md, "Audit log"); all optional.
+	Principal, Target, RunID, TraceID string
 	// Approval, when set, reserves the operation prepared (Lease must be
 	// 0) with a pending approval, in the same atomic step.
 	Approval *ApprovalRequest
@@ -167,7 +185,7 @@ const MinDuration = time.Microsecond
 // answer bad input alike, with ErrInvalid, before any driver sees it.
 func (p ReserveParams) Validate() error {
 	if err := texts(map[string]string{"tenant": p.Tenant, "route": p.Route, "fingerprint": p.Fingerprint,
-		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey); err != nil {
+		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey, p.Principal, p.Target, p.RunID, p.TraceID); err != nil {
 		return err
 	}
 	switch {
@@ -197,7 +215,7 @@ func texts(required map[string]string, optional ...string) error {
 	}
 	for _, v := range optional {
 		if !cleanText(v) {
-			return invalid("a business or concurrency key must be UTF-8 text")
+			return invalid("a business or concurrency key, and a request's context, must be UTF-8 text")
 		}
 	}
 	return nil
@@ -221,7 +239,7 @@ func (p ReserveParams) State() State {
 func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time.Time) *Operation {
 	op := &Operation{ID: id, Tenant: p.Tenant, Key: p.Key, Route: p.Route, Fingerprint: p.Fingerprint,
 		State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
-		CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
+		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
 	if op.State == Executing {
 		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
 	}
@@ -241,6 +259,9 @@ type AcquireParams struct {
 	// the key: the request is sent again with the same key and the upstream
 	// deduplicates it. Never set it for any other upstream.
 	Resend bool
+	// RunID and TraceID are the sending request's, for the audit log; an
+	// empty one keeps the operation's.
+	RunID, TraceID string
 }
 
 // Validate refuses an acquire without a lease or an actor.
@@ -252,6 +273,8 @@ func (p AcquireParams) Validate() error {
 		return invalid("lease %v: want at least %v", p.Lease, MinDuration)
 	case p.Actor == "" || !cleanText(p.Actor) || !cleanText(p.Reason):
 		return invalid("actor must be non-empty UTF-8 text")
+	case !cleanText(p.RunID) || !cleanText(p.TraceID):
+		return invalid("run and trace ids must be UTF-8 text")
 	}
 	return nil
 }
@@ -334,6 +357,26 @@ type AuditParams struct {
 
 // PageLimit returns the effective page size.
 func (p AuditParams) PageLimit() int { return ListParams{Limit: p.Limit}.PageLimit() }
+
+// LogParams selects a page of a tenant's sealed events: positions From
+// onwards, at most Limit (0 or more than MaxLogPage: MaxLogPage). Pages
+// are larger than a list's: an export reads the whole log.
+type LogParams struct {
+	Tenant string
+	From   int64
+	Limit  int
+}
+
+// PageLimit returns the effective page size.
+func (p LogParams) PageLimit() int {
+	if p.Limit <= 0 || p.Limit > MaxLogPage {
+		return MaxLogPage
+	}
+	return p.Limit
+}
+
+// MaxLogPage bounds a page of the audit log.
+const MaxLogPage = 5000
 
 // Usage is what one tenant holds in the store.
 type Usage struct {

@@ -46,6 +46,9 @@ type Change struct {
 
 	NewToken string        // acquire, resend: the new owner token
 	Lease    time.Duration // acquire, resend: the new lease
+	// RunID, TraceID: acquire, resend: the sender's, for the audit log
+	// ("" keeps the operation's).
+	RunID, TraceID string
 
 	Response  *ledger.Response // complete, resolve, deny: what retries will get
 	ResultRef string
@@ -287,7 +290,7 @@ func Acquire(ctx context.Context, d Driver, p ledger.AcquireParams) (ledger.Rese
 	}
 	token := ledger.NewToken()
 	op, err := Make(ctx, d, Change{Step: step, To: ledger.Executing, ID: p.ID, Actor: p.Actor, Reason: p.Reason,
-		NewToken: token, Lease: p.Lease})
+		NewToken: token, Lease: p.Lease, RunID: p.RunID, TraceID: p.TraceID})
 	if err != nil {
 		return ledger.Reservation{Op: op}, err // op: the one waiting, with ErrApprovalRequired
 	}

@@ -55,7 +55,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("RaceTwoHandles", func(t *testing.T) { testRaceTwoHandles(t, b) })
 	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })
 	runApprovals(t, b)
-	t.Run("AuditTransitions", func(t *testing.T) { testAuditTransitions(t, b) })
+	runAuditLog(t, b)
 	t.Run("Model", func(t *testing.T) { testModel(t, b) })
 }
 

@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/ledger"
@@ -15,6 +17,31 @@ const auditColumns = `id, coalesce(seq, -1), tenant, at, kind, coalesce(operatio
 	coalesce(run_id, ''), coalesce(trace_id, ''), coalesce(key, ''), coalesce(fingerprint, ''), coalesce(route, ''),
 	coalesce(target, ''), coalesce(from_state, ''), coalesce(to_state, ''), coalesce(actor, ''), coalesce(reason, ''),
 	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, '')`
+
+// scanEvent reads one row of auditColumns.
+func scanEvent(r pgx.CollectableRow) (audit.Event, error) {
+	var e audit.Event
+	var kind string
+	err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &e.At, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
+		&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
+		&e.ResultRef, &e.ResponseSHA256)
+	e.Kind = audit.Kind(kind)
+	return e, err
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// events runs an events query on q.
+func events(ctx context.Context, q querier, query string, args ...any) ([]audit.Event, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanEvent)
+}
 
 // AuditEvents implements ledger.Store.
 func (s *Store) AuditEvents(ctx context.Context, p ledger.AuditParams) ([]audit.Event, error) {
@@ -30,18 +57,39 @@ func (s *Store) AuditEvents(ctx context.Context, p ledger.AuditParams) ([]audit.
 	}
 	args = append(args, p.PageLimit())
 	query += fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, mapErr("audit events", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (audit.Event, error) {
-		var e audit.Event
-		var kind string
-		err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &e.At, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
-			&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
-			&e.ResultRef, &e.ResponseSHA256)
-		e.Kind = audit.Kind(kind)
-		return e, err
-	})
+	out, err := events(ctx, s.pool, query, args...)
 	return out, mapErr("audit events", err)
+}
+
+// AuditLog implements ledger.Store.
+func (s *Store) AuditLog(ctx context.Context, p ledger.LogParams) ([]audit.Event, error) {
+	out, err := events(ctx, s.pool, `SELECT `+auditColumns+` FROM idem_audit_events
+		WHERE tenant = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, p.Tenant, p.From, p.PageLimit())
+	return out, mapErr("audit log", err)
+}
+
+// AuditCheckpoints implements ledger.Store.
+func (s *Store) AuditCheckpoints(ctx context.Context, tenant string, after int64) ([]audit.Stored, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, size, root, signed, at FROM idem_audit_checkpoints
+		WHERE size > $1 AND ($2 = '' OR tenant = $2) ORDER BY tenant, size`, after, tenant)
+	if err != nil {
+		return nil, mapErr("audit checkpoints", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (audit.Stored, error) {
+		var c audit.Stored
+		var root []byte
+		var signed string
+		err := r.Scan(&c.Tenant, &c.Size, &root, &signed, &c.At)
+		copy(c.Root[:], root)
+		c.Signed = []byte(signed)
+		c.Origin, _, _ = strings.Cut(signed, "\n")
+		return c, err
+	})
+	return out, mapErr("audit checkpoints", err)
+}
+
+// AuditHashes implements ledger.Store.
+func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error) {
+	out, err := readHashes(ctx, s.pool, tenant, indexes)
+	return out, mapErr("audit hashes", err)
 }

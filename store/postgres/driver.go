@@ -22,10 +22,11 @@ import (
 // one round trip); one committed during the statement needs a second read.
 var reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
-		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
+		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
+		principal, target, run_id, trace_id)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
 		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
-		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond')
+		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -60,6 +61,10 @@ SELECT ` + opColumns + ` FROM up`
 
 const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
+// runContext records a new sender's agent run and trace ($8, $9) on the
+// operation, for the events of its steps; none keeps the earlier ones.
+const runContext = `run_id = coalesce($8::text, run_id), trace_id = coalesce($9::text, trace_id)`
+
 // withCTE adds one more common table expression to a transition statement,
 // before its final SELECT.
 func withCTE(statement, cte string) string {
@@ -83,28 +88,28 @@ var (
 	// Owner steps keep the owner token, so that an owner whose reply was
 	// lost can retry its step and be told it happened (see steps.Make).
 	completeSQL = transitionSQL(`lease_until = NULL, response_status = $8,
-		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12`, ownerGuard)
+		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12, response_sha256 = $13`, ownerGuard)
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
 	// lazySQL is the lazy form of each owner step's statement.
 	lazySQL = map[string]string{completeSQL: lazy(completeSQL), leaveSQL: lazy(leaveSQL)}
 	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	resendSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
-		lease_until = now() + $7::bigint * interval '1 microsecond'`, ``)
+		lease_until = now() + $7::bigint * interval '1 microsecond', `+runContext, ``)
 	// acquireSQL is resendSQL for a prepared operation: one bound to an
 	// approval is taken only while the approval is granted and in time,
 	// and the approval is used by this very statement.
 	acquireSQL = withCTE(transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
 		lease_until = now() + $7::bigint * interval '1 microsecond',
-		approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END`,
+		approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END, `+runContext,
 		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= now()))`),
 		`used AS (UPDATE idem_approvals a SET status = 'used' FROM up WHERE a.id = up.approval_id AND a.status = 'approved')`)
 	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $6`,
 		`AND lease_until < now()`)
 	resolveSQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
-		result_ref = coalesce($9, result_ref)`, ``)
+		result_ref = coalesce($9, result_ref), response_sha256 = $10`, ``)
 	denySQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
-		last_error = $9`, ``)
+		last_error = $9, response_sha256 = $10`, ``)
 	// heartbeatSQL extends a lease that has not lapsed: a lapsed one belongs
 	// to the expiry, whether or not a sweep has run yet.
 	heartbeatSQL = `UPDATE idem_operations
@@ -137,7 +142,8 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 		op, err = scanOp(scanAround{row, &inserted, &lapsed})
 		return err
 	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
-		nullable(p.BusinessKey), nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, reason)
+		nullable(p.BusinessKey), nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, reason,
+		nullable(p.Principal), nullable(p.Target), nullable(p.RunID), nullable(p.TraceID))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
@@ -187,19 +193,19 @@ func changeSQL(c steps.Change) (string, []any, error) {
 	switch c.Step {
 	case ledger.StepComplete:
 		return completeSQL, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
-			nullable(c.ResultRef), nullable(c.ErrorCode)}, err
+			nullable(c.ResultRef), nullable(c.ErrorCode), nullable(c.Response.SHA256())}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, nullable(c.ErrorCode)}, nil
 	case ledger.StepAcquire:
-		return acquireSQL, []any{c.NewToken, micros(c.Lease)}, nil
+		return acquireSQL, []any{c.NewToken, micros(c.Lease), nullable(c.RunID), nullable(c.TraceID)}, nil
 	case ledger.StepResend:
-		return resendSQL, []any{c.NewToken, micros(c.Lease)}, nil
+		return resendSQL, []any{c.NewToken, micros(c.Lease), nullable(c.RunID), nullable(c.TraceID)}, nil
 	case ledger.StepExpire:
 		return expireOneSQL, []any{c.ErrorCode}, nil
 	case ledger.StepResolve:
-		return resolveSQL, []any{status, headers, body, nullable(c.ResultRef)}, err
+		return resolveSQL, []any{status, headers, body, nullable(c.ResultRef), nullable(c.Response.SHA256())}, err
 	case ledger.StepDeny:
-		return denySQL, []any{status, headers, body, nullable(c.ErrorCode)}, err
+		return denySQL, []any{status, headers, body, nullable(c.ErrorCode), nullable(c.Response.SHA256())}, err
 	}
 	return "", nil, fmt.Errorf("no statement for step %s", c.Step)
 }

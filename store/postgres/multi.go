@@ -36,15 +36,18 @@ const (
 // after the batch, as when reserveSQL's snapshot could not see it.
 var multiReserveSQL = `WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
-		$8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[])
+		$8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
+		$16::text[], $17::text[], $18::text[])
 		AS i(id, tenant, key, route, fingerprint, state, attempts, owner_token, lease_us, business_key,
-			concurrency_key, retention_us, actor, reason)
+			concurrency_key, retention_us, actor, reason, principal, target, run_id, trace_id)
 ), ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
-		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at)
+		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
+		principal, target, run_id, trace_id)
 	SELECT id, tenant, key, route, fingerprint, state, attempts, owner_token, attempts,
 		CASE WHEN lease_us > 0 THEN now() + lease_us * interval '1 microsecond' END,
-		business_key, concurrency_key, retention_us, now(), now(), now() + retention_us * interval '1 microsecond'
+		business_key, concurrency_key, retention_us, now(), now(), now() + retention_us * interval '1 microsecond',
+		principal, target, run_id, trace_id
 	FROM input ORDER BY tenant, key
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
@@ -58,14 +61,14 @@ SELECT true, ` + opColumns + `, false FROM ins`
 // guard (source state, owner token and fence).
 var multiCompleteSQL = `WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-		$8::integer[], $9::bytea[], $10::bytea[], $11::text[], $12::text[])
+		$8::integer[], $9::bytea[], $10::bytea[], $11::text[], $12::text[], $13::text[])
 		AS i(id, from_state, to_state, actor, reason, owner_token, fence, response_status, response_headers,
-			response_body, result_ref, last_error)
+			response_body, result_ref, last_error, response_sha256)
 ), up AS (
 	UPDATE idem_operations o SET state = i.to_state, updated_at = now(),
 		expires_at = now() + o.retention_us * interval '1 microsecond', lease_until = NULL,
 		response_status = i.response_status, response_headers = i.response_headers, response_body = i.response_body,
-		result_ref = i.result_ref, last_error = i.last_error
+		result_ref = i.result_ref, last_error = i.last_error, response_sha256 = i.response_sha256
 	FROM input i
 	WHERE o.id = i.id AND o.state = i.from_state AND o.owner_token = i.owner_token AND o.fence = i.fence
 	RETURNING ` + qualified("o", opColumnsNoBody) + `

@@ -16,7 +16,7 @@ import (
 const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, lease_until,
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
-	created_at, updated_at, expires_at`
+	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256`
 
 // opColumnsNoBody returns the same columns without the stored response's
 // headers and body, for statements that wrote them and need not read them
@@ -34,11 +34,13 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 		respStatus                  *int32
 		respHeaders, respBody       []byte
 		resultRef, lastError        *string
+		principal, target, runID    *string
+		traceID, sum                *string
 	)
 	err := row.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
 		&respStatus, &respHeaders, &respBody, &resultRef, &lastError,
-		&op.CreatedAt, &op.UpdatedAt, &op.ExpiresAt)
+		&op.CreatedAt, &op.UpdatedAt, &op.ExpiresAt, &principal, &target, &runID, &traceID, &sum)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +48,8 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	op.LeaseUntil = deref(leaseUntil)
 	op.BusinessKey, op.ConcurrencyKey = deref(businessKey), deref(concurrencyKey)
 	op.ResultRef, op.LastError = deref(resultRef), deref(lastError)
+	op.Principal, op.Target, op.RunID, op.TraceID = deref(principal), deref(target), deref(runID), deref(traceID)
+	op.ResponseSHA256 = deref(sum)
 	if approvalID != nil {
 		op.Approval = &ledger.ApprovalRef{ID: *approvalID, Status: ledger.ApprovalStatus(deref(approvalStatus)),
 			ExpiresAt: deref(approvalExpires)}

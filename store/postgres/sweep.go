@@ -21,7 +21,7 @@ var expireSQL = `WITH due AS (
 		expires_at = now() + o.retention_us * interval '1 microsecond'
 	FROM due WHERE o.id = due.id AND o.state = 'executing'
 	RETURNING o.id, o.updated_at, o.tenant, o.key, o.fingerprint, o.route, o.approval_id, o.response_status,
-		o.result_ref
+		o.result_ref, ` + eventContext + `
 ), hist AS (
 	` + recorded("up", "'executing'", "'unknown'", "up.updated_at", "$2", "'lease expired'") + ` FROM up
 )

@@ -3,6 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
+
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/ledger"
@@ -13,6 +16,42 @@ const auditColumns = `id, coalesce(seq, -1), tenant, at, kind, coalesce(operatio
 	coalesce(run_id, ''), coalesce(trace_id, ''), coalesce(key, ''), coalesce(fingerprint, ''), coalesce(route, ''),
 	coalesce(target, ''), coalesce(from_state, ''), coalesce(to_state, ''), coalesce(actor, ''), coalesce(reason, ''),
 	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, '')`
+
+func scanEvent(r *sql.Rows) (audit.Event, error) {
+	var e audit.Event
+	var at int64
+	var kind string
+	err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &at, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
+		&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
+		&e.ResultRef, &e.ResponseSHA256)
+	e.At, e.Kind = fromMicro(at), audit.Kind(kind)
+	return e, err
+}
+
+// events runs an events query on q.
+func events(ctx context.Context, q querier, query string, args ...any) ([]audit.Event, error) {
+	var out []audit.Event
+	err := eachRow(ctx, q, query, args, func(r *sql.Rows) error {
+		e, err := scanEvent(r)
+		out = append(out, e)
+		return err
+	})
+	return out, err
+}
+
+// eachRow runs query on q and calls fn on every row; every error counts.
+func eachRow(ctx context.Context, q querier, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return errors.Join(err, rows.Close())
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
+}
 
 // AuditEvents implements ledger.Store.
 func (s *Store) AuditEvents(ctx context.Context, p ledger.AuditParams) ([]audit.Event, error) {
@@ -28,17 +67,53 @@ func (s *Store) AuditEvents(ctx context.Context, p ledger.AuditParams) ([]audit.
 	}
 	query += ` ORDER BY id LIMIT ?`
 	args = append(args, p.PageLimit())
-	var out []audit.Event
-	err := s.each(ctx, query, args, func(r *sql.Rows) error {
-		var e audit.Event
+	out, err := events(ctx, s.read, query, args...)
+	return out, mapErr("audit events", err)
+}
+
+// AuditLog implements ledger.Store.
+func (s *Store) AuditLog(ctx context.Context, p ledger.LogParams) ([]audit.Event, error) {
+	out, err := events(ctx, s.read, `SELECT `+auditColumns+` FROM idem_audit_events
+		WHERE tenant = ? AND seq >= ? AND seq IS NOT NULL ORDER BY seq LIMIT ?`, p.Tenant, p.From, p.PageLimit())
+	return out, mapErr("audit log", err)
+}
+
+// AuditCheckpoints implements ledger.Store.
+func (s *Store) AuditCheckpoints(ctx context.Context, tenant string, after int64) ([]audit.Stored, error) {
+	query := `SELECT tenant, size, root, signed, at FROM idem_audit_checkpoints WHERE size > ?`
+	args := []any{after}
+	if tenant != "" {
+		query += ` AND tenant = ?`
+		args = append(args, tenant)
+	}
+	var out []audit.Stored
+	err := eachRow(ctx, s.read, query+` ORDER BY tenant, size`, args, func(r *sql.Rows) error {
+		var c audit.Stored
+		var root []byte
+		var signed string
 		var at int64
-		var kind string
-		err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &at, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
-			&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
-			&e.ResultRef, &e.ResponseSHA256)
-		e.At, e.Kind = fromMicro(at), audit.Kind(kind)
-		out = append(out, e)
+		err := r.Scan(&c.Tenant, &c.Size, &root, &signed, &at)
+		copy(c.Root[:], root)
+		c.Signed, c.At = []byte(signed), fromMicro(at)
+		c.Origin = originOf(c.Signed)
+		out = append(out, c)
 		return err
 	})
-	return out, mapErr("audit events", err)
+	return out, mapErr("audit checkpoints", err)
+}
+
+// originOf is a signed checkpoint's first line.
+func originOf(signed []byte) string {
+	for i, b := range signed {
+		if b == '\n' {
+			return string(signed[:i])
+		}
+	}
+	return ""
+}
+
+// AuditHashes implements ledger.Store.
+func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error) {
+	out, err := readHashes(ctx, s.read, tenant, indexes)
+	return out, mapErr("audit hashes", err)
 }

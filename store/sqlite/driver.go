@@ -23,9 +23,9 @@ const nowUS = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
 // ?12 the retention.
 const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token,
 	fence, lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-	last_actor, last_reason)
+	last_actor, last_reason, principal, target, run_id, trace_id)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN ` + nowUS + ` + ?9 END, ?10, ?11, ?12,
-	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14)
+	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14, ?15, ?16, ?17, ?18)
 ON CONFLICT DO NOTHING
 RETURNING created_at, lease_until, expires_at`
 
@@ -49,28 +49,33 @@ func transitionSQL(set, guard string) string {
 
 const ownerGuard = `AND owner_token = ?6 AND fence = ?7`
 
+// runContext records a new sender's agent run and trace (?8, ?9) on the
+// operation, for the events of its steps; none keeps the earlier ones.
+const runContext = `run_id = coalesce(?8, run_id), trace_id = coalesce(?9, trace_id)`
+
 var (
 	// Owner steps keep the owner token, so that an owner whose reply was
 	// lost can retry its step and be told it happened (see steps.Make).
 	completeSQL = transitionSQL(`lease_until = NULL, response_status = ?8,
-		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12`, ownerGuard)
+		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12, response_sha256 = ?13`, ownerGuard)
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = ?8`, ownerGuard)
 	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	resendSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
-		lease_until = `+nowUS+` + ?7`, ``)
+		lease_until = `+nowUS+` + ?7, `+runContext, ``)
 	// acquireSQL is resendSQL for a prepared operation: one bound to an
 	// approval is taken only while the approval is granted and in time,
 	// and it is used by this step (a trigger marks the approval used).
 	acquireSQL = transitionSQL(`owner_token = ?6, fence = fence + 1, attempts = attempts + 1,
-		lease_until = `+nowUS+` + ?7, approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END`,
+		lease_until = `+nowUS+` + ?7, approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END,
+		`+runContext,
 		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= `+nowUS+`))`)
 	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?6`,
 		`AND lease_until < `+nowUS)
 	resolveSQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
-		result_ref = coalesce(?9, result_ref)`, ``)
+		result_ref = coalesce(?9, result_ref), response_sha256 = ?10`, ``)
 	denySQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
-		last_error = ?9`, ``)
+		last_error = ?9, response_sha256 = ?10`, ``)
 	// heartbeatSQL extends a lease that has not lapsed: a lapsed one belongs
 	// to the expiry, whether or not a sweep has run yet.
 	heartbeatSQL = `UPDATE idem_operations SET lease_until = ` + nowUS + ` + ?1, updated_at = ` + nowUS + `
@@ -104,7 +109,8 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	var leaseUntil sql.NullInt64
 	err := queryRow(ctx, d.q, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
 		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
-		p.Actor, reason).Scan(&created, &leaseUntil, &expires)
+		p.Actor, reason, null(p.Principal), null(p.Target), null(p.RunID), null(p.TraceID)).Scan(&created,
+		&leaseUntil, &expires)
 	switch {
 	case errors.Is(err, errNoRows):
 		return nil, steps.ErrGuard
@@ -161,19 +167,19 @@ func changeSQL(c steps.Change) (string, []any, error) {
 	switch c.Step {
 	case ledger.StepComplete:
 		return completeSQL, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
-			null(c.ResultRef), null(c.ErrorCode)}, err
+			null(c.ResultRef), null(c.ErrorCode), null(c.Response.SHA256())}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, null(c.ErrorCode)}, nil
 	case ledger.StepAcquire:
-		return acquireSQL, []any{c.NewToken, c.Lease.Microseconds()}, nil
+		return acquireSQL, []any{c.NewToken, c.Lease.Microseconds(), null(c.RunID), null(c.TraceID)}, nil
 	case ledger.StepResend:
-		return resendSQL, []any{c.NewToken, c.Lease.Microseconds()}, nil
+		return resendSQL, []any{c.NewToken, c.Lease.Microseconds(), null(c.RunID), null(c.TraceID)}, nil
 	case ledger.StepExpire:
 		return expireOneSQL, []any{c.ErrorCode}, nil
 	case ledger.StepResolve:
-		return resolveSQL, []any{status, headers, body, null(c.ResultRef)}, err
+		return resolveSQL, []any{status, headers, body, null(c.ResultRef), null(c.Response.SHA256())}, err
 	case ledger.StepDeny:
-		return denySQL, []any{status, headers, body, null(c.ErrorCode)}, err
+		return denySQL, []any{status, headers, body, null(c.ErrorCode), null(c.Response.SHA256())}, err
 	}
 	return "", nil, fmt.Errorf("no statement for step %s", c.Step)
 }

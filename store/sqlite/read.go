@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -65,16 +64,7 @@ func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) 
 }
 
 func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := s.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return errors.Join(err, rows.Close())
-		}
-	}
-	return errors.Join(rows.Err(), rows.Close())
+	return eachRow(ctx, s.read, query, args, fn)
 }
 
 // usageSQL counts a tenant's live operations and stored bytes; length()

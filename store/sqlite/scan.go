@@ -15,7 +15,7 @@ import (
 const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, lease_until,
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
-	created_at, updated_at, expires_at`
+	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256`
 
 // The two lookups of one operation.
 const (
@@ -39,10 +39,12 @@ func scanOp(r row) (*ledger.Operation, error) {
 		resultRef, lastError                    sql.NullString
 		respHeaders, respBody                   []byte
 		created, updated, expires               int64
+		principal, target, runID, traceID, sum  sql.NullString
 	)
 	err := r.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
-		&respStatus, &respHeaders, &respBody, &resultRef, &lastError, &created, &updated, &expires)
+		&respStatus, &respHeaders, &respBody, &resultRef, &lastError, &created, &updated, &expires,
+		&principal, &target, &runID, &traceID, &sum)
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +52,8 @@ func scanOp(r row) (*ledger.Operation, error) {
 	op.LeaseUntil = micro(leaseUntil)
 	op.BusinessKey, op.ConcurrencyKey = businessKey.String, concurrencyKey.String
 	op.ResultRef, op.LastError = resultRef.String, lastError.String
+	op.Principal, op.Target, op.RunID, op.TraceID = principal.String, target.String, runID.String, traceID.String
+	op.ResponseSHA256 = sum.String
 	op.CreatedAt, op.UpdatedAt, op.ExpiresAt = fromMicro(created), fromMicro(updated), fromMicro(expires)
 	if approvalID.Valid {
 		op.Approval = &ledger.ApprovalRef{ID: approvalID.String, Status: ledger.ApprovalStatus(approvalStatus.String),

@@ -1,0 +1,110 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/idemgate/idemgate/audit"
+)
+
+// ExportAudit writes a tenant's log as an export (DESIGN.md, "Audit log"):
+// its sealed events in log order, then its signed checkpoints. The
+// checkpoints are read first, so that every one is within the events that
+// follow, however the log grows meanwhile. It returns the events written.
+func ExportAudit(ctx context.Context, s Store, tenant string, w io.Writer) (int64, error) {
+	cps, err := s.AuditCheckpoints(ctx, tenant, -1)
+	if err != nil {
+		return 0, fmt.Errorf("export: %w", err)
+	}
+	x := audit.NewWriter(w)
+	var n int64
+	for {
+		page, err := s.AuditLog(ctx, LogParams{Tenant: tenant, From: n})
+		if err != nil {
+			return n, fmt.Errorf("export: %w", err)
+		}
+		for _, e := range page {
+			if e.Seq != n {
+				return n, fmt.Errorf("export: the store's log has no event %d", n)
+			}
+			if err := x.Event(e); err != nil {
+				return n, fmt.Errorf("export: %w", err)
+			}
+			n++
+		}
+		if len(page) < (LogParams{}).PageLimit() {
+			break
+		}
+	}
+	for _, c := range cps {
+		if err := x.Checkpoint(c.Signed); err != nil {
+			return n, fmt.Errorf("export: %w", err)
+		}
+	}
+	return n, x.Flush()
+}
+
+// Proof is an inclusion proof of one audit event, or why there is none
+// yet.
+type Proof struct {
+	Event audit.Event
+	// Text is the proof in the C2SP tlog-proof format, against the latest
+	// checkpoint; empty when the event is not yet covered by one.
+	Text    []byte
+	Pending string // why there is no proof yet
+}
+
+// ProveAudit proves the inclusion of an operation's events in its tenant's
+// log, each against the latest signed checkpoint, checking every proof
+// before it is returned.
+func ProveAudit(ctx context.Context, s Store, opID string) ([]Proof, error) {
+	evs, err := s.AuditEvents(ctx, AuditParams{OperationID: opID, Limit: MaxPage})
+	if err != nil {
+		return nil, fmt.Errorf("prove: %w", err)
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("prove %s: %w", opID, ErrNotFound)
+	}
+	tenant := evs[0].Tenant
+	cps, err := s.AuditCheckpoints(ctx, tenant, -1)
+	if err != nil {
+		return nil, fmt.Errorf("prove: %w", err)
+	}
+	hashes := tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) { return s.AuditHashes(ctx, tenant, ix) })
+	out := make([]Proof, 0, len(evs))
+	for _, e := range evs {
+		p := Proof{Event: e}
+		switch {
+		case e.Seq < 0:
+			p.Pending = "not sealed yet"
+		case len(cps) == 0 || e.Seq >= cps[len(cps)-1].Size:
+			p.Pending = "sealed, not yet covered by a signed checkpoint"
+		default:
+			c := cps[len(cps)-1]
+			if p.Text, err = proveOne(e, c, hashes); err != nil {
+				return nil, fmt.Errorf("prove event %d: %w", e.Seq, err)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// proveOne proves e in the tree of checkpoint c and checks the proof.
+func proveOne(e audit.Event, c audit.Stored, hashes tlog.HashReader) ([]byte, error) {
+	proof, err := tlog.ProveRecord(c.Size, e.Seq, hashes)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := e.LeafHash()
+	if err != nil {
+		return nil, err
+	}
+	if err := tlog.CheckRecord(proof, c.Size, c.Root, e.Seq, leaf); err != nil {
+		return nil, fmt.Errorf("the store's tree does not hold this event: %w", err)
+	}
+	return audit.FormatProof(e.Seq, proof, c.Signed), nil
+}
