@@ -47,6 +47,10 @@ const (
 var Kinds = []Kind{Received, Conflict, Duplicate, Locked, ApprovalRequested, Approved, Denied, ApprovalExpired,
 	Forwarded, Answered, Succeeded, Failed, Released, Unknown, Resolved, Replayed, AnswerUnrecorded}
 
+// Recorded lists the kinds recorded apart from any transition: what a
+// request was answered without one. The gateway writes them in batches.
+var Recorded = []Kind{Received, Conflict, Duplicate, Locked, Replayed, AnswerUnrecorded, Answered}
+
 // Event is one entry of a tenant's log. Empty strings and a zero status
 // are absent, and render as null. It never holds a body, a token or a
 // secret: a response is named by its SHA-256 alone.

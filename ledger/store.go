@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -103,6 +104,11 @@ type Store interface {
 	// approval granted or expired has one, written in the same statement,
 	// and purging the operation keeps them.
 	AuditEvents(ctx context.Context, p AuditParams) ([]audit.Event, error)
+	// RecordEvents writes events that record no transition (a replay, a
+	// conflict, a retry answered as it stands), in one step: the gateway
+	// batches them so that replays write nothing on their own path.
+	// ValidateEvents refuses a batch before any is written.
+	RecordEvents(ctx context.Context, events []audit.Event) error
 	// SealAudit runs fn as the one sealer of the store's audit log (the
 	// single writer on SQLite, an advisory lock on PostgreSQL), in one
 	// transaction that commits if fn returns nil. It reports false, and
@@ -357,6 +363,25 @@ type AuditParams struct {
 
 // PageLimit returns the effective page size.
 func (p AuditParams) PageLimit() int { return ListParams{Limit: p.Limit}.PageLimit() }
+
+// ValidateEvents refuses events a store should not record as they
+// stand: a transition's kind (those are written with their transition,
+// never apart), no tenant, or text a store cannot keep.
+func ValidateEvents(events []audit.Event) error {
+	for _, e := range events {
+		if !slices.Contains(audit.Recorded, e.Kind) {
+			return invalid("event kind %q is not recorded apart from a transition", e.Kind)
+		}
+		if err := texts(map[string]string{"tenant": e.Tenant}, e.OperationID, e.Principal, e.RunID, e.TraceID, e.Key,
+			e.Fingerprint, e.Route, e.Target, e.Actor, e.Reason, e.ResultRef, e.ResponseSHA256); err != nil {
+			return err
+		}
+		if e.From != "" || e.To != "" || e.UpstreamStatus < 0 || e.UpstreamStatus > 999 {
+			return invalid("an event recorded apart has no transition, and a status of three digits")
+		}
+	}
+	return nil
+}
 
 // LogParams selects a page of a tenant's sealed events: positions From
 // onwards, at most Limit (0 or more than MaxLogPage: MaxLogPage). Pages

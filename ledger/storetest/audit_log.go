@@ -21,6 +21,7 @@ import (
 func runAuditLog(t *testing.T, b Backend) {
 	t.Run("AuditTransitions", func(t *testing.T) { testAuditTransitions(t, b) })
 	t.Run("AuditContext", func(t *testing.T) { testAuditContext(t, b) })
+	t.Run("AuditRecordEvents", func(t *testing.T) { testAuditRecordEvents(t, b) })
 	t.Run("AuditSeal", func(t *testing.T) { testAuditSeal(t, b) })
 	t.Run("AuditCheckpointsDue", func(t *testing.T) { testAuditCheckpointsDue(t, b) })
 	t.Run("AuditNeverForks", func(t *testing.T) { testAuditNeverForks(t, b) })
@@ -299,4 +300,43 @@ func testRaceSealers(t *testing.T, b Backend) {
 	if es, err := s.AuditEvents(ctx(t), ledger.AuditParams{Tenant: "acme", Limit: ledger.MaxPage}); err != nil || len(es) != 120 {
 		t.Fatalf("%d events (%v), want 120", len(es), err)
 	}
+}
+
+// testAuditRecordEvents: events that record no transition are written in
+// one step, as they are, and sealed with the others; a batch holding a
+// transition's kind, or text a store cannot keep, is refused whole.
+func testAuditRecordEvents(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	r := reserve(t, s, Params(Long))
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	batch := []audit.Event{
+		{At: at, Tenant: "acme", OperationID: r.Op.ID, Kind: audit.Replayed, RunID: "run-2", Key: r.Op.Key,
+			Fingerprint: r.Op.Fingerprint, UpstreamStatus: 201, ResponseSHA256: "ab", Actor: "gw"},
+		{At: at, Tenant: "acme", OperationID: r.Op.ID, Kind: audit.Conflict, Key: r.Op.Key, Fingerprint: "sha256:bbbb",
+			Reason: "stored fingerprint sha256:aaaa"},
+	}
+	bad := append([]audit.Event{batch[0]}, audit.Event{At: at, Tenant: "acme", Kind: audit.Succeeded})
+	if err := s.RecordEvents(c, bad); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("a transition's kind recorded apart: %v", err)
+	}
+	nul := []audit.Event{{At: at, Tenant: "acme", Kind: audit.Received, Reason: "a\x00b"}}
+	if err := s.RecordEvents(c, nul); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("a NUL in an event: %v", err)
+	}
+	if err := s.RecordEvents(c, batch); err != nil {
+		t.Fatal(err)
+	}
+	es, err := s.AuditEvents(c, ledger.AuditParams{OperationID: r.Op.ID})
+	if err != nil || len(es) != 3 {
+		t.Fatalf("events %+v %v", es, err)
+	}
+	got := es[1]
+	if got.Kind != audit.Replayed || got.RunID != "run-2" || got.UpstreamStatus != 201 || !got.At.Equal(at) ||
+		got.ResponseSHA256 != "ab" || es[2].Kind != audit.Conflict || es[2].Fingerprint != "sha256:bbbb" || es[2].UpstreamStatus != 0 {
+		t.Fatalf("recorded %+v", es[1:])
+	}
+	sg, _ := signer(t)
+	seal(t, &audit.Sealer{Log: s, Signing: audit.Signing{Signer: sg, Name: "t", Every: 1}})
+	checkLog(t, s, "acme", 3)
 }

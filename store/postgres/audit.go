@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
@@ -92,4 +93,38 @@ func (s *Store) AuditCheckpoints(ctx context.Context, tenant string, after int64
 func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error) {
 	out, err := readHashes(ctx, s.pool, tenant, indexes)
 	return out, mapErr("audit hashes", err)
+}
+
+// recordSQL writes events recorded apart from a transition, in one
+// statement over arrays.
+const recordSQL = `INSERT INTO idem_audit_events (tenant, at, kind, operation_id, principal, run_id, trace_id, key,
+	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256)
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::text[], $16::text[])`
+
+// RecordEvents implements ledger.Store.
+func (s *Store) RecordEvents(ctx context.Context, events []audit.Event) error {
+	if err := ledger.ValidateEvents(events); err != nil {
+		return err
+	}
+	cols := make([][]*string, 13)
+	at, status := make([]time.Time, len(events)), make([]*int32, len(events))
+	for i, e := range events {
+		at[i] = e.At
+		if e.UpstreamStatus != 0 {
+			st := int32(e.UpstreamStatus)
+			status[i] = &st
+		}
+		for j, v := range []string{e.Tenant, string(e.Kind), e.OperationID, e.Principal, e.RunID, e.TraceID, e.Key,
+			e.Fingerprint, e.Route, e.Target, e.Actor, e.Reason, e.ResultRef} {
+			cols[j] = append(cols[j], nullable(v))
+		}
+	}
+	sums := make([]*string, len(events))
+	for i, e := range events {
+		sums[i] = nullable(e.ResponseSHA256)
+	}
+	_, err := s.pool.Exec(ctx, recordSQL, cols[0], at, cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7],
+		cols[8], cols[9], cols[10], cols[11], status, cols[12], sums)
+	return mapErr("record events", err)
 }

@@ -117,3 +117,37 @@ func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64)
 	out, err := readHashes(ctx, s.read, tenant, indexes)
 	return out, mapErr("audit hashes", err)
 }
+
+// recordSQL writes one event recorded apart from a transition.
+const recordSQL = `INSERT INTO idem_audit_events (tenant, at, kind, operation_id, principal, run_id, trace_id, key,
+	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// RecordEvents implements ledger.Store, as one step of the writer: the
+// events ride in the next group commit.
+func (s *Store) RecordEvents(ctx context.Context, events []audit.Event) error {
+	if err := ledger.ValidateEvents(events); err != nil {
+		return err
+	}
+	_, err := step(s, ctx, owning, func(ctx context.Context, d driver) (struct{}, error) {
+		q := d.q.(*writeConn)
+		for _, e := range events {
+			if _, err := q.ExecContext(ctx, recordSQL, e.Tenant, e.At.UnixMicro(), string(e.Kind), null(e.OperationID),
+				null(e.Principal), null(e.RunID), null(e.TraceID), null(e.Key), null(e.Fingerprint), null(e.Route),
+				null(e.Target), null(e.Actor), null(e.Reason), nullStatus(e.UpstreamStatus), null(e.ResultRef),
+				null(e.ResponseSHA256)); err != nil {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	return mapErr("record events", err)
+}
+
+// nullStatus is a status, 0 being none.
+func nullStatus(status int) any {
+	if status == 0 {
+		return nil
+	}
+	return status
+}
