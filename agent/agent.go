@@ -16,7 +16,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 )
 
@@ -123,11 +126,59 @@ type Client struct {
 	HTTP    *http.Client // default: no keep-alive reuse across a failed write, 30s per attempt
 	Policy  Policy
 	Clock   Clock // default: the real clock
+	// Run is the agent's own name for the run it is part of (a workflow,
+	// a conversation), sent as Idempotency-Run with every request, so
+	// that the gateway's audit log says which run sent each write. Empty:
+	// the journal's process run (Journal.Run). A Run that CheckRun refuses
+	// makes Do, Prepare and Status fail with ErrInvalidRun, before
+	// anything is written or sent.
+	Run string
+}
+
+// ErrInvalidRun is a Client.Run that cannot be sent as Idempotency-Run.
+var ErrInvalidRun = errors.New("invalid run id")
+
+// CheckRun says whether run can name an agent run (Client.Run): 1 to
+// contract.MaxRunLen bytes of printable UTF-8, neither starting nor
+// ending with a space, since a header's surrounding spaces are dropped
+// and it would not arrive as written.
+func CheckRun(run string) error {
+	switch {
+	case run == "" || len(run) > contract.MaxRunLen:
+		return fmt.Errorf("%w: want 1 to %d bytes, got %d", ErrInvalidRun, contract.MaxRunLen, len(run))
+	case !utf8.ValidString(run):
+		return fmt.Errorf("%w: not UTF-8", ErrInvalidRun)
+	case strings.TrimSpace(run) != run:
+		return fmt.Errorf("%w: %q starts or ends with a space", ErrInvalidRun, run)
+	case strings.IndexFunc(run, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("%w: %q has a control or non-printing character", ErrInvalidRun, run)
+	}
+	return nil
+}
+
+// checkRun refuses a Run the client could not send.
+func (c *Client) checkRun() error {
+	if c.Run == "" {
+		return nil
+	}
+	return CheckRun(c.Run)
+}
+
+// runID is the agent run the client's requests name: its Run, or the
+// journal's process run.
+func (c *Client) runID() string {
+	if c.Run == "" {
+		return c.Journal.Run()
+	}
+	return c.Run
 }
 
 // Do performs an action: it finds or makes its intent's key in the journal,
 // then sends it with the policy's retries, and records every attempt.
 func (c *Client) Do(ctx context.Context, a Action) (Outcome, error) {
+	if err := c.checkRun(); err != nil {
+		return Outcome{}, err
+	}
 	e, err := c.entry(ctx, a)
 	if err != nil {
 		return Outcome{}, err
@@ -261,6 +312,9 @@ var defaultHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // its intent and asks again must not get a second key for the same action.
 // A second identical action is asked for with Repeat.
 func (c *Client) Prepare(ctx context.Context, a Action) (e *Entry, existing bool, err error) {
+	if err := c.checkRun(); err != nil {
+		return nil, false, err
+	}
 	if a.Intent != "" {
 		e, err = c.entry(ctx, a)
 		return e, false, err

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	_ "modernc.org/sqlite" // the journal's driver, as the ledger's
 )
 
@@ -59,6 +60,7 @@ UPDATE attempts SET sent = 'yes' WHERE status > 0;`
 type Journal struct {
 	db   *sql.DB
 	path string
+	run  string // the process run: see Run
 }
 
 // Entry is one version of an intent, as the journal knows it.
@@ -86,7 +88,7 @@ func OpenJournal(ctx context.Context, path string) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	j := &Journal{db: db, path: path}
+	j := &Journal{db: db, path: path, run: "run_" + ulid.Make().String()}
 	if err := j.init(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
@@ -136,6 +138,13 @@ func (j *Journal) Close() error { return j.db.Close() }
 
 // Path is the journal's file.
 func (j *Journal) Path() string { return j.path }
+
+// Run is the journal's process run: an agent run id ("run_" and a ULID)
+// made when this journal was opened, which a Client whose Run is empty
+// sends as Idempotency-Run. It names this process's use of the journal,
+// so that the gateway's audit log tells two runs sharing one journal, or
+// one process restarted, apart; it is not stored in the file.
+func (j *Journal) Run() string { return j.run }
 
 // Sent says whether a request of an intent may have reached the gateway,
 // so that "failed" can say whether anything left and a resume knows what

@@ -259,7 +259,7 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, wait time.Dura
 	if err != nil {
 		return attempt{err: err}
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	c.identify(req)
 	req.Header.Set(contract.HeaderKey, e.Key)
 	if wait >= time.Second {
 		req.Header.Set(contract.HeaderPrefer, fmt.Sprintf("wait=%d", int(wait.Seconds())))
@@ -285,6 +285,13 @@ func (c *Client) send(ctx context.Context, e *Entry, body []byte, wait time.Dura
 		a.approval, a.accepted = accepted(a.body)
 	}
 	return a
+}
+
+// identify sets what every request of the client carries: its token and
+// the agent run it is part of.
+func (c *Client) identify(req *http.Request) {
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set(contract.HeaderRun, c.runID())
 }
 
 // problemCode is an answer's problem code, if it is a problem.
@@ -322,7 +329,7 @@ func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 	if err != nil {
 		return opView{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	c.identify(req)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return opView{}, err

@@ -22,6 +22,9 @@ type Status struct {
 // Status looks the intent's latest version up in the journal and at the
 // gateway.
 func (c *Client) Status(ctx context.Context, intent string) (Status, error) {
+	if err := c.checkRun(); err != nil {
+		return Status{}, err
+	}
 	e, err := c.Journal.Latest(ctx, intent)
 	if err != nil {
 		return Status{}, err
@@ -31,6 +34,9 @@ func (c *Client) Status(ctx context.Context, intent string) (Status, error) {
 
 // StatusByOperation is Status for the intent whose operation id is opID.
 func (c *Client) StatusByOperation(ctx context.Context, opID string) (Status, error) {
+	if err := c.checkRun(); err != nil {
+		return Status{}, err
+	}
 	e, err := c.Journal.ByOperation(ctx, opID)
 	if err != nil {
 		return Status{}, err

@@ -46,7 +46,7 @@ error. The JSON says why (reason) and whether anything reached the gateway
 
 // callFlags are what call and call status share.
 type callFlags struct {
-	intent, journal, gateway string
+	intent, journal, gateway, run string
 }
 
 func (f *callFlags) add(cmd *cobra.Command) {
@@ -62,9 +62,20 @@ func (f *callFlags) addCommon(cmd *cobra.Command) {
 	fl.StringVar(&f.gateway, "gateway", os.Getenv("IDEMGATE_URL"), "gateway URL (default $IDEMGATE_URL)")
 }
 
+// addRun adds --run, for the commands that write.
+func (f *callFlags) addRun(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.run, "run", "", "the agent run this is part of, sent as Idempotency-Run for the "+
+		"audit log (default: a run made for this process, run_<ULID>)")
+}
+
 // client opens the journal and builds the client; the token only ever
 // comes from the environment, never from a flag (shell history, ps).
 func (f *callFlags) client(ctx context.Context) (*agent.Client, error) {
+	if f.run != "" {
+		if err := agent.CheckRun(f.run); err != nil {
+			return nil, fmt.Errorf("--run: %w", err)
+		}
+	}
 	if f.gateway == "" {
 		return nil, errors.New("no gateway: pass --gateway or set IDEMGATE_URL")
 	}
@@ -87,7 +98,7 @@ func (f *callFlags) client(ctx context.Context) (*agent.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &agent.Client{BaseURL: f.gateway, Token: token, Journal: j}, nil
+	return &agent.Client{BaseURL: f.gateway, Token: token, Journal: j, Run: f.run}, nil
 }
 
 func newCallCmd() *cobra.Command {
@@ -98,7 +109,7 @@ func newCallCmd() *cobra.Command {
 		approvalWait   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--repeat|--revise] [--approval-wait DURATION] METHOD PATH [-d JSON|@file]",
+		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--run ID] [--repeat|--revise] [--approval-wait DURATION] METHOD PATH [-d JSON|@file]",
 		Short: "Send one write through the gateway, keeping its key across retries and restarts",
 		Long: `call sends a write for a named intent. The intent's key is made once and written
 to the journal before anything is sent, so running the same call again (after a
@@ -107,7 +118,9 @@ timeout, a crash, a reboot) resumes the same action instead of starting another.
 changed parameters (a new version of the intent). Errors are retried as the
 gateway's contract allows; a lost answer is checked with the gateway, never
 re-sent blind. The outcome is printed as JSON on stdout. The token comes from
-IDEMGATE_TOKEN.
+IDEMGATE_TOKEN. Every request names the agent run it is part of
+(Idempotency-Run, which the gateway's audit log records): --run ID, else a run
+made for this process, so a loop of calls that are one run passes --run.
 
 A write that needs a human's approval is needs_approval (exit 4), with the
 approval (id, status, summary, expires_at) in the JSON; nothing reached the
@@ -148,6 +161,7 @@ the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 		},
 	}
 	f.add(cmd)
+	f.addRun(cmd)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitWith(c, 2, err) })
 	cmd.Flags().StringVarP(&data, "data", "d", "", "the JSON body, or @FILE, or @- for stdin")
 	cmd.Flags().BoolVar(&repeat, "repeat", false, "a new, identical action: new intent, new key")
@@ -160,6 +174,9 @@ the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 
 func runCall(cmd *cobra.Command, f *callFlags, p agent.Policy, a agent.Action) error {
 	c, err := f.client(cmd.Context())
+	if errors.Is(err, agent.ErrInvalidRun) {
+		return exitWith(cmd, 2, err)
+	}
 	if err != nil {
 		return err
 	}

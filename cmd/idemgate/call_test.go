@@ -20,10 +20,21 @@ import (
 
 // TestCallExitCodes runs idemgate call against a gateway that answers
 // with the outcome named by the request's path, and checks the printed
-// outcome and the documented exit status of every kind.
+// outcome and the documented exit status of every kind, and the agent run
+// each request names (Idempotency-Run): --run, else the process's own.
 func TestCallExitCodes(t *testing.T) {
 	var sends atomic.Int32
+	var runsMu sync.Mutex
+	var runs []string // the Idempotency-Run of each request, in order
+	seen := func() []string {
+		runsMu.Lock()
+		defer runsMu.Unlock()
+		return append([]string(nil), runs...)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runsMu.Lock()
+		runs = append(runs, r.Header.Get("Idempotency-Run"))
+		runsMu.Unlock()
 		if r.URL.Path == "/_idem/v1/operations" && r.Header.Get("Authorization") == "Bearer secret-token" {
 			fmt.Fprint(w, `{"id":"op_7","state":"unknown"}`)
 			return
@@ -83,10 +94,32 @@ func TestCallExitCodes(t *testing.T) {
 			t.Errorf("%s: exit %d, %s %s", path, r.code, r.stdout, r.stderr)
 		}
 	}
+	// Each call is a process, with a run of its own.
+	distinct, all := map[string]bool{}, seen()
+	for _, run := range all {
+		if !strings.HasPrefix(run, "run_") || len(run) != len("run_")+26 {
+			t.Fatalf("a request named run %q, want run_ and a ULID", run)
+		}
+		distinct[run] = true
+	}
+	if len(distinct) != 9 || len(all) != 9 {
+		t.Fatalf("9 calls, %d requests, named %d runs: %v", len(all), len(distinct), all)
+	}
+	// --run names the run: sent as written; a bad one is refused, unsent.
+	r := runEnv(t, env, "", "call", "--intent", "i/run", "--run", "wf-42/step 1", "POST", "/created")
+	if all = seen(); r.code != 0 || len(all) != 10 || all[9] != "wf-42/step 1" {
+		t.Fatalf("--run: %+v, runs %v", r, all)
+	}
+	for _, bad := range []string{"wf\n42", " wf", strings.Repeat("r", 256)} {
+		r = runEnv(t, env, "", "call", "--intent", "i/bad-run", "--run", bad, "POST", "/created")
+		if r.code != 2 || !strings.Contains(r.stderr, "--run: invalid run id") || len(seen()) != 10 {
+			t.Fatalf("--run %q: %+v, %d requests", bad, r, len(seen()))
+		}
+	}
 
 	// Resume with a changed payload: refused before sending, exit 2.
 	before := sends.Load()
-	r := runEnv(t, env, "", "call", "--intent", "i/created", "POST", "/created", "-d", `{"a":2}`)
+	r = runEnv(t, env, "", "call", "--intent", "i/created", "POST", "/created", "-d", `{"a":2}`)
 	if r.code != 2 || !strings.Contains(r.stderr, "differs") || sends.Load() != before {
 		t.Fatalf("changed payload: %+v", r)
 	}

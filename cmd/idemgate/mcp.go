@@ -13,13 +13,15 @@ var version = "dev"
 func newMCPCmd() *cobra.Command {
 	var f callFlags
 	cmd := &cobra.Command{
-		Use:   "mcp [--journal FILE] [--gateway URL]",
+		Use:   "mcp [--journal FILE] [--gateway URL] [--run ID]",
 		Short: "Serve the agent client to a model as MCP tools, over stdio",
 		Long: `mcp is an MCP server on stdin/stdout with three tools: submit_write (one write per
 intent, retried safely), operation_status and list_operations. Intents and their
 keys live in the journal, as with idemgate call. The gateway token is read from
 IDEMGATE_TOKEN and never shown to the model; the gateway URL comes from
---gateway or IDEMGATE_URL.`,
+--gateway or IDEMGATE_URL. Every request names the agent run (Idempotency-Run,
+recorded by the gateway's audit log): --run ID, else a run made for this server
+process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client(cmd.Context())
@@ -31,5 +33,6 @@ IDEMGATE_TOKEN and never shown to the model; the gateway URL comes from
 		},
 	}
 	f.addCommon(cmd)
+	f.addRun(cmd)
 	return cmd
 }
