@@ -19,6 +19,7 @@ const (
 // ctx ends. Every instance runs them all; the stores make them safe to run
 // at once (each lapsed lease is expired once, each row purged once).
 func (g *Gateway) RunBackground(ctx context.Context) {
+	go g.runSealer(ctx)
 	go g.every(ctx, g.cfg.SweepInterval, "expire leases", func(ctx context.Context) (int, error) {
 		return g.drain(ctx, sweepBatch, g.store.ExpireLeases)
 	})

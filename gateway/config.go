@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -32,6 +31,7 @@ type Config struct {
 	Principals []*Principal         `yaml:"principals"`
 	Routes     []*RouteConfig       `yaml:"routes"`
 	Limits     LimitsConfig         `yaml:"limits"`
+	Audit      *AuditConfig         `yaml:"audit"`
 	// Instance names this gateway in operation histories (default: host name).
 	Instance string `yaml:"instance"`
 	// SweepInterval and PurgeInterval pace the background work (1s, 1m);
@@ -123,6 +123,9 @@ type RouteConfig struct {
 	// Approval asks a human before the route's effect (DESIGN.md,
 	// "Approvals").
 	Approval *approval.Config `yaml:"approval"`
+	// ResultRef names where the upstream's answer holds its reference for
+	// the effect: body:/id or header:X-Request-Id.
+	ResultRef string `yaml:"result_ref"`
 
 	line          int
 	approvalLines map[string]int // each approval key's own line
@@ -204,6 +207,9 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkLimits(); err != nil {
+		return err
+	}
+	if err := c.checkAudit(); err != nil {
 		return err
 	}
 	if len(c.Routes) == 0 {
@@ -324,8 +330,8 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 	if err := r.checkPolicies(); err != nil {
 		return c.errorf(r.line, "route %s: %v", r.Match, err)
 	}
-	if r.Schema != "" && !filepath.IsAbs(r.Schema) {
-		r.Schema = filepath.Join(filepath.Dir(c.file), r.Schema)
+	if r.Schema != "" {
+		r.Schema = c.relative(r.Schema)
 	}
 	defer func() {
 		if p := recover(); p != nil { // ServeMux panics on bad or conflicting patterns

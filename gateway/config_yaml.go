@@ -124,6 +124,10 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Principals[j].line = n.Line
 				}
 			}
+		case "audit":
+			if cfg.Audit != nil {
+				cfg.Audit.line = doc.Content[i].Line
+			}
 		case "limits":
 			cfg.Limits.lines = limitLines(doc.Content[i].Line, val)
 		case "routes":

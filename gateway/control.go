@@ -22,6 +22,7 @@ func (g *Gateway) control(m *httpidem.Middleware) (http.Handler, error) {
 	mux.HandleFunc("GET "+ControlPrefix+"/operations/{id}", g.getOperation)
 	mux.HandleFunc("GET "+ControlPrefix+"/operations", g.listOperations)
 	mux.HandleFunc("POST "+ControlPrefix+"/operations/{id}/resolve", g.resolve)
+	g.auditRoutes(mux)
 	mux.HandleFunc(ControlPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		httpidem.NewProblem(httpidem.CodeNotFound, "no such control resource").Write(w)
 	})

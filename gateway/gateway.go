@@ -27,6 +27,7 @@ type Gateway struct {
 	log     *slog.Logger
 	handler http.Handler
 	limits  *limits.Limiter
+	events  *ledger.EventBatcher // nil without an audit section
 }
 
 // New builds the gateway. The store must be migrated.
@@ -35,6 +36,9 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, store: store, log: log}
+	if cfg.Audit != nil {
+		g.events = ledger.NewEventBatcher(store, 0, log)
+	}
 	g.limits = limits.New(limits.Options{Usage: store.Usage, Policy: cfg.Policy, Resync: cfg.Limits.UsageInterval,
 		OnError: func(tenant string, err error) {
 			log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
@@ -54,6 +58,14 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	mux.Handle("/", g.authenticated(routes))
 	g.handler = g.logged(hygienic(mux))
 	return g, nil
+}
+
+// Close writes the audit events still queued; call it once the server has
+// stopped, before the store closes.
+func (g *Gateway) Close() {
+	if g.events != nil {
+		g.events.Close()
+	}
 }
 
 // Handler is the gateway's whole HTTP surface.
@@ -89,7 +101,7 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
-		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded})
+		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: g.recorder()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
@@ -113,7 +125,7 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
 		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
-		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy}
+		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy, ResultRef: rc.ResultRef}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)
 		if err != nil {

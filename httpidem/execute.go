@@ -71,10 +71,12 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 	if f, settledCode, ok := exec.settled(); ok {
 		fate, code = f, settledCode
 	}
+	ref := req.route.resultRef.of(resp.Status, c.header, resp.Body)
 	step := func(ctx context.Context, l ledger.Lease) (*ledger.Operation, error) {
 		switch fate {
 		case FateSucceeded:
-			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code})
+			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code,
+				ResultRef: ref})
 		case FateFailed:
 			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Failed, Response: resp,
 				Reason: code, ErrorCode: code})
@@ -90,6 +92,7 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		// The effect happened and this client deserves its answer; the
 		// operation stays executing, and its lease will make it unknown.
 		m.log(ctx, "answer_unrecorded", lease.OpID, err)
+		m.noteUnrecorded(req, lease.OpID, resp.Status, ref)
 	} else if done != nil {
 		m.cache.put(done)
 		m.recorded(done)

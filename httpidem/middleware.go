@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -63,6 +64,10 @@ type Options struct {
 	// store that says it acknowledges before the disk (see ledger.Relaxed).
 	ReplayCache int64
 	Logger      *slog.Logger
+	// Audit, if set, hears the audit events that record no transition
+	// (replays, conflicts, duplicates, locks, retries answered as they
+	// stand, answers that could not be recorded): DESIGN.md, "Audit log".
+	Audit Recorder
 }
 
 // Middleware puts the idempotency contract in front of handlers.
@@ -187,6 +192,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	switch {
 	case err != nil:
 		m.reserveFailed(ctx, err, res.Op)
+		m.noteRefusal(req, err, res.Op)
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
 		live = m.execute(w, r, req, *res.Lease, next)
@@ -197,6 +203,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		}
 		m.approved(w, r, req, res.Op, next)
 	case res.Duplicate:
+		m.note(req, audit.Duplicate, res.Op, "a new key for the business identity of "+res.Op.ID)
 		m.duplicate(w, r, req, res.Op, next)
 	default:
 		m.existing(w, r, req, res.Op, next)
@@ -262,9 +269,11 @@ func (m *Middleware) recorded(op *ledger.Operation) {
 // cached answers from the replay cache exactly as from the store.
 func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Operation) {
 	if op.Fingerprint != req.fingerprint {
+		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
 		return
 	}
+	m.note(req, audit.Replayed, op, "")
 	m.replay(w, op)
 }
 
@@ -304,8 +313,10 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 	switch op.State {
 	case ledger.Succeeded, ledger.Failed:
 		m.cache.put(op)
+		m.note(req, audit.Replayed, op, "")
 		m.replay(w, op)
 	case ledger.Executing:
+		m.note(req, audit.Received, op, "in progress: answered 409, nothing sent")
 		p := NewProblem(CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")
 		p.RetryAfter = 1
 		m.problem(w, p, op)
@@ -314,6 +325,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 			m.acquire(w, r, req, op, next)
 			return
 		}
+		m.note(req, audit.Received, op, "outcome unknown: answered 409, nothing sent")
 		m.problem(w, NewProblem(CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
 			"re-sent; check the status resource, or ask an operator to resolve it"), op)
 	case ledger.Prepared:
@@ -341,6 +353,7 @@ func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *reques
 	case err != nil:
 		m.problem(w, ProblemFor(err), nil)
 	case op.Fingerprint != req.fingerprint:
+		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
 	default:
 		m.existing(w, r, req, op, next)
@@ -362,7 +375,7 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
 	res, err := m.opts.Store.Acquire(ctx, ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
-		Actor: m.opts.Actor, Reason: reason, Resend: resend})
+		Actor: m.opts.Actor, Reason: reason, Resend: resend, RunID: req.run, TraceID: req.trace})
 	cancel()
 	if errors.Is(err, ledger.ErrApprovalRequired) && res.Op != nil {
 		// Lapsed by the store's clock since it was read: a new approval,
@@ -423,4 +436,16 @@ func (m *Middleware) log(ctx context.Context, msg string, op string, err error) 
 		attrs = append(attrs, slog.String("operation_id", op))
 	}
 	m.opts.Logger.LogAttrs(ctx, slog.LevelError, msg, attrs...)
+}
+
+// noteRefusal records a reservation's refusal that is an answer: a
+// conflict (the key's operation has another fingerprint) or a lock.
+func (m *Middleware) noteRefusal(req *request, err error, op *ledger.Operation) {
+	switch {
+	case op == nil:
+	case errors.Is(err, ledger.ErrFingerprintMismatch):
+		m.note(req, audit.Conflict, op, "the key's operation has fingerprint "+op.Fingerprint)
+	case errors.Is(err, ledger.ErrConcurrencyLocked):
+		m.note(req, audit.Locked, op, "concurrency group held by "+op.ID)
+	}
 }

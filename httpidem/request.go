@@ -29,6 +29,9 @@ type request struct {
 	headers   map[string]string
 	principal approval.Principal // set on routes that ask for approvals
 	reopened  bool               // this request tried to open a new approval
+	// The audit log's context: who (the principal's name), the agent run
+	// (Idempotency-Run), the W3C trace, and the target (method and path).
+	who, run, trace, target string
 }
 
 // readRequest reads and checks everything about r before anything is
@@ -55,10 +58,8 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem
 	if req.tenant, err = m.opts.Tenant(r); err != nil {
 		return nil, NewProblem(CodeUnauthorized, err.Error())
 	}
-	if rt.Approval != nil {
-		if req.principal, err = m.opts.Principal(r); err != nil {
-			return nil, NewProblem(CodeUnauthorized, err.Error())
-		}
+	if p := m.context(r, req); p != nil {
+		return nil, p
 	}
 	if p := req.parseCommand(r); p != nil {
 		return nil, p
@@ -210,5 +211,26 @@ func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
 	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.Method + " " + req.route.template,
 		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
 		BusinessKey: pointerValue(req.command, req.route.business), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
-		Actor: m.opts.Actor}
+		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace}
+}
+
+// context reads who sends req, from which agent run and trace, to what:
+// the principal is required on routes that ask for approvals.
+func (m *Middleware) context(r *http.Request, req *request) *Problem {
+	var p *Problem
+	if req.run, p = runOf(r); p != nil {
+		return p
+	}
+	req.trace, req.target = traceOf(r), req.route.Method+" "+r.URL.Path
+	if m.opts.Principal == nil {
+		return nil
+	}
+	pr, err := m.opts.Principal(r)
+	switch {
+	case err == nil:
+		req.principal, req.who = pr, pr.Name
+	case req.route.Approval != nil:
+		return NewProblem(CodeUnauthorized, err.Error())
+	}
+	return nil
 }

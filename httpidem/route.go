@@ -48,7 +48,11 @@ type Route struct {
 	Approval *approval.Policy
 	// Resend allows running an unknown operation again, for upstreams that
 	// honour the key (they deduplicate the re-sent request themselves).
-	Resend    bool
+	Resend bool
+	// ResultRef names where the upstream's answer holds its reference for
+	// the effect: "body:/id" (a JSON Pointer) or "header:X-Request-Id". It
+	// is stored on the operation and in its audit events.
+	ResultRef string
 	Lease     time.Duration
 	Retention time.Duration
 	MaxBody   int64
@@ -91,6 +95,7 @@ type route struct {
 	business   []string
 	concurrent []string
 	requireKey bool
+	resultRef  *resultRef
 }
 
 func compileRoute(r Route, o *Options) (*route, error) {
@@ -114,6 +119,9 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		return nil, err
 	}
 	var err error
+	if c.resultRef, err = compileResultRef(r.ResultRef); err != nil {
+		return nil, fmt.Errorf("route %s %s: %w", c.Method, c.Pattern, err)
+	}
 	for _, p := range r.Ignore {
 		toks, perr := jsonptr.Parse(p)
 		if perr != nil || len(toks) == 0 {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -69,8 +70,8 @@ func ProveAudit(ctx context.Context, s Store, opID string) ([]Proof, error) {
 		return nil, fmt.Errorf("prove %s: %w", opID, ErrNotFound)
 	}
 	tenant := evs[0].Tenant
-	cps, err := s.AuditCheckpoints(ctx, tenant, -1)
-	if err != nil {
+	latest, err := s.LatestCheckpoint(ctx, tenant)
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
 	hashes := tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) { return s.AuditHashes(ctx, tenant, ix) })
@@ -80,11 +81,10 @@ func ProveAudit(ctx context.Context, s Store, opID string) ([]Proof, error) {
 		switch {
 		case e.Seq < 0:
 			p.Pending = "not sealed yet"
-		case len(cps) == 0 || e.Seq >= cps[len(cps)-1].Size:
+		case latest == nil || e.Seq >= latest.Size:
 			p.Pending = "sealed, not yet covered by a signed checkpoint"
 		default:
-			c := cps[len(cps)-1]
-			if p.Text, err = proveOne(e, c, hashes); err != nil {
+			if p.Text, err = proveOne(e, *latest, hashes); err != nil {
 				return nil, fmt.Errorf("prove event %d: %w", e.Seq, err)
 			}
 		}

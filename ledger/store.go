@@ -119,6 +119,9 @@ type Store interface {
 	// AuditCheckpoints reads the signed checkpoints of a tenant's log (of
 	// every tenant's, for ""), larger than size after, by tenant and size.
 	AuditCheckpoints(ctx context.Context, tenant string, after int64) ([]audit.Stored, error)
+	// LatestCheckpoint reads a tenant's latest signed checkpoint;
+	// ErrNotFound before the first.
+	LatestCheckpoint(ctx context.Context, tenant string) (*audit.Stored, error)
 	// AuditHashes reads stored hashes of a tenant's tree, by tlog's index:
 	// the proofs' material.
 	AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error)

@@ -20,6 +20,8 @@ type Summary struct {
 	Key         string        `json:"key"`
 	Tenant      string        `json:"tenant"`
 	Route       string        `json:"route"`
+	Target      string        `json:"target"`    // method and concrete path
+	Principal   string        `json:"principal"` // who reserved it
 	State       State         `json:"state"`
 	Fingerprint string        `json:"fingerprint"`
 	Attempts    int           `json:"attempts"`
@@ -28,6 +30,7 @@ type Summary struct {
 	LeaseUntil  *time.Time    `json:"lease_until"`
 	ExpiresAt   time.Time     `json:"expires_at"`
 	Response    *ResponseView `json:"response"`
+	ResultRef   string        `json:"result_ref"` // the upstream's reference for the effect
 	Approval    *ApprovalView `json:"approval"`
 	LastError   string        `json:"last_error,omitempty"`
 }
@@ -154,7 +157,8 @@ func (v View) WithApproval(a *Approval) View {
 
 // NewSummary renders op without its history.
 func NewSummary(op *Operation) Summary {
-	v := Summary{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, State: op.State,
+	v := Summary{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, Target: op.Target,
+		Principal: op.Principal, ResultRef: op.ResultRef, State: op.State,
 		Fingerprint: op.Fingerprint, Attempts: op.Attempts, CreatedAt: op.CreatedAt.UTC(),
 		UpdatedAt: op.UpdatedAt.UTC(), ExpiresAt: op.ExpiresAt.UTC(), LastError: op.LastError}
 	if !op.LeaseUntil.IsZero() {

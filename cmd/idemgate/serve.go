@@ -111,5 +111,6 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 		return err
 	}
 	_ = srv.Close()
+	gs.g.Close()
 	return nil
 }

@@ -187,6 +187,10 @@ func checkLog(tb testing.TB, s ledger.Store, tenant string, size int64) audit.Ch
 		tb.Fatalf("%s's checkpoints: %v", tenant, err)
 	}
 	last := cps[len(cps)-1]
+	if latest, err := s.LatestCheckpoint(ctx(tb), tenant); err != nil || latest.Size != last.Size ||
+		!bytes.Equal(latest.Signed, last.Signed) || latest.Origin != last.Origin {
+		tb.Fatalf("%s's latest checkpoint: %+v %v, want size %d", tenant, latest, err, last.Size)
+	}
 	hashes := tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) { return s.AuditHashes(ctx(tb), tenant, ix) })
 	stored, err := tlog.TreeHash(size, hashes)
 	if last.Size != size || last.Root != f.Root() || err != nil || stored != f.Root() {
@@ -206,6 +210,9 @@ func checkLog(tb testing.TB, s ledger.Store, tenant string, size int64) audit.Ch
 // not covered, or once the latest is After old; never for no new event.
 func testAuditCheckpointsDue(t *testing.T, b Backend) {
 	s := b.Fresh(t)
+	if _, err := s.LatestCheckpoint(ctx(t), "acme"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("a checkpoint before any: %v", err)
+	}
 	sg, _ := signer(t)
 	now := time.Now()
 	sl := &audit.Sealer{Log: s, Now: func() time.Time { return now },

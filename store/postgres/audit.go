@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -87,6 +88,24 @@ func (s *Store) AuditCheckpoints(ctx context.Context, tenant string, after int64
 		return c, err
 	})
 	return out, mapErr("audit checkpoints", err)
+}
+
+// LatestCheckpoint implements ledger.Store.
+func (s *Store) LatestCheckpoint(ctx context.Context, tenant string) (*audit.Stored, error) {
+	var size int64
+	err := s.pool.QueryRow(ctx, `SELECT checkpoint_size FROM idem_audit_heads WHERE tenant = $1 AND checkpoint_size > 0`,
+		tenant).Scan(&size)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("checkpoint of %s: %w", tenant, ledger.ErrNotFound)
+	}
+	if err != nil {
+		return nil, mapErr("latest checkpoint", err)
+	}
+	cps, err := s.AuditCheckpoints(ctx, tenant, size-1)
+	if err != nil || len(cps) == 0 {
+		return nil, mapErr("latest checkpoint", errors.Join(err, fmt.Errorf("checkpoint %d of %s is missing", size, tenant)))
+	}
+	return &cps[0], nil
 }
 
 // AuditHashes implements ledger.Store.
