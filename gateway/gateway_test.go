@@ -46,6 +46,11 @@ func newUpstream(t *testing.T) *upstream {
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"id":"T-%d"}`, n)
 	})
+	mux.HandleFunc("POST /v1/refs", func(w http.ResponseWriter, r *http.Request) {
+		n := u.effect(r) // names its effect in the body, for result_ref
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"id":"R-%d"}`, n)
+	})
 	mux.HandleFunc("POST /v1/lost", func(w http.ResponseWriter, r *http.Request) {
 		u.effect(r) // applied, then the answer is lost
 		conn, _, _ := http.NewResponseController(w).Hijack()
