@@ -98,7 +98,7 @@ func run(n, rounds int, concList, pgDSN string) error {
 		return err
 	}
 	report(os.Stdout, commits, results, concurrencies)
-	return nil
+	return sealed(os.Stdout, env)
 }
 
 var modes = []string{"new-key", "replay"}

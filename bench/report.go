@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -67,6 +68,7 @@ func checks(commits map[string]commitLatency, r map[row]*result, concurrencies [
 			checks = append(checks, check{fmt.Sprintf("%s replays c=%d vs the reverse proxy", s.gw, c),
 				fmt.Sprintf("%.2f× (rounds %s)", ratio, rateRange(gw, rp)), "≥ 1.0×", ratio >= 1})
 		}
+		checks = append(checks, auditChecks(r, s.gw, hi)...)
 		over := r[row{s.gw, "new-key", lo}].p50 - r[row{proxy, "new-key", lo}].p50
 		for _, c := range []struct {
 			kind    string
@@ -102,4 +104,52 @@ func median(lat []time.Duration) time.Duration {
 	s := slices.Clone(lat)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// auditChecks judges the audit log's cost: the same gateway with it on
+// against it off, in the same rounds (issue 11: within 10% for new keys,
+// 5% for replays, at the highest concurrency).
+func auditChecks(r map[row]*result, gw string, hi int) []check {
+	var out []check
+	for _, m := range []struct {
+		mode string
+		want float64
+	}{{"new-key", 0.90}, {"replay", 0.95}} {
+		on, off := r[row{audited[gw], m.mode, hi}], r[row{gw, m.mode, hi}]
+		if on == nil || off == nil {
+			continue
+		}
+		ratio := on.rate / off.rate
+		out = append(out, check{fmt.Sprintf("%s %s c=%d, audit log on vs off", gw, m.mode, hi),
+			fmt.Sprintf("%.0f vs %.0f req/s: %.2f× (rounds %s)", on.rate, off.rate, ratio, rateRange(on, off)),
+			fmt.Sprintf("≥ %.2f×", m.want), ratio >= m.want})
+	}
+	return out
+}
+
+// sealed reports how far each audited target's log is sealed and signed
+// once the load stops: the sealer keeps up if the events left unsealed
+// are sealed within a few seconds.
+func sealed(w io.Writer, env *benchEnv) error {
+	for _, name := range []string{auditSQLite, auditPostgres} {
+		s, ok := env.logs[name]
+		if !ok {
+			continue
+		}
+		start, last := time.Now(), int64(-1)
+		for time.Since(start) < 30*time.Second {
+			c, err := s.LatestCheckpoint(context.Background(), "bench")
+			if err != nil {
+				return err
+			}
+			if c.Size == last {
+				break
+			}
+			last = c.Size
+			time.Sleep(1500 * time.Millisecond) // longer than checkpoint_interval
+		}
+		fmt.Fprintf(w, "%s: %d events sealed and signed, settled %.1f s after the load\n", name, last,
+			time.Since(start).Seconds()-1.5)
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -32,7 +33,14 @@ const (
 	gwPostgres  = "(d) idemgate postgres"
 	floorSQLite = "(e) floor sqlite"
 	floorPG     = "(f) floor postgres"
+	// The gateways again, with the audit log on: the sealer running and
+	// the events that are no transition recorded.
+	auditSQLite   = "(g) idemgate sqlite +audit"
+	auditPostgres = "(h) idemgate postgres +audit"
 )
+
+// audited pairs each gateway with the same build with the audit log on.
+var audited = map[string]string{gwSQLite: auditSQLite, gwPostgres: auditPostgres}
 
 // target is one way to reach the upstream.
 type target struct {
@@ -45,6 +53,7 @@ type target struct {
 type benchEnv struct {
 	targets []target
 	commits map[string]commitProbes // by gateway target name
+	logs    map[string]ledger.Store // the audited targets' stores
 	closers []func()
 }
 
@@ -64,7 +73,7 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
 func setup(upstream, pgDSN string) (*benchEnv, error) {
-	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitProbes{}}
+	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
 	u, _ := url.Parse(upstream)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
@@ -91,6 +100,15 @@ func (e *benchEnv) sqlite(dir, upstream string) error {
 	}
 	e.closers = append(e.closers, func() { sq.Close() })
 	if err := e.gatewayOn(gwSQLite, sq, "sqlite:"+path, upstream, dir); err != nil {
+		return err
+	}
+	auditPath := filepath.Join(dir, "bench-audit.db")
+	sa, err := sqlite.Open(context.Background(), auditPath, sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { sa.Close() })
+	if err := e.gatewayOn(auditSQLite, sa, "sqlite:"+auditPath, upstream, dir); err != nil {
 		return err
 	}
 	f, err := openSQLiteFloor(filepath.Join(dir, "floor.db"))
@@ -120,6 +138,18 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 	}
 	e.closers = append(e.closers, func() { pgStore.Close() })
 	if err := e.gatewayOn(gwPostgres, pgStore, dsn, upstream, dir); err != nil {
+		return err
+	}
+	auditDSN, err := e.schema(base, "bench_audit")
+	if err != nil {
+		return err
+	}
+	pa, err := postgres.Open(ctx, auditDSN, postgres.Options{})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { pa.Close() })
+	if err := e.gatewayOn(auditPostgres, pa, auditDSN, upstream, dir); err != nil {
 		return err
 	}
 	floorDSN, err := e.schema(base, "bench_floor")
@@ -175,10 +205,18 @@ type migrator interface {
 }
 
 // gatewayOn is a gateway on store, unlimited (the bench measures the
-// contract, not the limiter refusing it), served as serve serves it.
+// contract, not the limiter refusing it), served as serve serves it, its
+// background work (sweeps, and the sealer when audited) running.
 func (e *benchEnv) gatewayOn(name string, store migrator, dsn, upstream, dir string) error {
 	if err := store.Migrate(context.Background()); err != nil {
 		return err
+	}
+	section, err := auditSection(name, dir)
+	if err != nil {
+		return err
+	}
+	if section != "" {
+		e.logs[name] = store
 	}
 	sum := sha256.Sum256([]byte(token))
 	cfgText := fmt.Sprintf(`store: %q
@@ -190,7 +228,7 @@ limits:
   default: {rate: "0", max_live: 0, max_stored: 0}
 routes:
   - {match: POST /v1/tickets, upstream: app}
-`, dsn, upstream, hex.EncodeToString(sum[:]))
+%s`, dsn, upstream, hex.EncodeToString(sum[:]), section)
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		return err
@@ -208,8 +246,24 @@ routes:
 		return err
 	}
 	srv := g.NewServer()
+	ctx, stop := context.WithCancel(context.Background())
+	go g.RunBackground(ctx)
 	go func() { _ = srv.Serve(ln) }()
-	e.closers = append(e.closers, func() { _ = srv.Close() })
+	e.closers = append(e.closers, func() { stop(); _ = srv.Close(); g.Close() })
 	e.targets = append(e.targets, target{name, "http://" + ln.Addr().String()})
 	return nil
+}
+
+// auditSection is the audit section of an audited target: a new key, and
+// checkpoints as production would sign them.
+func auditSection(name, dir string) (string, error) {
+	if name != auditSQLite && name != auditPostgres {
+		return "", nil
+	}
+	key := filepath.Join(dir, fmt.Sprintf("audit-%d.key", time.Now().UnixNano()))
+	if _, err := audit.Keygen(key, "bench"); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("audit: {signing_key: %q, checkpoint_interval: 1s, checkpoints_file: %q}\n", key,
+		key+".checkpoints"), nil
 }
