@@ -12,12 +12,13 @@ import (
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "The tamper-evident audit log: keys and offline verification",
+		Short: "The tamper-evident audit log: keys, export, proofs, traces and offline verification",
 		Long: `audit works with idemgate's audit log: one RFC 6962 Merkle log per tenant, whose
 signed checkpoints (C2SP tlog-checkpoint, Ed25519) let anyone holding the verifier key
-check an export offline.`,
+check an export offline. export, prove and trace read a store; keygen and verify do not.`,
 	}
-	cmd.AddCommand(newAuditKeygenCmd(), newAuditVerifyCmd())
+	cmd.AddCommand(newAuditKeygenCmd(), newAuditVerifyCmd(), newAuditExportCmd(), newAuditProveCmd(),
+		newAuditTraceCmd())
 	return cmd
 }
 
