@@ -62,7 +62,7 @@ type Proof struct {
 // log, each against the latest signed checkpoint, checking every proof
 // before it is returned.
 func ProveAudit(ctx context.Context, s Store, opID string) ([]Proof, error) {
-	evs, err := s.AuditEvents(ctx, AuditParams{OperationID: opID, Limit: MaxPage})
+	evs, err := operationEvents(ctx, s, opID)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
@@ -107,4 +107,21 @@ func proveOne(e audit.Event, c audit.Stored, hashes tlog.HashReader) ([]byte, er
 		return nil, fmt.Errorf("the store's tree does not hold this event: %w", err)
 	}
 	return audit.FormatProof(e.Seq, proof, c.Signed), nil
+}
+
+// operationEvents reads all of an operation's events, page by page: a
+// busy key's replays and conflicts may be many.
+func operationEvents(ctx context.Context, s Store, opID string) ([]audit.Event, error) {
+	var out []audit.Event
+	for after := int64(0); ; {
+		page, err := s.AuditEvents(ctx, AuditParams{OperationID: opID, After: after, Limit: MaxPage})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < MaxPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
 }

@@ -84,7 +84,7 @@ func operationEvents(ctx context.Context, s ledger.Store, opID string) ([]audit.
 // writeTrace writes the events as a table, then the summary.
 func writeTrace(w io.Writer, evs []audit.Event) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAT\tKIND\tRUN\tPRINCIPAL\tKEY\tFINGERPRINT\tUPSTREAM\tRESULT_REF\tTRACE")
+	fmt.Fprintln(tw, "SEQ\tAT\tKIND\tRUN\tPRINCIPAL\tKEY\tFINGERPRINT\tUPSTREAM\tRESULT_REF\tTRACE\tACTOR")
 	for _, e := range evs {
 		seq, status := "unsealed", ""
 		if e.Seq >= 0 {
@@ -94,7 +94,7 @@ func writeTrace(w io.Writer, evs []audit.Event) error {
 			status = strconv.Itoa(e.UpstreamStatus)
 		}
 		cells := []string{seq, stamp(e.At), string(e.Kind), e.RunID, e.Principal, e.Key, e.Fingerprint, status,
-			e.ResultRef, e.TraceID}
+			e.ResultRef, e.TraceID, e.Actor} // the actor: who made a transition (an operator resolving)
 		for i, c := range cells {
 			cells[i] = cell(c)
 		}

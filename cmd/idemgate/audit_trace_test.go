@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -84,7 +85,8 @@ func checkTraceTable(t *testing.T, a *auditStore, opID string, want []traceRow, 
 	}
 	for i, w := range want {
 		got := strings.Fields(rows[i+1])
-		exp := []string{w.seq, stamp(evs[i].At), w.kind, w.run, w.principal, w.key, w.fp, w.status, w.ref, w.trace}
+		exp := []string{w.seq, stamp(evs[i].At), w.kind, w.run, w.principal, w.key, w.fp, w.status, w.ref, w.trace,
+			cmp.Or(evs[i].Actor, "-")}
 		if strings.Join(got, " ") != strings.Join(exp, " ") {
 			t.Errorf("trace %s row %d:\n got %q\nwant %q", opID, i, got, exp)
 		}
@@ -158,7 +160,7 @@ func TestAuditTraceSummary(t *testing.T) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.ContainsAny(out, "\x1b\t") || len(strings.Fields(strings.Split(out, "\n")[1])) != 10 {
+	if strings.ContainsAny(out, "\x1b\t") || len(strings.Fields(strings.Split(out, "\n")[1])) != 11 {
 		t.Errorf("a raw control character, or a broken row:\n%q", out)
 	}
 	e := ev(-1, audit.Replayed, "run-D")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/examples/opsapi"
 	"github.com/idemgate/idemgate/gateway"
 )
@@ -71,6 +72,12 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	return nil
 }
 
+// The audit log's signing key and checkpoints file, in the demo's directory.
+const (
+	demoKey         = "audit.key"
+	demoCheckpoints = "audit-checkpoints.jsonl"
+)
+
 // Tokens of the demo's principals (their hashes are in its config).
 const (
 	demoAgentToken    = "demo-agent-token"
@@ -83,6 +90,7 @@ type demoEnv struct {
 	dir, apiURL, gwURL, storeDSN string
 	out                          io.Writer
 	tty                          bool
+	agentRun                     string // the Idempotency-Run the agent sends
 	stop                         func()
 }
 
@@ -157,11 +165,12 @@ principals:
   - {name: agent, tenant: demo, roles: [agent], token_sha256: %[4]s}
   - {name: operator, tenant: demo, roles: [admin], token_sha256: %[5]s}
   - {name: alice, tenant: demo, roles: [approver], token_sha256: %[6]s}
+audit: {signing_key: %[7]s, checkpoint_interval: 100ms, checkpoints_file: %[8]s}
 routes:
-  - {match: POST /v1/tickets, upstream: ops, business_key: /source_event_id}
+  - {match: POST /v1/tickets, upstream: ops, business_key: /source_event_id, result_ref: body:/id}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
-  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops}
+  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops, result_ref: body:/id}
   - {match: GET /v1/payment-intents, upstream: ops}
   - match: POST /v1/deployments
     upstream: ops
@@ -170,7 +179,10 @@ routes:
                summary: 'Deploy {{.body.artifact}} to {{.body.environment}} ({{.body.service}})'}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
 `, filepath.Join(dir, "gateway.yaml"), storeDSN, apiURL, sha256Hex(demoAgentToken), sha256Hex(demoOperatorToken),
-		sha256Hex(demoApproverToken))
+		sha256Hex(demoApproverToken), filepath.Join(dir, demoKey), filepath.Join(dir, demoCheckpoints))
+	if _, err := audit.Keygen(filepath.Join(dir, demoKey), "idemgate-demo"); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, "gateway.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err

@@ -181,6 +181,7 @@ func (e *demoEnv) reconcile(ctx context.Context, s *demoState, opID, order, path
 	note := fmt.Sprintf("provider shows %s captured once", order)
 	args := []string{"ops", "resolve", opID, "--store", e.storeDSN, "--state", "succeeded", "--note", note,
 		"--actor", "operator:demo"}
+	s.captureOp = opID
 	e.say("$ idemgate %s", strings.Join(quoteArgs(args), " "))
 	root := newRoot()
 	root.SetArgs(args)

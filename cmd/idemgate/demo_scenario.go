@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // demoStep is one act of the scenario: what it shows, the effect it
@@ -28,6 +30,7 @@ type demoState struct {
 	ticketKey  string
 	ticketBody string
 	requests   int
+	captureOp  string // the capture whose outcome was unknown, then resolved
 }
 
 // demoScenario is the acts, in order. (A function, not a variable: the
@@ -48,6 +51,8 @@ func demoScenario() []demoStep {
 			"captures", "capture", 1, demoPaymentUnknown},
 		{"The agent deploys to production, which needs a human's approval", "production deploy, approved once",
 			"deployments_started", "deployment", 1, demoApprovedDeploy},
+		{"The customer asks: was my card charged twice?", "the audit log, verified offline",
+			"captures", "capture", 0, demoAuditTrail},
 	}
 }
 
@@ -58,6 +63,7 @@ func (e *demoEnv) play(ctx context.Context, steps []demoStep) int {
 	fmt.Fprintf(e.out, "idemgate demo: an agent writes through the gateway (%s) to an ops API that\n"+
 		"ignores idempotency keys (%s). Effects are counted at the API.\n", e.gwURL, e.apiURL)
 	s := &demoState{run: randomHex(3)}
+	e.agentRun = "demo-agent-" + s.run
 	var rows [][]string
 	failed := 0
 	for i, st := range steps {
@@ -150,6 +156,7 @@ func (e *demoEnv) send(ctx context.Context, s *demoState, timeout time.Duration,
 	}
 	req.Header.Set("Authorization", "Bearer "+demoAgentToken)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(contract.HeaderRun, e.agentRun) // which agent run sent it, in the audit log
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}

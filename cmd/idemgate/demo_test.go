@@ -19,7 +19,9 @@ func TestDemo(t *testing.T) {
 	}
 	for _, want := range []string{"Idempotent-Replayed: true", "fingerprint_mismatch", "1 executed, 49 replayed",
 		"Idempotency-Duplicate-Of", "is not immutable", "504 outcome_unknown", "$ idemgate ops resolve op_",
-		"202 approval_required", "the same approval apr_", "403 approval_denied"} {
+		"202 approval_required", "the same approval apr_", "403 approval_denied",
+		"every one under a checkpoint signed by the gateway", "$ idemgate audit trace op_", " resolved ",
+		"Forwarded upstream: 1 (by run demo-agent-", "never a creation: 1."} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the story lacks %q", want)
 		}
