@@ -5,6 +5,9 @@
 FUZZ_CANONICAL ?= 200000x
 FUZZ_FORM ?= 100000x
 FUZZ_KEY ?= 20000x
+FUZZ_CONTEXT ?= 10000x
+FUZZ_EVENT ?= 50000x
+FUZZ_CHECKPOINT ?= 20000x
 
 .PHONY: test vet race fuzz bench
 
@@ -26,6 +29,9 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZ_CANONICAL) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./httpidem
+	go test -run '^$$' -fuzz '^FuzzRequestContext$$' -fuzztime $(FUZZ_CONTEXT) -fuzzminimizetime 1000x ./httpidem
+	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
+	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then
