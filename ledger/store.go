@@ -94,6 +94,13 @@ type Store interface {
 	// and the bytes of its stored responses. Limits are enforced on it.
 	Usage(ctx context.Context, tenant string) (Usage, error)
 
+	// Stats reads what the metrics' gauges show, per tenant: operations by
+	// state, the oldest executing and unknown ones, those executing past
+	// their lease, pending approvals, and the latest audit checkpoint. It
+	// is read from the store, never kept in memory, so that instances
+	// sharing a store report the same.
+	Stats(ctx context.Context) ([]TenantStats, error)
+
 	// Purge deletes up to limit operations past their retention and returns
 	// how many. Executing and unknown operations are never purged: forgetting
 	// them would let a retry repeat an effect that may have happened.
@@ -406,6 +413,20 @@ func (p LogParams) PageLimit() int {
 // MaxLogPage bounds a page of the audit log.
 const MaxLogPage = 5000
 
+// TenantStats is one tenant's part of Stats. Times are zero when there is
+// nothing to date.
+type TenantStats struct {
+	Tenant  string
+	ByState map[State]int64
+	// OldestExecuting and OldestUnknown are when the longest-standing
+	// operation in each state entered it.
+	OldestExecuting, OldestUnknown time.Time
+	Stuck                          int64 // executing past their lease, by the store's clock
+	ApprovalsPending               int64
+	OldestApproval                 time.Time // the oldest pending approval's creation
+	LastCheckpoint                 time.Time // when the tenant's latest audit checkpoint was signed
+}
+
 // Usage is what one tenant holds in the store.
 type Usage struct {
 	Live   int64 // operations prepared, executing or unknown
@@ -457,4 +478,48 @@ func pageOf[T any](rows []T, limit int, id func(T) string) ([]T, string) {
 		return rows, ""
 	}
 	return rows[:limit], id(rows[limit-1])
+}
+
+// StatsByTenant gathers the rows of a store's Stats queries by tenant.
+type StatsByTenant map[string]*TenantStats
+
+func (b StatsByTenant) of(tenant string) *TenantStats {
+	t := b[tenant]
+	if t == nil {
+		t = &TenantStats{Tenant: tenant, ByState: map[State]int64{}}
+		b[tenant] = t
+	}
+	return t
+}
+
+// State adds the count of a tenant's operations in state, when the oldest
+// entered it, and how many executing ones are past their lease.
+func (b StatsByTenant) State(tenant string, s State, n int64, oldest time.Time, stuck int64) {
+	t := b.of(tenant)
+	t.ByState[s] = n
+	switch s {
+	case Executing:
+		t.OldestExecuting, t.Stuck = oldest, stuck
+	case Unknown:
+		t.OldestUnknown = oldest
+	}
+}
+
+// Approvals adds a tenant's pending approvals and the oldest's creation.
+func (b StatsByTenant) Approvals(tenant string, n int64, oldest time.Time) {
+	t := b.of(tenant)
+	t.ApprovalsPending, t.OldestApproval = n, oldest
+}
+
+// Checkpoint adds when a tenant's latest audit checkpoint was signed.
+func (b StatsByTenant) Checkpoint(tenant string, at time.Time) { b.of(tenant).LastCheckpoint = at }
+
+// List is the tenants' stats, by tenant.
+func (b StatsByTenant) List() []TenantStats {
+	out := make([]TenantStats, 0, len(b))
+	for _, t := range b {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(x, y TenantStats) int { return strings.Compare(x.Tenant, y.Tenant) })
+	return out
 }

@@ -56,6 +56,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })
 	runApprovals(t, b)
 	runAuditLog(t, b)
+	t.Run("Stats", func(t *testing.T) { testStats(t, b) })
 	t.Run("Model", func(t *testing.T) { testModel(t, b) })
 }
 

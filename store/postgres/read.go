@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -78,4 +79,39 @@ func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) 
 	var u ledger.Usage
 	err := s.pool.QueryRow(ctx, usageSQL, tenant).Scan(&u.Live, &u.Stored)
 	return u, mapErr("usage", err)
+}
+
+// The queries of Stats: operations by tenant and state, pending approvals,
+// and the audit heads, in one round trip. The first reads every operation
+// once; the metrics read it at most once per scrape interval.
+const statsSQL = `SELECT 's', tenant, state, count(*), min(updated_at),
+	count(*) FILTER (WHERE state = 'executing' AND lease_until < now())
+	FROM idem_operations GROUP BY tenant, state
+UNION ALL
+SELECT 'a', tenant, '', count(*), min(created_at), 0 FROM idem_approvals WHERE status = 'pending' GROUP BY tenant
+UNION ALL
+SELECT 'c', tenant, '', 0, checkpoint_at, 0 FROM idem_audit_heads WHERE checkpoint_size > 0`
+
+// Stats implements ledger.Store.
+func (s *Store) Stats(ctx context.Context) ([]ledger.TenantStats, error) {
+	rows, err := s.pool.Query(ctx, statsSQL)
+	if err != nil {
+		return nil, mapErr("stats", err)
+	}
+	by := ledger.StatsByTenant{}
+	var kind, tenant, state string
+	var n, stuck int64
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&kind, &tenant, &state, &n, &at, &stuck}, func() error {
+		switch kind {
+		case "s":
+			by.State(tenant, ledger.State(state), n, at, stuck)
+		case "a":
+			by.Approvals(tenant, n, at)
+		default:
+			by.Checkpoint(tenant, at)
+		}
+		return nil
+	})
+	return by.List(), mapErr("stats", err)
 }

@@ -79,3 +79,48 @@ func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) 
 	err := queryRow(ctx, s.reads, usageSQL, tenant).Scan(&u.Live, &u.Stored)
 	return u, mapErr("usage", err)
 }
+
+// The queries of Stats: operations by tenant and state, pending approvals,
+// and the audit heads. The first reads every operation once; the metrics
+// read it at most once per scrape interval.
+const (
+	statsStatesSQL = `SELECT tenant, state, count(*), min(updated_at),
+	count(*) FILTER (WHERE state = 'executing' AND lease_until < ` + nowUS + `)
+	FROM idem_operations GROUP BY tenant, state`
+	statsApprovalsSQL = `SELECT tenant, count(*), min(created_at) FROM idem_approvals
+	WHERE status = 'pending' GROUP BY tenant`
+	statsCheckpointsSQL = `SELECT tenant, checkpoint_at FROM idem_audit_heads WHERE checkpoint_size > 0`
+)
+
+// Stats implements ledger.Store.
+func (s *Store) Stats(ctx context.Context) ([]ledger.TenantStats, error) {
+	by := ledger.StatsByTenant{}
+	err := s.each(ctx, statsStatesSQL, nil, func(r *sql.Rows) error {
+		var tenant, state string
+		var n, oldest, stuck int64
+		if err := r.Scan(&tenant, &state, &n, &oldest, &stuck); err != nil {
+			return err
+		}
+		by.State(tenant, ledger.State(state), n, fromMicro(oldest), stuck)
+		return nil
+	})
+	if err == nil {
+		err = s.each(ctx, statsApprovalsSQL, nil, func(r *sql.Rows) error {
+			var tenant string
+			var n, oldest int64
+			err := r.Scan(&tenant, &n, &oldest)
+			by.Approvals(tenant, n, fromMicro(oldest))
+			return err
+		})
+	}
+	if err == nil {
+		err = s.each(ctx, statsCheckpointsSQL, nil, func(r *sql.Rows) error {
+			var tenant string
+			var at int64
+			err := r.Scan(&tenant, &at)
+			by.Checkpoint(tenant, fromMicro(at))
+			return err
+		})
+	}
+	return by.List(), mapErr("stats", err)
+}
