@@ -80,6 +80,11 @@ type setup struct {
 	// approvalTTL, if set, makes production deployments wait for an
 	// approver, pending at most this long (see approval_drills_test.go).
 	approvalTTL string
+	// audit turns the audit log on, with a key made in the drill's
+	// directory, a checkpoint every checkpointEvery events (default 1000)
+	// or 200ms, and a checkpoints file (see audit_drills_test.go).
+	audit           bool
+	checkpointEvery int
 }
 
 // drill is one gateway in front of one ops API with faults.
@@ -110,11 +115,12 @@ func newDrill(t *testing.T, s setup) *drill {
 	d := &drill{t: t, setup: s, dir: dir, storeDB: filepath.Join(storeDir, "gateway.db"), apiDB: filepath.Join(dir, "ops.db")}
 	d.startAPI()
 	d.config = filepath.Join(dir, "gateway.yaml")
+	auditBlock, upstreamExtra, ticketsExtra := d.auditConfig()
 	config := fmt.Sprintf(`listen: 127.0.0.1:0
 store: %s
 sweep_interval: 100ms
-upstreams:
-  ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t}
+%supstreams:
+  ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t%s}
 principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: operator, tenant: acme, roles: [admin], token_sha256: %s}
@@ -123,7 +129,7 @@ principals:
   - {name: carol, tenant: acme, roles: [agent, approver], token_sha256: %s}
   - {name: eve, tenant: globex, roles: [approver], token_sha256: %s}
 routes:
-  - {match: POST /v1/tickets, upstream: ops, lease: %s, business_key: /source_event_id}
+  - {match: POST /v1/tickets, upstream: ops, lease: %s, business_key: /source_event_id%s}
   - {match: "POST /v1/tickets/{id}/comments", upstream: ops, key_from: "header:X-Delivery-Id"}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
@@ -131,9 +137,10 @@ routes:
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment%s}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-%s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), d.api.URL, s.idempotentAPI, hashOf(token),
-		hashOf(operatorToken), hashOf(approvers["alice"]), hashOf(approvers["bob"]), hashOf(approvers["carol"]),
-		hashOf(approvers["eve"]), cmp.Or(s.ticketLease, "1s"), approvalPolicy(s.approvalTTL), s.config)
+%s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), auditBlock, d.api.URL, s.idempotentAPI, upstreamExtra,
+		hashOf(token), hashOf(operatorToken), hashOf(approvers["alice"]), hashOf(approvers["bob"]),
+		hashOf(approvers["carol"]), hashOf(approvers["eve"]), cmp.Or(s.ticketLease, "1s"), ticketsExtra,
+		approvalPolicy(s.approvalTTL), s.config)
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
