@@ -145,6 +145,7 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 		detail = "the earlier approval lapsed (it expired undecided, or was not used in time); a new one was " +
 			"opened for the same operation. " + detail
 	}
+	answered(w, code)
 	body := Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
 		Approval: AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}
 	h := w.Header()

@@ -37,7 +37,12 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 			panic(p)
 		}
 	}()
+	req.executed = true
+	began := time.Now()
 	next.ServeHTTP(c, r)
+	if m.opts.Observer != nil {
+		m.opts.Observer.Upstream(req.route.Method+" "+req.route.template, c.status, time.Since(began))
+	}
 	lease = hb.stop()
 	ctx, cancel := context.WithTimeout(detached, m.opts.RecordDeadline)
 	defer cancel()

@@ -68,6 +68,8 @@ type Options struct {
 	// (replays, conflicts, duplicates, locks, retries answered as they
 	// stand, answers that could not be recorded): DESIGN.md, "Audit log".
 	Audit Recorder
+	// Observer, if set, hears how each keyed request ended (the metrics).
+	Observer Observer
 }
 
 // Middleware puts the idempotency contract in front of handlers.
@@ -165,6 +167,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		next.ServeHTTP(w, r)
 		return
 	}
+	if m.opts.Observer != nil {
+		ow := &observed{ResponseWriter: w}
+		defer m.observe(req, ow, time.Now())
+		w = ow
+	}
 	if op := m.cache.get(req.tenant, req.key); op != nil {
 		m.cached(w, req, op)
 		return
@@ -192,9 +199,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	switch {
 	case err != nil:
 		m.reserveFailed(ctx, err, res.Op)
+		if errors.Is(err, ledger.ErrFingerprintMismatch) && res.Op != nil {
+			req.retry = retryOf(res.Op) // the key's reuse, with another request
+		}
 		m.noteRefusal(req, err, res.Op)
 		m.problem(w, ProblemFor(err), res.Op)
 	case res.Owned():
+		req.created = res.Created
 		live = m.execute(w, r, req, *res.Lease, next)
 	case res.Created: // prepared, waiting for its approval
 		live = true
@@ -268,6 +279,7 @@ func (m *Middleware) recorded(op *ledger.Operation) {
 
 // cached answers from the replay cache exactly as from the store.
 func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Operation) {
+	req.retry = RetryReplay
 	if op.Fingerprint != req.fingerprint {
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
@@ -307,6 +319,9 @@ func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, req *requ
 
 // existing answers a request whose key already has an operation.
 func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
+	if req.retry == "" {
+		req.retry = retryOf(op)
+	}
 	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
 		op = m.wait(r.Context(), op, wait)
 	}
@@ -353,6 +368,7 @@ func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *reques
 	case err != nil:
 		m.problem(w, ProblemFor(err), nil)
 	case op.Fingerprint != req.fingerprint:
+		req.retry = retryOf(op)
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
 	default:
@@ -431,6 +447,7 @@ func (m *Middleware) reserveFailed(ctx context.Context, err error, op *ledger.Op
 
 // log reports a store failure that the response cannot carry.
 func (m *Middleware) log(ctx context.Context, msg string, op string, err error) {
+	m.failed(err)
 	attrs := []slog.Attr{slog.String("error", err.Error())}
 	if op != "" {
 		attrs = append(attrs, slog.String("operation_id", op))

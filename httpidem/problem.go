@@ -122,6 +122,7 @@ func (p *Problem) WithStatus(status int) *Problem {
 
 // Write sends the problem.
 func (p *Problem) Write(w http.ResponseWriter) {
+	answered(w, p.Code)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")

@@ -1,0 +1,165 @@
+package httpidem
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Observer hears how each keyed request ended, what its upstream call
+// took, and the failures the response cannot carry: the metrics' source.
+// Its methods are on the request's path and must not block.
+type Observer interface {
+	Request(o Observation)
+	// Upstream is one call of the handler (the upstream): the status it
+	// answered (0 when it answered nothing) and how long it took.
+	Upstream(route string, status int, d time.Duration)
+	// Failure is an owner step refused for a stale lease (FailureFenced) or
+	// a store that failed (FailureStore).
+	Failure(kind string)
+}
+
+// The failures an Observer hears.
+const (
+	FailureFenced = "fencing_rejected"
+	FailureStore  = "store_error"
+)
+
+// Observation is one keyed request as it ended. Every field is bounded:
+// the route template, never a key or an operation id.
+type Observation struct {
+	Route, Tenant string
+	// Outcome is what the request got: OutcomeCreated (a new operation, run),
+	// OutcomeExecuted (an existing one run: after a release, an approval, a
+	// re-send), OutcomeReplayed, OutcomeDuplicate (another key's answer by
+	// business identity), or the problem (or accepted) code it was answered.
+	Outcome string
+	// Retry is "" for a request whose key was new; for a retry, what it met:
+	// RetryReplay, in_progress, outcome_unknown, approval, or the family of
+	// the refusal that released its operation (rate_limited, …).
+	Retry    string
+	Duration time.Duration
+}
+
+// The outcomes that are not problem codes, and the retry families that
+// are not errors.
+const (
+	OutcomeCreated   = "created"
+	OutcomeExecuted  = "executed"
+	OutcomeReplayed  = "replayed"
+	OutcomeDuplicate = "duplicate"
+	RetryReplay      = "replay"
+	RetryApproval    = "approval"
+)
+
+// observed is the response writer of an observed request: it keeps the
+// status and the code answered.
+type observed struct {
+	http.ResponseWriter
+	status int
+	code   string
+}
+
+func (o *observed) WriteHeader(status int) {
+	if o.status == 0 {
+		o.status = status
+	}
+	o.ResponseWriter.WriteHeader(status)
+}
+
+func (o *observed) Write(b []byte) (int, error) {
+	if o.status == 0 {
+		o.status = http.StatusOK
+	}
+	return o.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (o *observed) Unwrap() http.ResponseWriter { return o.ResponseWriter }
+
+// answered records the code a problem or an acceptance answers with.
+func answered(w http.ResponseWriter, code string) {
+	for w != nil {
+		if o, ok := w.(*observed); ok {
+			o.code = code
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
+// observe tells the Observer how req ended.
+func (m *Middleware) observe(req *request, w *observed, began time.Time) {
+	o := Observation{Route: req.route.Method + " " + req.route.template, Tenant: req.tenant, Retry: req.retry,
+		Outcome: w.code, Duration: time.Since(began)}
+	switch h := w.Header(); {
+	case req.executed && req.created:
+		o.Outcome = OutcomeCreated
+	case req.executed:
+		o.Outcome = OutcomeExecuted
+	case h.Get(HeaderReplayed) == "true" && h.Get(HeaderDuplicateOf) != "":
+		o.Outcome = OutcomeDuplicate
+	case h.Get(HeaderReplayed) == "true":
+		o.Outcome = OutcomeReplayed
+	case o.Outcome == "":
+		o.Outcome = "http_" + strconv.Itoa(w.status)
+	}
+	m.opts.Observer.Request(o)
+}
+
+// retryOf names what a retry met: its operation as it stood.
+func retryOf(op *ledger.Operation) string {
+	switch op.State {
+	case ledger.Succeeded, ledger.Failed:
+		return RetryReplay
+	case ledger.Executing:
+		return CodeInProgress
+	case ledger.Unknown:
+		return CodeOutcomeUnknown
+	}
+	if op.Approval != nil && op.LastError == "" {
+		return RetryApproval
+	}
+	return releasedFamily(op.LastError)
+}
+
+// releasedFamily names why an operation was released, by family.
+func releasedFamily(code string) string {
+	switch code {
+	case "http_429":
+		return CodeRateLimited
+	case "http_408":
+		return "upstream_timeout"
+	case "http_425":
+		return "too_early"
+	case "http_409":
+		return "upstream_conflict"
+	case "":
+		return "released"
+	}
+	if strings.HasPrefix(code, "http_") {
+		return "upstream_not_applied"
+	}
+	return code
+}
+
+// failed tells the Observer of a store failure the response cannot carry.
+func (m *Middleware) failed(err error) {
+	if m.opts.Observer == nil {
+		return
+	}
+	switch {
+	case errors.Is(err, ledger.ErrStaleOwner):
+		m.opts.Observer.Failure(FailureFenced)
+	case errors.Is(err, ledger.ErrUnavailable):
+		m.opts.Observer.Failure(FailureStore)
+	}
+}
