@@ -20,12 +20,17 @@ const (
 // at once (each lapsed lease is expired once, each row purged once).
 func (g *Gateway) RunBackground(ctx context.Context) {
 	go g.runSealer(ctx)
+	go g.metrics.History().Run(ctx, 0)
 	go g.every(ctx, g.cfg.SweepInterval, "expire leases", func(ctx context.Context) (int, error) {
-		return g.drain(ctx, sweepBatch, g.store.ExpireLeases)
+		n, err := g.drain(ctx, sweepBatch, g.store.ExpireLeases)
+		g.metrics.LeasesExpired(n)
+		return n, err
 	})
 	// Expired approvals free their operations' concurrency groups.
 	go g.every(ctx, g.cfg.SweepInterval, "expire approvals", func(ctx context.Context) (int, error) {
-		return g.drain(ctx, sweepBatch, g.store.ExpireApprovals)
+		n, err := g.drain(ctx, sweepBatch, g.store.ExpireApprovals)
+		g.metrics.ApprovalsExpired(n)
+		return n, err
 	})
 	g.every(ctx, g.cfg.PurgeInterval, "purge", func(ctx context.Context) (int, error) {
 		return g.drain(ctx, purgeBatch, g.store.Purge)

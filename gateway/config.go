@@ -32,6 +32,10 @@ type Config struct {
 	Routes     []*RouteConfig       `yaml:"routes"`
 	Limits     LimitsConfig         `yaml:"limits"`
 	Audit      *AuditConfig         `yaml:"audit"`
+	// MetricsListen, if set, serves /metrics on this address instead of
+	// the main listener (which then has none): scrapes stay off the API's
+	// network.
+	MetricsListen string `yaml:"metrics_listen"`
 	// Instance names this gateway in operation histories (default: host name).
 	Instance string `yaml:"instance"`
 	// SweepInterval and PurgeInterval pace the background work (1s, 1m);

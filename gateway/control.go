@@ -108,6 +108,11 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 type resolveRequest struct {
 	State string `json:"state"`
 	Note  string `json:"note"`
+	// ResultRef is the upstream's reference for the effect, when the
+	// operator found it; Duplicate says the effect was made twice despite
+	// the checks (the metric that matters most).
+	ResultRef string `json:"result_ref"`
+	Duplicate bool   `json:"duplicate"`
 }
 
 // resolve settles an unknown operation on an admin's word, recorded in its
@@ -135,7 +140,12 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		httpidem.NewProblem(httpidem.CodeInvalidCommand, `state must be "succeeded", "failed" or "prepared"`).Write(w)
 		return
 	}
-	resolved, err := g.store.Resolve(r.Context(), ledger.ResolveParams{ID: op.ID, To: to, Actor: p.Name, Note: body.Note})
+	note := body.Note
+	if body.Duplicate && note != "" {
+		note = "duplicate: " + note // the audit log keeps the operator's finding
+	}
+	resolved, err := g.store.Resolve(r.Context(), ledger.ResolveParams{ID: op.ID, To: to, Actor: p.Name, Note: note,
+		ResultRef: body.ResultRef})
 	if errors.Is(err, ledger.ErrIllegalTransition) {
 		if now, err := g.store.Get(r.Context(), op.ID); err == nil {
 			op = now // the state that refused, not the one read before
@@ -148,5 +158,6 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
+	g.metrics.Resolved(p.Tenant, to, resolved.UpdatedAt.Sub(op.UpdatedAt), body.Duplicate)
 	g.writeView(w, r, resolved)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
+	"github.com/idemgate/idemgate/metrics"
 )
 
 // ControlPrefix is where the control API lives, on the same listener.
@@ -28,6 +29,7 @@ type Gateway struct {
 	handler http.Handler
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
+	metrics *metrics.Metrics
 }
 
 // New builds the gateway. The store must be migrated.
@@ -35,7 +37,7 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, store: store, log: log}
+	g := &Gateway{cfg: cfg, store: store, log: log, metrics: metrics.New(metrics.Options{Store: store})}
 	if cfg.Audit != nil {
 		g.events = ledger.NewEventBatcher(store, 0, log)
 	}
@@ -54,6 +56,9 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.ready)
+	if cfg.MetricsListen == "" {
+		mux.Handle("GET /metrics", g.metrics.Handler())
+	}
 	mux.Handle(ControlPrefix+"/", g.authenticated(control))
 	mux.Handle("/", g.authenticated(routes))
 	g.handler = g.logged(hygienic(mux))
@@ -67,6 +72,11 @@ func (g *Gateway) Close() {
 		g.events.Close()
 	}
 }
+
+// Metrics is the gateway's metrics: its /metrics handler (served by
+// NewMetricsServer when metrics_listen is set), and the dashboard's
+// history.
+func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }
 
 // Handler is the gateway's whole HTTP surface.
 func (g *Gateway) Handler() http.Handler { return g.handler }
@@ -101,7 +111,8 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
-		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: g.recorder()})
+		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: g.recorder(),
+		Observer: g.metrics})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}

@@ -32,7 +32,7 @@ func gauge(name, help string, labels ...string) *prometheus.Desc {
 
 func newStoreCollector(s ledger.Store, ttl time.Duration, errors prometheus.Counter) *storeCollector {
 	if ttl <= 0 {
-		ttl = 2 * time.Second
+		ttl = time.Second
 	}
 	return &storeCollector{store: s, ttl: ttl, errors: errors,
 		operations: gauge("operations", "Operations in the store, by tenant and state (unknown: indicator 6).",

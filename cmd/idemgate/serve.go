@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -56,6 +57,9 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 		return err
 	}
 	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance))
+	if gs.metricsLn != nil {
+		log.Info("serving metrics", slog.String("addr", gs.metricsLn.Addr().String()))
+	}
 	return gs.run(ctx)
 }
 
@@ -65,7 +69,9 @@ type gatewayServer struct {
 	store migratingStore
 	g     *gateway.Gateway
 	ln    net.Listener
-	log   *slog.Logger
+	// metricsLn serves /metrics when metrics_listen is set.
+	metricsLn net.Listener
+	log       *slog.Logger
 }
 
 // listenGateway opens and migrates the store and binds the listener.
@@ -82,6 +88,11 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 	if gs.g, err = gateway.New(cfg, store, log); err == nil {
 		gs.ln, err = net.Listen("tcp", cfg.Listen)
 	}
+	if err == nil && cfg.MetricsListen != "" {
+		if gs.metricsLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			gs.ln.Close()
+		}
+	}
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -97,8 +108,13 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 	defer gs.store.Close()
 	srv := gs.g.NewServer()
 	go gs.g.RunBackground(ctx)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(gs.ln) }()
+	if gs.metricsLn != nil {
+		msrv := &http.Server{Handler: gs.g.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- msrv.Serve(gs.metricsLn) }()
+		defer msrv.Close()
+	}
 	select {
 	case err := <-errc:
 		return err
