@@ -1,0 +1,91 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// fill reserves n operations in s, from 32 goroutines, half of them
+// executing and half prepared, in two tenants.
+func fill(b *testing.B, s ledger.Store, n int) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 32 {
+				p := ledger.ReserveParams{Tenant: fmt.Sprint("t", i%2), Key: fmt.Sprint("k-", i), Route: "POST /v1/t",
+					Fingerprint: "sha256:aa", Retention: time.Hour, Actor: "bench"}
+				if i%2 == 0 {
+					p.Lease = time.Hour
+				}
+				if _, err := s.Reserve(context.Background(), p); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkScrape100k is one /metrics scrape, the store read included,
+// with 100,000 operations in the store (issue 12's measure).
+func BenchmarkScrape100k(b *testing.B) {
+	stores := map[string]func(b *testing.B) ledger.Store{
+		"sqlite": func(b *testing.B) ledger.Store {
+			s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "m.db"), sqlite.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			if err := s.Migrate(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			return s
+		},
+		"postgres": func(b *testing.B) ledger.Store {
+			dsn, _ := testenv.PostgresSchema(b)
+			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			if err := s.Migrate(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			return s
+		},
+	}
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			s := stores[name](b)
+			fill(b, s, 100_000)
+			m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
+			h := m.Handler()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+				if rec.Code != 200 {
+					b.Fatalf("scrape: %d", rec.Code)
+				}
+			}
+		})
+	}
+}
