@@ -69,6 +69,9 @@ func checks(commits map[string]commitLatency, r map[row]*result, concurrencies [
 				fmt.Sprintf("%.2f× (rounds %s)", ratio, rateRange(gw, rp)), "≥ 1.0×", ratio >= 1})
 		}
 		checks = append(checks, auditChecks(r, s.gw, hi)...)
+		if s.gw == gwSQLite {
+			checks = append(checks, metricsCheck(r, hi)...)
+		}
 		over := r[row{s.gw, "new-key", lo}].p50 - r[row{proxy, "new-key", lo}].p50
 		for _, c := range []struct {
 			kind    string
@@ -152,4 +155,17 @@ func sealed(w io.Writer, env *benchEnv) error {
 			time.Since(start).Seconds()-1.5)
 	}
 	return nil
+}
+
+// metricsCheck judges what observing every request costs the new-key path
+// (issue 12: under 2% at the highest concurrency).
+func metricsCheck(r map[row]*result, hi int) []check {
+	on, off := r[row{gwSQLite, "new-key", hi}], r[row{unobservedSQLite, "new-key", hi}]
+	if on == nil || off == nil {
+		return nil
+	}
+	ratio := on.rate / off.rate
+	return []check{{fmt.Sprintf("%s new-key c=%d, metrics on vs off", gwSQLite, hi),
+		fmt.Sprintf("%.0f vs %.0f req/s: %.2f× (rounds %s)", on.rate, off.rate, ratio, rateRange(on, off)),
+		"≥ 0.98×", ratio >= 0.98}}
 }

@@ -37,6 +37,8 @@ const (
 	// the events that are no transition recorded.
 	auditSQLite   = "(g) idemgate sqlite +audit"
 	auditPostgres = "(h) idemgate postgres +audit"
+	// The SQLite gateway without its requests observed by the metrics.
+	unobservedSQLite = "(i) idemgate sqlite -metrics"
 )
 
 // audited pairs each gateway with the same build with the audit log on.
@@ -109,6 +111,15 @@ func (e *benchEnv) sqlite(dir, upstream string) error {
 	}
 	e.closers = append(e.closers, func() { sa.Close() })
 	if err := e.gatewayOn(auditSQLite, sa, "sqlite:"+auditPath, upstream, dir); err != nil {
+		return err
+	}
+	plainPath := filepath.Join(dir, "bench-unobserved.db")
+	su, err := sqlite.Open(context.Background(), plainPath, sqlite.Options{})
+	if err != nil {
+		return err
+	}
+	e.closers = append(e.closers, func() { su.Close() })
+	if err := e.gatewayOn(unobservedSQLite, su, "sqlite:"+plainPath, upstream, dir); err != nil {
 		return err
 	}
 	f, err := openSQLiteFloor(filepath.Join(dir, "floor.db"))
@@ -237,6 +248,7 @@ routes:
 	if err != nil {
 		return err
 	}
+	cfg.Unobserved = name == unobservedSQLite
 	g, err := gateway.New(cfg, store, nil)
 	if err != nil {
 		return err

@@ -63,6 +63,10 @@ type Config struct {
 	// and its forwarding. Not YAML: the crash drills set it (through
 	// IDEMGATE_DRILL_HOLD_BEFORE_FORWARD) to kill a gateway in that gap.
 	HoldBeforeForward time.Duration `yaml:"-"`
+	// Unobserved leaves the requests unobserved by the metrics (its
+	// gauges and sweep counters remain). Not YAML: the benchmark sets it
+	// to measure what observing costs, side by side.
+	Unobserved bool `yaml:"-"`
 
 	file string
 }

@@ -73,6 +73,15 @@ func (g *Gateway) Close() {
 	}
 }
 
+// observer is what observes the requests: the metrics, or none (a nil
+// interface, not a nil pointer).
+func (g *Gateway) observer() httpidem.Observer {
+	if g.cfg.Unobserved {
+		return nil
+	}
+	return g.metrics
+}
+
 // Metrics is the gateway's metrics: its /metrics handler (served by
 // NewMetricsServer when metrics_listen is set), and the dashboard's
 // history.
@@ -112,7 +121,7 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: g.recorder(),
-		Observer: g.metrics})
+		Observer: g.observer()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
