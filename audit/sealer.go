@@ -53,12 +53,12 @@ func (s *Sealer) now() time.Time {
 func (s *Sealer) Round(ctx context.Context) (int, error) {
 	var n int
 	var signed []Stored
-	_, err := s.Log.SealAudit(ctx, func(tx SealTx) error {
+	ran, err := s.Log.SealAudit(ctx, func(tx SealTx) error {
 		var err error
 		n, signed, err = SealRound(ctx, tx, s.batch(), s.Signing, s.now())
 		return err
 	})
-	if err != nil {
+	if err != nil || !ran { // not ran: another sealer had the log, and this round is void
 		return 0, err
 	}
 	return n, s.publish(signed)

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,8 +13,13 @@ import (
 // EventBatcher writes the events that record no transition (a replay, a
 // conflict) in batches, within Window of their recording (DESIGN.md allows
 // them to be batched), so that a replay's path stays a read: Record only
-// queues. A batch the store refuses for a while is retried, never dropped
-// while the batcher runs; Close writes what is queued.
+// queues. Within a batch, the same event repeated (one run retrying one
+// key with one request, answered alike) is written once, its reason
+// saying how many requests it stands for and when the last came: a retry
+// storm costs the store a row per window, not per request, and the log
+// still says who sent what, and how often. A batch the store refuses for
+// a while is retried, never dropped while the batcher runs; Close writes
+// what is queued.
 type EventBatcher struct {
 	store  Store
 	window time.Duration
@@ -64,26 +70,69 @@ func (b *EventBatcher) loop() {
 	defer close(b.done)
 	tick := time.NewTicker(b.window)
 	defer tick.Stop()
-	batch := make([]audit.Event, 0, batchEvents)
+	batch := newCoalesced()
 	for {
 		select {
 		case e, ok := <-b.queue:
 			if !ok {
-				b.write(batch, true)
+				b.write(batch.events(), true)
 				return
 			}
-			if batch = append(batch, e); len(batch) == batchEvents {
-				batch = b.write(batch, false)
+			if batch.add(e) == batchEvents {
+				b.write(batch.events(), false)
+				batch = newCoalesced()
 			}
 		case <-tick.C:
-			batch = b.write(batch, false)
+			b.write(batch.events(), false)
+			batch = newCoalesced()
 		}
 	}
 }
 
+// coalesced is a batch in which an event repeated is kept once, with how
+// many requests it stands for and when the last came.
+type coalesced struct {
+	order []audit.Event
+	index map[audit.Event]int // the event, its time cleared → its place
+	count []int
+	last  []time.Time
+}
+
+func newCoalesced() *coalesced { return &coalesced{index: map[audit.Event]int{}} }
+
+// add adds e and returns how many distinct events the batch holds.
+func (c *coalesced) add(e audit.Event) int {
+	id := e
+	id.At = time.Time{}
+	if i, ok := c.index[id]; ok {
+		c.count[i]++
+		c.last[i] = e.At
+		return len(c.order)
+	}
+	c.index[id] = len(c.order)
+	c.order, c.count, c.last = append(c.order, e), append(c.count, 1), append(c.last, e.At)
+	return len(c.order)
+}
+
+// events is the batch to write: each repeated event's reason says how
+// many requests it stands for.
+func (c *coalesced) events() []audit.Event {
+	for i, n := range c.count {
+		if n > 1 {
+			e := &c.order[i]
+			note := fmt.Sprintf("%d requests, the last at %s", n, c.last[i].UTC().Format("2006-01-02T15:04:05.000000Z"))
+			if e.Reason != "" {
+				note = e.Reason + "; " + note
+			}
+			e.Reason = note
+		}
+	}
+	return c.order
+}
+
 // write writes batch, trying again while the store is unavailable (for
 // good when closing, after a last few attempts), and returns it emptied.
-func (b *EventBatcher) write(batch []audit.Event, closing bool) []audit.Event {
+func (b *EventBatcher) write(batch []audit.Event, closing bool) {
 	for attempt, wait := 0, b.window; len(batch) > 0; attempt, wait = attempt+1, min(2*wait, 5*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := b.store.RecordEvents(ctx, batch)
@@ -98,5 +147,4 @@ func (b *EventBatcher) write(batch []audit.Event, closing bool) []audit.Event {
 		}
 		time.Sleep(wait)
 	}
-	return batch[:0]
 }

@@ -11,25 +11,63 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
-// SealAudit implements ledger.Store: fn runs as one step of the single
-// writer, so there is one sealer at a time, and its round commits with
-// the batch it joins, or not at all.
+// SealAudit implements ledger.Store. fn reads what it needs on the
+// readers, which see what has committed, and its writes are kept; they
+// are then made by one step of the single writer, which commits them with
+// the batch it joins, or not at all, if the sealer's watermark has not
+// moved since: only then did no other sealer (another process on the
+// file) seal meanwhile. Reading, hashing and signing so stay off the
+// writer, which every request waits for; it only applies the round.
 func (s *Store) SealAudit(ctx context.Context, fn func(audit.SealTx) error) (bool, error) {
-	_, err := step(s, ctx, durable, func(ctx context.Context, d driver) (struct{}, error) {
-		return struct{}{}, fn(sealTx{q: d.q.(*writeConn)})
+	t := &sealTx{q: s.read}
+	if err := queryRow(ctx, s.read, `SELECT last_id FROM idem_audit_sealer`).Scan(&t.mark); err != nil {
+		return false, mapErr("seal audit log", err)
+	}
+	if err := fn(t); err != nil {
+		return false, mapErr("seal audit log", err)
+	}
+	if len(t.writes) == 0 {
+		return true, nil
+	}
+	ran, err := step(s, ctx, durable, func(ctx context.Context, d driver) (bool, error) {
+		var mark int64
+		if err := queryRow(ctx, d.q, `SELECT last_id FROM idem_audit_sealer`).Scan(&mark); err != nil || mark != t.mark {
+			return false, err // another sealer moved it: this round is void
+		}
+		for _, w := range t.writes {
+			if err := w(ctx, d.q); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
 	})
-	return err == nil, mapErr("seal audit log", err)
+	return ran, mapErr("seal audit log", err)
 }
 
-// sealTx is audit.SealTx on the writer's connection.
-type sealTx struct{ q *writeConn }
-
-func (t sealTx) Unsealed(ctx context.Context, limit int) ([]audit.Event, error) {
-	return events(ctx, t.q, `SELECT `+auditColumns+` FROM idem_audit_events WHERE seq IS NULL ORDER BY id LIMIT ?`,
-		limit)
+// sealTx is audit.SealTx reading on q (the readers) from the watermark
+// mark, and keeping its writes for the writer.
+type sealTx struct {
+	q      querier
+	mark   int64
+	writes []func(context.Context, querier) error
 }
 
-func (t sealTx) Heads(ctx context.Context, tenants []string) (map[string]audit.Head, error) {
+// exec is a statement the writer will run; run on the writer's connection.
+func exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
+	return q.(*writeConn).ExecContext(ctx, query, args...)
+}
+
+// unsealedSQL reads the events past the sealer's watermark: the writer
+// assigns ids in commit order, so those are the unsealed ones (see
+// migration 0006).
+const unsealedSQL = `SELECT ` + auditColumns + ` FROM idem_audit_events
+	WHERE id > ? AND seq IS NULL ORDER BY id LIMIT ?`
+
+func (t *sealTx) Unsealed(ctx context.Context, limit int) ([]audit.Event, error) {
+	return events(ctx, t.q, unsealedSQL, t.mark, limit)
+}
+
+func (t *sealTx) Heads(ctx context.Context, tenants []string) (map[string]audit.Head, error) {
 	out := map[string]audit.Head{}
 	scan := func(r *sql.Rows) error {
 		var h audit.Head
@@ -57,7 +95,7 @@ func (t sealTx) Heads(ctx context.Context, tenants []string) (map[string]audit.H
 	return out, nil
 }
 
-func (t sealTx) ReadHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error) {
+func (t *sealTx) ReadHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error) {
 	return readHashes(ctx, t.q, tenant, indexes)
 }
 
@@ -80,29 +118,63 @@ func readHashes(ctx context.Context, q querier, tenant string, indexes []int64) 
 	return out, nil
 }
 
-func (t sealTx) Seal(ctx context.Context, sealed []audit.Sealed, heads []audit.Head) error {
-	for _, e := range sealed {
-		if _, err := t.q.ExecContext(ctx, `UPDATE idem_audit_events SET seq = ?, hashes = ? WHERE id = ? AND seq IS NULL`,
-			e.Seq, audit.JoinHashes(e.Hashes), e.ID); err != nil {
+// sealSQL gives a round's events their positions and hashes in one
+// statement, from a JSON array of [id, seq, hex hashes], and moves the
+// watermark past them.
+const sealSQL = `UPDATE idem_audit_events AS e SET seq = v.value ->> 1, hashes = unhex(v.value ->> 2)
+	FROM json_each(?1) AS v WHERE e.id = v.value ->> 0 AND e.seq IS NULL`
+
+func (t *sealTx) Seal(_ context.Context, sealed []audit.Sealed, heads []audit.Head) error {
+	rows := make([]byte, 0, len(sealed)*160)
+	rows = append(rows, '[')
+	for i, e := range sealed {
+		if i > 0 {
+			rows = append(rows, ',')
+		}
+		rows = fmt.Appendf(rows, `[%d,%d,"%x"]`, e.ID, e.Seq, audit.JoinHashes(e.Hashes))
+	}
+	json, last := string(append(rows, ']')), sealed[len(sealed)-1].ID
+	t.writes = append(t.writes, func(ctx context.Context, q querier) error {
+		res, err := exec(ctx, q, sealSQL, json)
+		if err != nil {
 			return err
 		}
-	}
-	for _, h := range heads {
-		if _, err := t.q.ExecContext(ctx, `INSERT INTO idem_audit_heads (tenant, size) VALUES (?, ?)
-			ON CONFLICT (tenant) DO UPDATE SET size = excluded.size`, h.Tenant, h.Size); err != nil {
-			return err
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(sealed)) {
+			return errors.Join(err, fmt.Errorf("sealed %d of %d events: another sealer ran", n, len(sealed)))
 		}
-	}
+		_, err = exec(ctx, q, `UPDATE idem_audit_sealer SET last_id = ?`, last)
+		return err
+	}, t.heads(heads))
 	return nil
 }
 
-func (t sealTx) AddCheckpoint(ctx context.Context, c audit.Stored) error {
+// heads is the write of the tenants' new sizes.
+func (t *sealTx) heads(heads []audit.Head) func(context.Context, querier) error {
+	return func(ctx context.Context, q querier) error {
+		for _, h := range heads {
+			if _, err := exec(ctx, q, `INSERT INTO idem_audit_heads (tenant, size) VALUES (?, ?)
+			ON CONFLICT (tenant) DO UPDATE SET size = excluded.size`, h.Tenant, h.Size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// AddCheckpoint keeps the checkpoint for the writer, which refuses a
+// second root for its size: the round then fails whole.
+func (t *sealTx) AddCheckpoint(_ context.Context, c audit.Stored) error {
+	t.writes = append(t.writes, func(ctx context.Context, q querier) error { return addCheckpoint(ctx, q, c) })
+	return nil
+}
+
+func addCheckpoint(ctx context.Context, q querier, c audit.Stored) error {
 	var root []byte
-	err := queryRow(ctx, t.q, `INSERT INTO idem_audit_checkpoints (tenant, size, root, signed, at)
+	err := queryRow(ctx, q, `INSERT INTO idem_audit_checkpoints (tenant, size, root, signed, at)
 		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING root`, c.Tenant, c.Size, c.Root[:], string(c.Signed),
 		c.At.UnixMicro()).Scan(&root)
 	if errors.Is(err, sql.ErrNoRows) { // that size is signed already
-		err = queryRow(ctx, t.q, `SELECT root FROM idem_audit_checkpoints WHERE tenant = ? AND size = ?`, c.Tenant,
+		err = queryRow(ctx, q, `SELECT root FROM idem_audit_checkpoints WHERE tenant = ? AND size = ?`, c.Tenant,
 			c.Size).Scan(&root)
 		if err == nil && string(root) != string(c.Root[:]) {
 			return audit.ErrForked
@@ -111,7 +183,7 @@ func (t sealTx) AddCheckpoint(ctx context.Context, c audit.Stored) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.q.ExecContext(ctx, `UPDATE idem_audit_heads SET checkpoint_size = ?, checkpoint_at = ? WHERE tenant = ?`,
+	_, err = exec(ctx, q, `UPDATE idem_audit_heads SET checkpoint_size = ?, checkpoint_at = ? WHERE tenant = ?`,
 		c.Size, c.At.UnixMicro(), c.Tenant)
 	return err
 }

@@ -1,0 +1,52 @@
+package ledger_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// TestEventBatcherCoalesces: a retry storm (one run, one key, one request,
+// answered alike) is written as one event per batch saying how many
+// requests it stands for; a request that differs in anything but its time
+// keeps an event of its own; Close writes what is queued.
+func TestEventBatcherCoalesces(t *testing.T) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := ledger.NewEventBatcher(s, time.Hour, nil) // one batch, written at Close
+	start := time.Now().UTC().Truncate(time.Microsecond) // a store's resolution
+	replay := audit.Event{Tenant: "acme", OperationID: "op_1", Kind: audit.Replayed, RunID: "run-1", Key: "k",
+		Fingerprint: "sha256:aa", UpstreamStatus: 201}
+	for i := range 100 {
+		replay.At = start.Add(time.Duration(i) * time.Millisecond)
+		b.Record(replay)
+	}
+	other := replay
+	other.RunID, other.At = "run-2", start
+	b.Record(other)
+	b.Record(audit.Event{Tenant: "acme", Kind: audit.Succeeded}) // a transition's kind: refused, nothing lost
+	b.Close()
+	es, err := s.AuditEvents(context.Background(), ledger.AuditParams{Tenant: "acme"})
+	if err != nil || len(es) != 2 {
+		t.Fatalf("events %+v %v", es, err)
+	}
+	last := start.Add(99 * time.Millisecond).Format("2006-01-02T15:04:05.000000Z")
+	if es[0].RunID != "run-1" || !es[0].At.Equal(start) || es[0].Reason != "100 requests, the last at "+last {
+		t.Fatalf("the storm: %+v", es[0])
+	}
+	if es[1].RunID != "run-2" || strings.Contains(es[1].Reason, "requests") {
+		t.Fatalf("another run's replay: %+v", es[1])
+	}
+}
