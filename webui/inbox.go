@@ -1,0 +1,198 @@
+package webui
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// maxNote bounds a decision's or a resolution's note, in characters, as
+// the control API does.
+const maxNote = 2000
+
+// approvalItem is one approval as the inbox and its pages show it.
+type approvalItem struct {
+	A         *ledger.Approval
+	Fields    []field // the command's members, by JSON Pointer
+	Pretty    string  // the whole command, indented
+	Pending   bool    // pending and not past its time
+	CanDecide bool    // the session's principal may decide it now
+	WhyNot    string  // why not, when it may not
+	Soon      bool    // pending, and little time is left
+}
+
+// item builds what a page shows of a for p. Whether p may decide comes
+// from the ledger's own rule (DecisionParams.Check), the one the store
+// applies again when the decision is sent.
+func (u *UI) item(a *ledger.Approval, p approval.Principal) approvalItem {
+	now := u.opts.Now()
+	it := approvalItem{A: a, Pending: a.Status == ledger.ApprovalPending && !now.After(a.ExpiresAt)}
+	it.Fields, it.Pretty = fieldsOf(a.Command)
+	it.Soon = it.Pending && a.ExpiresAt.Sub(now) < u.opts.NearExpiry
+	err := decision(a.ID, a.Fingerprint, "", p).Check(a, now)
+	it.CanDecide = err == nil
+	if err != nil {
+		it.WhyNot = whyNot(err, a, p)
+	}
+	return it
+}
+
+// decision is p's decision on approval id, echoing fingerprint.
+func decision(id, fingerprint, note string, p approval.Principal) ledger.DecisionParams {
+	return ledger.DecisionParams{ApprovalID: id, Tenant: p.Tenant, Fingerprint: fingerprint, Actor: p.Name,
+		Roles: p.Roles, Note: note}
+}
+
+// whyNot says in a sentence why Check refused p a decision on a.
+func whyNot(err error, a *ledger.Approval, p approval.Principal) string {
+	switch {
+	case errors.Is(err, ledger.ErrForbidden) && a.RequestedBy == p.Name:
+		return "You requested this operation, so you cannot decide it: another approver must."
+	case errors.Is(err, ledger.ErrForbidden):
+		return "Deciding this needs one of the roles " + joinRoles(a.Approvers) + ", which you do not hold."
+	case errors.Is(err, ledger.ErrApprovalClosed) && a.Status == ledger.ApprovalPending:
+		return "This approval expired undecided. The agent's next retry opens a new one."
+	case errors.Is(err, ledger.ErrApprovalClosed):
+		return "This approval is " + string(a.Status) + ": there is nothing left to decide."
+	}
+	return err.Error()
+}
+
+// inbox lists the tenant's pending approvals, oldest first.
+func (u *UI) inbox(w http.ResponseWriter, r *http.Request, s *session) {
+	p := s.principal
+	if !u.seesInbox(p) {
+		u.fail(w, r, s, http.StatusForbidden, "Not for your role",
+			"The inbox is for approvers ("+joinRoles(u.opts.ApproverRoles)+") and admins.")
+		return
+	}
+	pg, err := u.opts.Store.ListApprovals(r.Context(), ledger.ApprovalListParams{Tenant: p.Tenant,
+		Status: ledger.ApprovalPending, After: r.URL.Query().Get("after"), Limit: 50})
+	if err != nil {
+		u.storeFail(w, r, s, err, "")
+		return
+	}
+	data := inboxData{Next: pg.Next}
+	for _, a := range pg.Approvals {
+		data.Items = append(data.Items, u.item(a, p))
+	}
+	u.render(w, r, http.StatusOK, "inbox", u.page(s, "inbox", "Approvals inbox", data))
+}
+
+// inboxData is a page of the inbox.
+type inboxData struct {
+	Items []approvalItem
+	Next  string
+}
+
+// approvalOf reads an approval of the session's tenant; another tenant's
+// is not found, as on the control API.
+func (u *UI) approvalOf(r *http.Request, s *session) (*ledger.Approval, error) {
+	a, err := u.opts.Store.GetApproval(r.Context(), r.PathValue("id"))
+	if err == nil && a.Tenant != s.principal.Tenant {
+		return nil, ledger.ErrNotFound
+	}
+	return a, err
+}
+
+// approvalPage shows one approval whole, with the first step of a
+// decision when one may be made.
+func (u *UI) approvalPage(w http.ResponseWriter, r *http.Request, s *session) {
+	a, err := u.approvalOf(r, s)
+	if err != nil {
+		u.storeFail(w, r, s, err, "inbox")
+		return
+	}
+	pg := u.page(s, "inbox", "Approval "+a.ID, u.item(a, s.principal))
+	switch r.URL.Query().Get("decided") {
+	case "approve":
+		pg.Notice = "Approved. The agent's next retry with the same key runs it, once."
+	case "deny":
+		pg.Notice = "Denied. The operation has failed, and every retry is told so."
+	}
+	u.render(w, r, http.StatusOK, "approval", pg)
+}
+
+// choice is a decision posted from a form.
+type choice struct {
+	Approve     bool
+	Verb        string // "approve" or "deny"
+	Fingerprint string
+	Note        string
+}
+
+// readChoice reads and checks a posted decision.
+func readChoice(r *http.Request) (choice, string) {
+	c := choice{Verb: r.PostFormValue("decision"), Fingerprint: r.PostFormValue("fingerprint"),
+		Note: r.PostFormValue("note")}
+	switch {
+	case c.Verb != "approve" && c.Verb != "deny":
+		return c, "Choose approve or deny."
+	case utf8.RuneCountInString(c.Note) > maxNote:
+		return c, "The note is longer than 2000 characters."
+	}
+	c.Approve = c.Verb == "approve"
+	return c, ""
+}
+
+// confirm is the second step: it repeats what is decided, and the
+// fingerprint the decision will echo, before anything is sent.
+func (u *UI) confirm(w http.ResponseWriter, r *http.Request, s *session) {
+	a, err := u.approvalOf(r, s)
+	if err != nil {
+		u.storeFail(w, r, s, err, "inbox")
+		return
+	}
+	c, bad := readChoice(r)
+	if bad != "" {
+		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: bad, Back: "approvals/" + a.ID})
+		return
+	}
+	data := confirmData{Item: u.item(a, s.principal), Choice: c, Changed: c.Fingerprint != a.Fingerprint}
+	u.render(w, r, http.StatusOK, "confirm", u.page(s, "inbox", "Confirm: "+c.Verb, data))
+}
+
+// confirmData is the confirmation step.
+type confirmData struct {
+	Item    approvalItem
+	Choice  choice
+	Changed bool // the form's fingerprint is not the approval's
+}
+
+// decide sends the decision to the store, which checks it again
+// atomically: the fingerprint echoed, the roles, the requester, the time.
+func (u *UI) decide(w http.ResponseWriter, r *http.Request, s *session) {
+	a, err := u.approvalOf(r, s)
+	if err != nil {
+		u.storeFail(w, r, s, err, "inbox")
+		return
+	}
+	back := "approvals/" + a.ID
+	c, bad := readChoice(r)
+	if bad != "" {
+		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: bad, Back: back})
+		return
+	}
+	d := decision(a.ID, c.Fingerprint, c.Note, s.principal)
+	send := u.opts.Store.Approve
+	if !c.Approve {
+		send = u.opts.Store.Deny
+	}
+	decided, err := send(r.Context(), d)
+	if err != nil {
+		u.opts.Logger.Warn("ui decision refused", slog.String("approval", a.ID), slog.String("principal", d.Actor),
+			slog.String("decision", c.Verb), slog.String("error", err.Error()))
+		u.storeFail(w, r, s, err, back)
+		return
+	}
+	u.opts.Logger.Info("ui decision", slog.String("approval", a.ID), slog.String("operation_id", decided.OpID),
+		slog.String("principal", d.Actor), slog.String("decision", c.Verb))
+	if u.opts.Decided != nil {
+		u.opts.Decided(decided)
+	}
+	u.redirect(w, r, back+"?decided="+c.Verb)
+}

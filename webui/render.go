@@ -1,0 +1,166 @@
+package webui
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// pageNames are the templates under templates/, each rendered inside
+// layout.html with the shared parts of parts.html.
+var pageNames = []string{"signin", "error", "inbox", "approval", "confirm", "operations", "operation", "dashboard"}
+
+// page is what every template is given.
+type page struct {
+	Title   string
+	Prefix  string
+	Nav     string // the menu entry that is current
+	Me      *me    // nil when signed out
+	CSRF    string // the token every form of the page carries
+	Problem *problemView
+	Notice  string
+	Body    any
+}
+
+// me is the signed-in principal as the menu needs it.
+type me struct {
+	Name, Tenant string
+	Roles        []string
+	Inbox, Admin bool
+}
+
+// problemView is an error a page shows, with a way back.
+type problemView struct {
+	Title, Detail string
+	Back          string // a path to go back to, or ""
+}
+
+func (u *UI) parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"when": func(t time.Time) string {
+			if t.IsZero() {
+				return "—"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05 UTC")
+		},
+		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"left": func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
+		"ago":  func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
+	}
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files,
+			"templates/layout.html", "templates/parts.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("webui: template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// page starts the data of a page for session s.
+func (u *UI) page(s *session, nav, title string, body any) *page {
+	p := &page{Title: title, Nav: nav, Body: body}
+	if s != nil {
+		pr := s.principal
+		p.Me = &me{Name: pr.Name, Tenant: pr.Tenant, Roles: pr.Roles, Inbox: u.seesInbox(pr), Admin: u.isAdmin(pr)}
+		p.CSRF = s.csrf
+	}
+	return p
+}
+
+// render writes a whole page, or a bare 500 if the template fails (a page
+// half written with a 200 would be worse).
+func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
+	p.Prefix = u.opts.Prefix
+	var buf bytes.Buffer
+	if err := u.pages[name].Execute(&buf, p); err != nil {
+		u.opts.Logger.Error("ui template", slog.String("page", name), slog.String("error", err.Error()))
+		http.Error(w, "the page could not be drawn", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail shows an error page.
+func (u *UI) fail(w http.ResponseWriter, r *http.Request, s *session, status int, title, detail string) {
+	u.failBack(w, r, s, status, &problemView{Title: title, Detail: detail})
+}
+
+func (u *UI) failBack(w http.ResponseWriter, r *http.Request, s *session, status int, pv *problemView) {
+	p := u.page(s, "", pv.Title, nil)
+	p.Problem = pv
+	u.render(w, r, status, "error", p)
+}
+
+// storeFail shows what a store's error means to the person who asked,
+// with back as the way back. Another tenant's record is simply not found.
+func (u *UI) storeFail(w http.ResponseWriter, r *http.Request, s *session, err error, back string) {
+	pv := &problemView{Back: back, Detail: err.Error()}
+	status := http.StatusConflict
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		status, pv.Title, pv.Detail = http.StatusNotFound, "Not found", "There is no such record in your tenant."
+	case errors.Is(err, ledger.ErrForbidden):
+		status, pv.Title = http.StatusForbidden, "Refused: you may not decide this"
+	case errors.Is(err, ledger.ErrApprovalMismatch):
+		pv.Title = "Refused: the request changed"
+		pv.Detail = "The fingerprint you confirmed is not this approval's. Nothing was decided; look at the request again."
+	case errors.Is(err, ledger.ErrApprovalClosed):
+		pv.Title = "Already closed"
+	case errors.Is(err, ledger.ErrIllegalTransition):
+		pv.Title = "Not possible in this state"
+	case errors.Is(err, ledger.ErrInvalid):
+		status, pv.Title = http.StatusBadRequest, "Not accepted"
+	case errors.Is(err, ledger.ErrReplyLost):
+		status, pv.Title = http.StatusServiceUnavailable, "The store did not answer"
+		pv.Detail = "The change may or may not have been made. Reload the page to see where it stands before trying again."
+	case errors.Is(err, ledger.ErrUnavailable):
+		status, pv.Title = http.StatusServiceUnavailable, "The store is unavailable"
+		pv.Detail = "Nothing was changed. Try again in a moment."
+	default:
+		u.opts.Logger.Error("ui store", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		status, pv.Title, pv.Detail = http.StatusInternalServerError, "Something went wrong", "The error is in the gateway's log."
+	}
+	u.failBack(w, r, s, status, pv)
+}
+
+// remaining says how long is left, for a countdown: "4m 10s", "expired".
+func remaining(d time.Duration) string {
+	if d <= 0 {
+		return "expired"
+	}
+	return span(d) + " left"
+}
+
+// ago says how long ago something was.
+func ago(d time.Duration) string {
+	if d < time.Second {
+		return "just now"
+	}
+	return span(d) + " ago"
+}
+
+// span writes a duration as a person reads it, to the second below an
+// hour and to the minute above.
+func span(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd %dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh %dm", d/time.Hour, d%time.Hour/time.Minute)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm %ds", d/time.Minute, d%time.Minute/time.Second)
+	}
+	return fmt.Sprintf("%ds", d/time.Second)
+}

@@ -1,0 +1,240 @@
+package webui
+
+import (
+	"crypto/sha256"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/approval"
+)
+
+// The cookies: the session's, and the sign-in form's own CSRF token (there
+// is no session yet to tie that one to).
+const (
+	sessionCookie = "idemgate_ui"
+	signinCookie  = "idemgate_ui_signin"
+)
+
+// maxSessions bounds the sessions kept in memory; past it the one unused
+// the longest is ended to make room.
+const maxSessions = 10000
+
+// session is a signed-in principal. Its id lives only in the browser's
+// cookie; the server keeps its SHA-256, so a copy of the server's memory
+// holds no usable session.
+type session struct {
+	id        string // set only on the copy handed to the request that holds the cookie
+	principal approval.Principal
+	csrf      string
+	created   time.Time
+	seen      time.Time
+}
+
+// sessions is the in-memory session table. A restart signs everyone out,
+// which is the safe way round for a page that approves deployments.
+type sessions struct {
+	mu        sync.Mutex
+	m         map[[32]byte]*session
+	ttl, idle time.Duration
+	now       func() time.Time
+}
+
+func newSessions(ttl, idle time.Duration, now func() time.Time) *sessions {
+	return &sessions{m: map[[32]byte]*session{}, ttl: ttl, idle: idle, now: now}
+}
+
+// create starts a session for p and returns its id.
+func (s *sessions) create(p approval.Principal) string {
+	id, now := randomText(), s.now()
+	ss := &session{principal: p, csrf: randomText(), created: now, seen: now}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m) >= maxSessions {
+		s.prune(now)
+	}
+	s.m[sha256.Sum256([]byte(id))] = ss
+	return id
+}
+
+// get returns a copy of the live session id names, and counts this use
+// against its idle time. An expired one is ended.
+func (s *sessions) get(id string) (*session, bool) {
+	key, now := sha256.Sum256([]byte(id)), s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.m[key]
+	if ss == nil {
+		return nil, false
+	}
+	if s.expired(ss, now) {
+		delete(s.m, key)
+		return nil, false
+	}
+	ss.seen = now
+	c := *ss
+	c.id = id
+	return &c, true
+}
+
+// end ends the session id names, if any.
+func (s *sessions) end(id string) {
+	key := sha256.Sum256([]byte(id))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+}
+
+func (s *sessions) expired(ss *session, now time.Time) bool {
+	return !now.Before(ss.created.Add(s.ttl)) || !now.Before(ss.seen.Add(s.idle))
+}
+
+// prune ends the expired sessions and, if the table is still full, the one
+// unused the longest. The caller holds mu.
+func (s *sessions) prune(now time.Time) {
+	var oldest [32]byte
+	var seen time.Time
+	for k, ss := range s.m {
+		if s.expired(ss, now) {
+			delete(s.m, k)
+		} else if seen.IsZero() || ss.seen.Before(seen) {
+			oldest, seen = k, ss.seen
+		}
+	}
+	if len(s.m) >= maxSessions {
+		delete(s.m, oldest)
+	}
+}
+
+// current returns the request's live session, or nil.
+func (u *UI) current(r *http.Request) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil
+	}
+	s, _ := u.sessions.get(c.Value)
+	return s
+}
+
+// cookie builds one of the page's cookies: never readable by scripts,
+// never sent from another site, only under the prefix.
+func (u *UI) cookie(name, value string, maxAge time.Duration) *http.Cookie {
+	return &http.Cookie{Name: name, Value: value, Path: u.opts.Prefix, MaxAge: int(maxAge / time.Second),
+		HttpOnly: true, Secure: u.opts.Secure, SameSite: http.SameSiteStrictMode}
+}
+
+// signinPage shows the sign-in form with a fresh form token in a cookie of
+// its own.
+func (u *UI) signinPage(w http.ResponseWriter, r *http.Request) {
+	if u.current(r) != nil {
+		u.redirect(w, r, "")
+		return
+	}
+	u.showSignin(w, r, http.StatusOK, "")
+}
+
+func (u *UI) showSignin(w http.ResponseWriter, r *http.Request, status int, problem string) {
+	token := randomText()
+	http.SetCookie(w, u.cookie(signinCookie, token, 15*time.Minute))
+	data := signinData{Next: u.safeNext(r.FormValue("next")), SignedOut: r.URL.Query().Has("signed-out")}
+	pg := &page{Title: "Sign in", CSRF: token, Body: data}
+	if problem != "" {
+		pg.Problem = &problemView{Title: "Not signed in", Detail: problem}
+	}
+	u.render(w, r, status, "signin", pg)
+}
+
+// signinData is what the sign-in form shows.
+type signinData struct {
+	Next      string
+	SignedOut bool
+}
+
+// signin turns a principal's token into a session. The token is read
+// from the form's body and never written anywhere: not in a log, not in a
+// page (the form comes back empty), not in a URL.
+func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	c, err := r.Cookie(signinCookie)
+	if err != nil || !sameToken(c.Value, r.PostFormValue("csrf")) {
+		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
+		return
+	}
+	if u.failures.Tokens() < 1 {
+		u.showSignin(w, r, http.StatusTooManyRequests, "Too many failed sign-ins. Wait a few seconds and try again.")
+		return
+	}
+	p, ok := u.opts.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok || p.Name == "" || p.Tenant == "" {
+		u.failures.Allow()
+		u.opts.Logger.Warn("ui sign-in refused", slog.String("remote", r.RemoteAddr))
+		u.showSignin(w, r, http.StatusUnauthorized, "That token is not known here.")
+		return
+	}
+	if old, err := r.Cookie(sessionCookie); err == nil {
+		u.sessions.end(old.Value) // a new session id at every sign-in: no fixation
+	}
+	http.SetCookie(w, u.cookie(sessionCookie, u.sessions.create(p), u.opts.SessionTTL))
+	http.SetCookie(w, u.cookie(signinCookie, "", -time.Second))
+	u.opts.Logger.Info("ui sign-in", slog.String("principal", p.Name), slog.String("tenant", p.Tenant))
+	next := u.safeNext(r.PostFormValue("next"))
+	if next == "" {
+		next = u.opts.Prefix
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// signout ends the session, here and in the browser.
+func (u *UI) signout(w http.ResponseWriter, r *http.Request, s *session) {
+	u.sessions.end(s.id)
+	http.SetCookie(w, u.cookie(sessionCookie, "", -time.Second))
+	u.opts.Logger.Info("ui sign-out", slog.String("principal", s.principal.Name), slog.String("tenant", s.principal.Tenant))
+	http.Redirect(w, r, u.opts.Prefix+"signin?signed-out", http.StatusSeeOther)
+}
+
+// safeNext keeps a page to return to after sign-in only if it is one of
+// this page's own paths: never another site (an open redirect).
+func (u *UI) safeNext(next string) string {
+	if next == "" || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return ""
+	}
+	v, err := url.Parse(next)
+	if err != nil || v.Scheme != "" || v.Host != "" || !strings.HasPrefix(v.Path, u.opts.Prefix) ||
+		strings.Contains(v.Path, "/../") || v.Path == u.opts.Prefix+"signin" {
+		return ""
+	}
+	return v.RequestURI()
+}
+
+// signedIn serves h to a request with a live session. A page asked for
+// without one sends the browser to sign in (and back); a form posted
+// without one, or without the session's CSRF token, is refused.
+func (u *UI) signedIn(h func(w http.ResponseWriter, r *http.Request, s *session)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := u.current(r)
+		if r.Method != http.MethodPost {
+			if s == nil {
+				http.Redirect(w, r, u.opts.Prefix+"signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			h(w, r, s)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		switch {
+		case s == nil:
+			u.fail(w, r, nil, http.StatusForbidden, "Signed out", "Your session has ended. Sign in again; nothing was changed.")
+		case !sameToken(s.csrf, r.PostFormValue("csrf")):
+			u.fail(w, r, s, http.StatusForbidden, "Refused", "This form is not from your session. Reload the page and try again; nothing was changed.")
+		default:
+			h(w, r, s)
+		}
+	})
+}
+
+// maxForm bounds a posted form: a resolution may carry the upstream's
+// answer, up to a stored response's usual bound.
+const maxForm = 2 << 20

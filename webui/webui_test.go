@@ -1,0 +1,229 @@
+package webui_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/webui"
+)
+
+// TestSignInCookieFlags: a known token becomes a session whose cookie is
+// HttpOnly, SameSite=Strict, under the prefix only, Secure when served
+// over TLS, and 256 random bits; an unknown token is refused, and comes
+// back in no page.
+func TestSignInCookieFlags(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		fx := newFixture(t, func(o *webui.Options) { o.Secure = secure })
+		c := fx.anonymous(t)
+		if r := c.signIn("tok_wrong-guess", ""); r.status != http.StatusUnauthorized || strings.Contains(r.body, "tok_wrong-guess") {
+			t.Fatalf("unknown token: %d, echoed: %t", r.status, strings.Contains(r.body, "tok_wrong-guess"))
+		}
+		r := c.signIn(fx.tokens["alice"], "")
+		if r.status != http.StatusSeeOther || r.header.Get("Location") != "/ui/" {
+			t.Fatalf("sign in: %d to %q", r.status, r.header.Get("Location"))
+		}
+		cookie := sessionCookie(t, r.header)
+		if !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/ui/" || cookie.Secure != secure {
+			t.Errorf("secure=%t: cookie flags %+v", secure, cookie)
+		}
+		if len(cookie.Value) != 43 || cookie.MaxAge != int((8*time.Hour).Seconds()) {
+			t.Errorf("session id %d characters, max-age %d: want 256 bits (43) and 8h", len(cookie.Value), cookie.MaxAge)
+		}
+		fx.checkNoToken(t)
+	}
+}
+
+func sessionCookie(t *testing.T, h http.Header) *http.Cookie {
+	t.Helper()
+	for _, line := range h.Values("Set-Cookie") {
+		c, err := http.ParseSetCookie(line)
+		if err == nil && c.Name == "idemgate_ui" {
+			return c
+		}
+	}
+	t.Fatalf("no session cookie in %q", h.Values("Set-Cookie"))
+	return nil
+}
+
+// TestSessionsExpire: a session ends once idle too long, once its
+// lifetime is over however busy, and at sign-out; an ended session's
+// cookie opens nothing.
+func TestSessionsExpire(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	fx := newFixture(t, func(o *webui.Options) {
+		o.Now, o.SessionTTL, o.SessionIdle = clock, time.Hour, 10*time.Minute
+	})
+	signedOut := func(c *client) bool {
+		r := c.get("/ui/operations")
+		return r.status == http.StatusSeeOther && strings.HasPrefix(r.header.Get("Location"), "/ui/signin")
+	}
+
+	idle := fx.signIn(t, "bot")
+	advance(11 * time.Minute)
+	if !signedOut(idle) {
+		t.Error("a session idle for 11 minutes is still open (idle limit 10m)")
+	}
+
+	busy := fx.signIn(t, "bot")
+	for range 14 {
+		advance(5 * time.Minute)
+		if signedOut(busy) {
+			break
+		}
+	}
+	if !signedOut(busy) {
+		t.Error("a session used every 5 minutes outlived its 1h lifetime")
+	}
+
+	out := fx.signIn(t, "bot")
+	if r := out.post("/ui/signout", url.Values{"csrf": {out.csrf}}); r.status != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", r.status)
+	}
+	if !signedOut(out) {
+		t.Error("the session is still open after sign-out")
+	}
+}
+
+// TestFormsNeedTokenAndOrigin: a decision posted without the session's
+// CSRF token, with another session's, or from another origin (by Origin or
+// Sec-Fetch-Site) is 403 and decides nothing; the same form from the page
+// itself decides.
+func TestFormsNeedTokenAndOrigin(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.deploy("bot", "dep-csrf", prod)
+	alice, other := fx.signIn(t, "alice"), fx.signIn(t, "dana")
+	path := "/ui/approvals/" + a.ID + "/decide"
+	form := alice.decision("approve", a.Fingerprint)
+	noToken := alice.decision("approve", a.Fingerprint)
+	noToken.Del("csrf")
+	wrongToken := alice.decision("approve", a.Fingerprint)
+	wrongToken.Set("csrf", other.csrf)
+	for name, try := range map[string]reply{
+		"no token":               alice.post(path, noToken),
+		"another session's":      alice.post(path, wrongToken),
+		"another origin":         alice.post(path, form, "Origin", "http://evil.example"),
+		"a cross-site fetch":     alice.post(path, form, "Sec-Fetch-Site", "cross-site"),
+		"a same-site other port": alice.post(path, form, "Sec-Fetch-Site", "same-site"),
+		"no session":             fx.anonymous(t).post(path, form),
+	} {
+		if try.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, try.status)
+		}
+	}
+	if got := fx.approval(a.ID).Status; got != ledger.ApprovalPending {
+		t.Fatalf("after refused posts the approval is %s", got)
+	}
+	if r := alice.post(path, form, "Origin", fx.srv.URL); r.status != http.StatusSeeOther {
+		t.Fatalf("the page's own form: %d %s", r.status, r.body)
+	}
+	if got := fx.approval(a.ID).Status; got != ledger.ApprovalApproved {
+		t.Fatalf("after the decision the approval is %s", got)
+	}
+}
+
+// TestHeadersOnEveryPage: each page forbids framing, inline script and
+// referrers, and is never cached.
+func TestHeadersOnEveryPage(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.deploy("bot", "dep-headers", prod)
+	c := fx.signIn(t, "alice")
+	for _, path := range []string{"/ui/signin", "/ui/inbox", "/ui/approvals/" + a.ID, "/ui/operations",
+		"/ui/operations/" + a.OpID, "/ui/dashboard", "/ui/nowhere", "/ui/static/ui.css"} {
+		r := c.get(path)
+		h := r.header
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'self'") ||
+			strings.Contains(csp, "unsafe-inline") || h.Get("X-Frame-Options") != "DENY" ||
+			h.Get("Referrer-Policy") != "no-referrer" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s (%d): headers %v", path, r.status, h)
+		}
+		if strings.Contains(r.body, "<script>") || strings.Contains(r.body, " style=") {
+			t.Errorf("%s: inline script or style in the page", path)
+		}
+	}
+}
+
+// TestOtherTenantIsNotFound: a session of globex gets 404, not 403, for
+// acme's operation, approval, and decision, and sees none of acme's
+// approvals in its inbox.
+func TestOtherTenantIsNotFound(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.deploy("bot", "dep-tenant", prod)
+	gina := fx.signIn(t, "gina")
+	for _, r := range []reply{gina.get("/ui/operations/" + a.OpID), gina.get("/ui/approvals/" + a.ID),
+		gina.post("/ui/approvals/"+a.ID+"/decide", gina.decision("approve", a.Fingerprint)),
+		gina.post("/ui/operations/"+a.OpID+"/resolve", url.Values{"csrf": {gina.csrf}, "state": {"failed"}, "note": {"x"}})} {
+		if r.status != http.StatusNotFound || strings.Contains(r.body, a.Fingerprint) {
+			t.Errorf("another tenant's record: %d", r.status)
+		}
+	}
+	if r := gina.get("/ui/inbox"); strings.Contains(r.body, a.ID) || strings.Contains(r.body, "api@sha256") {
+		t.Error("globex's inbox shows acme's approval")
+	}
+	if r := gina.get("/ui/operations"); strings.Contains(r.body, a.OpID) {
+		t.Error("globex's explorer lists acme's operation")
+	}
+	if got := fx.approval(a.ID).Status; got != ledger.ApprovalPending {
+		t.Fatalf("acme's approval is %s", got)
+	}
+}
+
+// TestRolesDecideWhatShows: an agent sees operations but not the inbox,
+// and may not resolve.
+func TestRolesDecideWhatShows(t *testing.T) {
+	fx := newFixture(t)
+	bot := fx.signIn(t, "bot")
+	if r := bot.get("/ui/"); r.header.Get("Location") != "/ui/operations" {
+		t.Errorf("an agent's start page: %q", r.header.Get("Location"))
+	}
+	if r := bot.get("/ui/inbox"); r.status != http.StatusForbidden {
+		t.Errorf("an agent's inbox: %d", r.status)
+	}
+	if r := bot.get("/ui/operations"); r.status != http.StatusOK || strings.Contains(r.body, `href="/ui/inbox"`) {
+		t.Errorf("an agent's explorer: %d, with an inbox link", r.status)
+	}
+	op := fx.unknownCapture("cap-roles")
+	if r := bot.post("/ui/operations/"+op.ID+"/resolve", url.Values{"csrf": {bot.csrf}, "state": {"succeeded"},
+		"note": {"seen"}}); r.status != http.StatusForbidden {
+		t.Errorf("an agent's resolve: %d", r.status)
+	}
+	if got := fx.operation(op.ID).State; got != ledger.Unknown {
+		t.Errorf("the capture is %s", got)
+	}
+	if r := fx.signIn(t, "alice").get("/ui/"); r.header.Get("Location") != "/ui/inbox" {
+		t.Errorf("an approver's start page: %q", r.header.Get("Location"))
+	}
+}
+
+// unknownCapture makes a capture whose outcome is unknown, through the API.
+func (fx *fixture) unknownCapture(key string) *ledger.Operation {
+	fx.t.Helper()
+	r := fx.call("bot", "POST", "/v1/payment-intents/pi_7/capture", key, `{"amount":4200,"currency":"EUR"}`)
+	op, err := fx.store.GetByKey(context.Background(), "acme", key)
+	if err != nil || op.State != ledger.Unknown {
+		fx.t.Fatalf("capture: %d %s, operation %v %v", r.status, r.body, op, err)
+	}
+	return op
+}
+
+// TestSignInReturnsOnlyHere: the page to return to after sign-in is one
+// of the page's own, never another site.
+func TestSignInReturnsOnlyHere(t *testing.T) {
+	fx := newFixture(t)
+	for next, want := range map[string]string{"/ui/operations?state=unknown": "/ui/operations?state=unknown",
+		"//evil.example/ui/": "/ui/", "https://evil.example/ui/": "/ui/", "/elsewhere": "/ui/", `/ui/\evil`: "/ui/"} {
+		r := fx.anonymous(t).signIn(fx.tokens["bot"], next)
+		if got := r.header.Get("Location"); got != want {
+			t.Errorf("next %q: sent to %q, want %q", next, got, want)
+		}
+	}
+}
