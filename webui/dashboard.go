@@ -122,3 +122,12 @@ func number(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
+
+// SeriesFunc is a function that is a Series: the gateway adapts its
+// metrics history with one.
+type SeriesFunc func(tenant string, since time.Duration) []Indicator
+
+// Indicators calls f.
+func (f SeriesFunc) Indicators(tenant string, since time.Duration) []Indicator {
+	return f(tenant, since)
+}

@@ -227,3 +227,63 @@ func TestSignInReturnsOnlyHere(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionEchoesFingerprint: a decision whose form carries another
+// request's fingerprint is refused by the store (409) and decides nothing.
+func TestDecisionEchoesFingerprint(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.deploy("bot", "dep-echo", prod)
+	alice := fx.signIn(t, "alice")
+	other := "sha256:" + strings.Repeat("0", 64)
+	if r := alice.post("/ui/approvals/"+a.ID+"/confirm", alice.decision("approve", other)); !strings.Contains(r.body,
+		"This is not the fingerprint of the request that waits") {
+		t.Errorf("the confirmation does not warn of another fingerprint: %d", r.status)
+	}
+	if r := alice.post("/ui/approvals/"+a.ID+"/decide", alice.decision("approve", other)); r.status != http.StatusConflict ||
+		!strings.Contains(r.body, "the request changed") {
+		t.Errorf("a decision for another fingerprint: %d %s", r.status, r.body)
+	}
+	if got := fx.approval(a.ID).Status; got != ledger.ApprovalPending {
+		t.Fatalf("the approval is %s", got)
+	}
+	if r := alice.post("/ui/approvals/"+a.ID+"/decide", alice.decision("deny", a.Fingerprint)); r.status != http.StatusSeeOther {
+		t.Fatalf("deny: %d %s", r.status, r.body)
+	}
+	if got := fx.operation(a.OpID).State; got != ledger.Failed {
+		t.Fatalf("after a denial the operation is %s", got)
+	}
+}
+
+// TestResolveChecksItsForm: a resolution needs a final or prepared state
+// and a note; an answer goes only with a final state; a resolution without
+// an answer is kept as such.
+func TestResolveChecksItsForm(t *testing.T) {
+	fx := newFixture(t)
+	op := fx.unknownCapture("cap-form")
+	alice := fx.signIn(t, "alice")
+	path := "/ui/operations/" + op.ID + "/resolve"
+	for name, form := range map[string]url.Values{
+		"no note":             {"state": {"succeeded"}},
+		"executing":           {"state": {"executing"}, "note": {"x"}},
+		"an answer, prepared": {"state": {"prepared"}, "note": {"x"}, "status": {"200"}},
+		"a status of 99":      {"state": {"succeeded"}, "note": {"x"}, "status": {"99"}},
+	} {
+		form.Set("csrf", alice.csrf)
+		if r := alice.post(path, form); r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", name, r.status)
+		}
+	}
+	if got := fx.operation(op.ID).State; got != ledger.Unknown {
+		t.Fatalf("after refused forms the capture is %s", got)
+	}
+	form := url.Values{"csrf": {alice.csrf}, "state": {"prepared"}, "note": {"the bank never saw it"}}
+	if r := alice.post(path, form); r.status != http.StatusSeeOther {
+		t.Fatalf("resolve to prepared: %d %s", r.status, r.body)
+	}
+	if got := fx.operation(op.ID); got.State != ledger.Prepared || got.Response != nil {
+		t.Fatalf("resolved to %s with answer %v", got.State, got.Response)
+	}
+	if r := alice.post(path, form); r.status != http.StatusConflict {
+		t.Errorf("resolving a prepared operation: %d, want 409", r.status)
+	}
+}
