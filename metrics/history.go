@@ -45,35 +45,56 @@ const (
 	iFound
 )
 
-// Sample is the indicators over one interval: counts for the counters,
-// the level at its end for the gauges, the longest time to reconcile.
+// Sample is a tenant's indicators over one interval: counts for the
+// counters, the level at its end for the gauges, the longest time to
+// reconcile.
 type Sample struct {
 	At     time.Time
 	Values [10]float64
 }
 
-// History keeps the last hour of samples in memory: one instance's own
-// view, which is all the dashboard needs (several instances each have
-// theirs; Prometheus has the whole).
+// History keeps the last hour of each tenant's samples in memory: one
+// instance's own view, which is all the dashboard needs (several instances
+// each have theirs; Prometheus has the whole). Tenants are the
+// configuration's, so their number is bounded.
 type History struct {
-	m      *Metrics
-	counts [10]atomic.Int64
-	worst  atomic.Int64 // the longest time to reconcile this interval, in ms
+	m    *Metrics
+	size int
 
 	mu      sync.Mutex
-	samples []Sample // a ring, oldest first once full
-	next    int
-	size    int
+	tenants map[string]*tenantHistory
 }
 
-func newHistory(m *Metrics) *History { return &History{m: m, size: 360} }
+// tenantHistory is one tenant's counts this interval, and its ring.
+type tenantHistory struct {
+	counts  [10]atomic.Int64
+	worst   atomic.Int64 // the longest time to reconcile this interval, in ms
+	samples []Sample     // a ring, oldest first once full
+	next    int
+}
 
-func (h *History) add(i int) { h.counts[i].Add(1) }
+func newHistory(m *Metrics) *History {
+	return &History{m: m, size: 360, tenants: map[string]*tenantHistory{}}
+}
 
-func (h *History) reconciled(d time.Duration) {
+func (h *History) tenant(name string) *tenantHistory {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tenants[name]
+	if t == nil {
+		t = &tenantHistory{}
+		h.tenants[name] = t
+	}
+	return t
+}
+
+func (h *History) add(tenant string, i int) { h.tenant(tenant).counts[i].Add(1) }
+
+func (h *History) reconciled(tenant string, d time.Duration) {
+	t := h.tenant(tenant)
 	for ms := d.Milliseconds(); ; {
-		old := h.worst.Load()
-		if ms <= old || h.worst.CompareAndSwap(old, ms) {
+		old := t.worst.Load()
+		if ms <= old || t.worst.CompareAndSwap(old, ms) {
 			return
 		}
 	}
@@ -96,40 +117,50 @@ func (h *History) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Sample closes an interval at now.
+// Sample closes an interval at now, for every tenant seen or in the store.
 func (h *History) Sample(now time.Time) {
-	s := Sample{At: now}
-	for i := range h.counts {
-		s.Values[i] = float64(h.counts[i].Swap(0))
-	}
-	s.Values[iReconcile] = float64(h.worst.Swap(0)) / 1000
+	gauges := map[string][2]float64{}
+	stale := false
 	if c := h.m.store; c != nil {
-		if st, _, ok := c.stats(); ok {
-			for _, t := range st {
-				s.Values[iStuck] += float64(t.Stuck)
-				s.Values[iUnknown] += float64(t.ByState[ledger.Unknown])
-			}
-		} else {
-			s.Values[iStuck], s.Values[iUnknown] = math.NaN(), math.NaN()
+		st, _, ok := c.stats()
+		stale = !ok
+		for _, t := range st {
+			gauges[t.Tenant] = [2]float64{float64(t.Stuck), float64(t.ByState[ledger.Unknown])}
+			h.tenant(t.Tenant)
 		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.samples) < h.size {
-		h.samples = append(h.samples, s)
-		return
+	for name, t := range h.tenants {
+		s := Sample{At: now}
+		for i := range t.counts {
+			s.Values[i] = float64(t.counts[i].Swap(0))
+		}
+		s.Values[iReconcile] = float64(t.worst.Swap(0)) / 1000
+		s.Values[iStuck], s.Values[iUnknown] = gauges[name][0], gauges[name][1]
+		if stale {
+			s.Values[iStuck], s.Values[iUnknown] = math.NaN(), math.NaN()
+		}
+		if len(t.samples) < h.size {
+			t.samples = append(t.samples, s)
+			continue
+		}
+		t.samples[t.next] = s
+		t.next = (t.next + 1) % h.size
 	}
-	h.samples[h.next] = s
-	h.next = (h.next + 1) % h.size
 }
 
-// Since returns the samples of the last d, oldest first.
-func (h *History) Since(d time.Duration, now time.Time) []Sample {
+// Since returns a tenant's samples of the last d before now, oldest first.
+func (h *History) Since(tenant string, d time.Duration, now time.Time) []Sample {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]Sample, 0, len(h.samples))
-	for i := range h.samples {
-		s := h.samples[(h.next+i)%len(h.samples)]
+	t := h.tenants[tenant]
+	if t == nil {
+		return nil
+	}
+	out := make([]Sample, 0, len(t.samples))
+	for i := range t.samples {
+		s := t.samples[(t.next+i)%len(t.samples)]
 		if now.Sub(s.At) <= d {
 			out = append(out, s)
 		}

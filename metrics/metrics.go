@@ -120,24 +120,24 @@ func (m *Metrics) Request(o httpidem.Observation) {
 	switch o.Outcome {
 	case httpidem.OutcomeCreated:
 		m.created.WithLabelValues(o.Route, o.Tenant).Inc()
-		m.history.add(iCreated)
+		m.history.add(o.Tenant, iCreated)
 	case httpidem.OutcomeReplayed:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "replay").Inc()
-		m.history.add(iDuplicates)
+		m.history.add(o.Tenant, iDuplicates)
 	case httpidem.OutcomeDuplicate:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "business_key").Inc()
-		m.history.add(iDuplicates)
+		m.history.add(o.Tenant, iDuplicates)
 	case httpidem.CodeFingerprintMismatch:
 		m.conflicts.WithLabelValues(o.Route, o.Tenant).Inc()
-		m.history.add(iConflicts)
+		m.history.add(o.Tenant, iConflicts)
 	}
 	if avoidedBy[o.Outcome] {
 		m.avoided.WithLabelValues(o.Route, o.Tenant).Inc()
-		m.history.add(iAvoided)
+		m.history.add(o.Tenant, iAvoided)
 	}
 	if o.Retry != "" {
 		m.retries.WithLabelValues(o.Route, o.Tenant, o.Retry).Inc()
-		m.history.add(iRetries)
+		m.history.add(o.Tenant, iRetries)
 	}
 }
 
@@ -175,11 +175,11 @@ func (m *Metrics) ApprovalsExpired(n int) { m.approvalExpiries.Add(float64(n)) }
 func (m *Metrics) Resolved(tenant string, to ledger.State, unknownFor time.Duration, duplicate bool) {
 	m.resolutions.WithLabelValues(tenant, string(to)).Inc()
 	m.reconcile.WithLabelValues(tenant).Observe(unknownFor.Seconds())
-	m.history.add(iResolutions)
-	m.history.reconciled(unknownFor)
+	m.history.add(tenant, iResolutions)
+	m.history.reconciled(tenant, unknownFor)
 	if duplicate {
 		m.found.WithLabelValues(tenant).Inc()
-		m.history.add(iFound)
+		m.history.add(tenant, iFound)
 	}
 }
 
