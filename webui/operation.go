@@ -97,7 +97,11 @@ func (u *UI) timeline(r *http.Request, op *ledger.Operation, data *operationData
 // resolution is an admin's posted resolution.
 type resolution struct {
 	params ledger.ResolveParams
-	bad    string
+	// duplicate: the admin found the effect made twice despite the checks
+	// (the metric that matters most); the note says so, as on the control
+	// API.
+	duplicate bool
+	bad       string
 }
 
 // readResolution reads the resolve form: the state, a note, and
@@ -116,9 +120,13 @@ func readResolution(r *http.Request, id, actor string) resolution {
 		return resolution{bad: "The note is longer than 2000 characters."}
 	}
 	p.To = to
+	dup := r.PostFormValue("duplicate") == "1"
+	if dup {
+		p.Note = "duplicate: " + p.Note
+	}
 	status := strings.TrimSpace(r.PostFormValue("status"))
 	if status == "" {
-		return resolution{params: p}
+		return resolution{params: p, duplicate: dup}
 	}
 	code, err := strconv.Atoi(status)
 	switch {
@@ -131,7 +139,7 @@ func readResolution(r *http.Request, id, actor string) resolution {
 	if ct := strings.TrimSpace(r.PostFormValue("content_type")); ct != "" {
 		p.Response.Header.Set("Content-Type", ct)
 	}
-	return resolution{params: p}
+	return resolution{params: p, duplicate: dup}
 }
 
 // resolve settles an unknown operation on an admin's word, through the
@@ -161,7 +169,7 @@ func (u *UI) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 	u.opts.Logger.Info("ui resolve", slog.String("operation_id", op.ID), slog.String("principal", s.principal.Name),
 		slog.String("to", string(done.State)))
 	if u.opts.Resolved != nil {
-		u.opts.Resolved(done)
+		u.opts.Resolved(op, done, res.duplicate)
 	}
 	u.redirect(w, r, back+"?resolved")
 }

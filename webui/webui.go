@@ -66,10 +66,14 @@ type Options struct {
 	// data yet".
 	Series Series
 	// Decided, if set, hears each decision made on the page once it has
-	// committed: the gateway wakes the requests waiting for it (Prefer:
-	// wait) and counts it. Resolved does the same for a resolution.
-	Decided  func(a *ledger.Approval)
-	Resolved func(op *ledger.Operation)
+	// committed: the gateway may wake the requests waiting for it
+	// (Prefer: wait), which otherwise find it by polling.
+	Decided func(a *ledger.Approval)
+	// Resolved, if set, hears each resolution made on the page once it has
+	// committed, with the operation before and after it and whether the
+	// admin found the effect made twice: the gateway counts it, as it
+	// counts the control API's.
+	Resolved func(before, after *ledger.Operation, duplicate bool)
 	// Now is the clock for sessions and countdowns (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger

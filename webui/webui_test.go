@@ -2,6 +2,7 @@ package webui_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -231,7 +232,8 @@ func TestSignInReturnsOnlyHere(t *testing.T) {
 // TestDecisionEchoesFingerprint: a decision whose form carries another
 // request's fingerprint is refused by the store (409) and decides nothing.
 func TestDecisionEchoesFingerprint(t *testing.T) {
-	fx := newFixture(t)
+	var decided []ledger.ApprovalStatus
+	fx := newFixture(t, func(o *webui.Options) { o.Decided = func(a *ledger.Approval) { decided = append(decided, a.Status) } })
 	a := fx.deploy("bot", "dep-echo", prod)
 	alice := fx.signIn(t, "alice")
 	other := "sha256:" + strings.Repeat("0", 64)
@@ -252,13 +254,25 @@ func TestDecisionEchoesFingerprint(t *testing.T) {
 	if got := fx.operation(a.OpID).State; got != ledger.Failed {
 		t.Fatalf("after a denial the operation is %s", got)
 	}
+	if fmt.Sprint(decided) != "[denied]" {
+		t.Errorf("the hook heard %v, want the one denial", decided)
+	}
 }
 
 // TestResolveChecksItsForm: a resolution needs a final or prepared state
 // and a note; an answer goes only with a final state; a resolution without
 // an answer is kept as such.
 func TestResolveChecksItsForm(t *testing.T) {
-	fx := newFixture(t)
+	type heard struct {
+		before, after ledger.State
+		duplicate     bool
+	}
+	var got []heard
+	fx := newFixture(t, func(o *webui.Options) {
+		o.Resolved = func(before, after *ledger.Operation, dup bool) {
+			got = append(got, heard{before.State, after.State, dup})
+		}
+	})
 	op := fx.unknownCapture("cap-form")
 	alice := fx.signIn(t, "alice")
 	path := "/ui/operations/" + op.ID + "/resolve"
@@ -285,5 +299,19 @@ func TestResolveChecksItsForm(t *testing.T) {
 	}
 	if r := alice.post(path, form); r.status != http.StatusConflict {
 		t.Errorf("resolving a prepared operation: %d, want 409", r.status)
+	}
+
+	twice := fx.unknownCapture("cap-twice")
+	form = url.Values{"csrf": {alice.csrf}, "state": {"succeeded"}, "note": {"charged twice"}, "duplicate": {"1"}}
+	if r := alice.post("/ui/operations/"+twice.ID+"/resolve", form); r.status != http.StatusSeeOther {
+		t.Fatalf("resolve as a duplicate: %d %s", r.status, r.body)
+	}
+	h, err := fx.store.History(context.Background(), twice.ID)
+	if err != nil || h[len(h)-1].Reason != "duplicate: charged twice" || h[len(h)-1].Actor != "alice" {
+		t.Fatalf("history of the duplicate: %+v %v", h, err)
+	}
+	want := []heard{{ledger.Unknown, ledger.Prepared, false}, {ledger.Unknown, ledger.Succeeded, true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the hook heard %v, want %v", got, want)
 	}
 }
