@@ -36,6 +36,8 @@ type Config struct {
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.
 	MetricsListen string `yaml:"metrics_listen"`
+	// UI tunes the web page at /ui/.
+	UI UIConfig `yaml:"ui"`
 	// Instance names this gateway in operation histories (default: host name).
 	Instance string `yaml:"instance"`
 	// SweepInterval and PurgeInterval pace the background work (1s, 1m);

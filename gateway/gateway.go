@@ -53,6 +53,10 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	page, err := g.ui(m)
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.ready)
@@ -60,6 +64,7 @@ func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
 		mux.Handle("GET /metrics", g.metrics.Handler())
 	}
 	mux.Handle(ControlPrefix+"/", g.authenticated(control))
+	mux.Handle(UIPrefix, page) // its own sessions: no bearer token in a browser
 	mux.Handle("/", g.authenticated(routes))
 	g.handler = g.logged(hygienic(mux))
 	return g, nil

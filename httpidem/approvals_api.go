@@ -153,3 +153,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// Changed tells the requests waiting on an operation (Prefer: wait) that
+// it changed elsewhere: decided or resolved on the web page, say.
+func (m *Middleware) Changed(opID string) { m.waiters.signal(opID) }

@@ -31,6 +31,10 @@ var Indicators = []Indicator{
 	{Name: "business duplicates found", Help: "operations an operator resolved as a duplicate, despite the checks"},
 }
 
+// ReconcileIndicator is the position of the time to reconcile, whose
+// values are seconds, not counts.
+const ReconcileIndicator = iReconcile
+
 // The indicators' positions.
 const (
 	iCreated = iota
