@@ -68,7 +68,12 @@ func approveDeploy(t *testing.T, fx *fixture, browser context.Context) {
 	if got := fx.approval(a.ID); got.Status != ledger.ApprovalApproved || got.DecidedBy != "alice" {
 		t.Fatalf("the store has the approval %s by %q", got.Status, got.DecidedBy)
 	}
+	runsOnce(t, fx, ctx, a)
+}
 
+// runsOnce: after the approval the agent's retry deploys once, later ones
+// replay, and the operation's timeline tells the story, proven.
+func runsOnce(t *testing.T, fx *fixture, ctx context.Context, a *ledger.Approval) {
 	for i := range 2 {
 		r := fx.call("bot", "POST", "/v1/services/api/deployments", "dep-prod-1", prod)
 		if r.status != http.StatusCreated || r.body != `{"deployment":"D-1"}` {
