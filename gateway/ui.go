@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
@@ -34,7 +35,7 @@ type UIConfig struct {
 // count a resolution.
 func (g *Gateway) ui(m *httpidem.Middleware) (http.Handler, error) {
 	c := g.cfg.UI
-	return webui.New(webui.Options{Store: g.store, Prefix: UIPrefix, Logger: g.log,
+	return webui.New(webui.Options{Store: g.store, Prefix: UIPrefix, Logger: g.log, ApproverRoles: g.approverRoles(),
 		Secure: c.SecureCookies, SessionTTL: c.SessionTTL, SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins,
 		Authenticate: func(token string) (approval.Principal, bool) {
 			p := g.principalByToken(token)
@@ -52,6 +53,26 @@ func (g *Gateway) ui(m *httpidem.Middleware) (http.Handler, error) {
 	})
 }
 
+// approverRoles are the roles that see the inbox: every role a route's
+// policy lets decide (each approval still checks its own).
+func (g *Gateway) approverRoles() []string {
+	var roles []string
+	for _, r := range g.cfg.Routes {
+		if r.policy == nil {
+			continue
+		}
+		for _, role := range r.policy.Approvers() {
+			if !slices.Contains(roles, role) {
+				roles = append(roles, role)
+			}
+		}
+	}
+	if len(roles) == 0 {
+		return nil // the page's default
+	}
+	return roles
+}
+
 // dashboard is the metrics history as the web page charts it.
 type dashboard struct{ h *metrics.History }
 
@@ -66,7 +87,7 @@ func (d dashboard) Indicators(tenant string, since time.Duration) []webui.Indica
 		} else if i == metrics.ReconcileIndicator {
 			unit = "seconds"
 		}
-		out[i] = webui.Indicator{Name: ind.Name, Title: ind.Name, Help: ind.Help, Unit: unit}
+		out[i] = webui.Indicator{Name: ind.Metric, Title: ind.Name, Help: ind.Help, Unit: unit}
 		for _, s := range samples {
 			out[i].Points = append(out[i].Points, webui.Point{At: s.At, Value: s.Values[i]})
 		}

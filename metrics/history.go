@@ -14,21 +14,26 @@ import (
 // dashboard charts it.
 type Indicator struct {
 	Name, Help string
-	Gauge      bool // a level (read from the store), not a count per interval
+	Metric     string // what /metrics calls it
+	Gauge      bool   // a level (read from the store), not a count per interval
 }
 
 // Indicators are the ten, in the article's order.
 var Indicators = []Indicator{
-	{Name: "operations created", Help: "new keys reserved and run"},
-	{Name: "duplicates recognised", Help: "replays, and new keys with an existing business identity"},
-	{Name: "upstream calls avoided", Help: "keyed requests answered without calling the upstream"},
-	{Name: "fingerprint conflicts", Help: "keys reused with another request"},
-	{Name: "stuck executing", Help: "operations executing past their lease", Gauge: true},
-	{Name: "unknown", Help: "operations whose outcome nobody knows", Gauge: true},
-	{Name: "time to reconcile", Help: "seconds an operation resolved in the interval stayed unknown (the longest)"},
-	{Name: "retries", Help: "requests whose key had an operation already"},
-	{Name: "manual resolutions", Help: "unknown operations resolved by an operator"},
-	{Name: "business duplicates found", Help: "operations an operator resolved as a duplicate, despite the checks"},
+	{"Operations created", "New keys reserved and run.", "idemgate_operations_created_total", false},
+	{"Duplicates recognised", "Replays, and new keys with an existing business identity.",
+		"idemgate_duplicates_recognised_total", false},
+	{"Upstream calls avoided", "Keyed requests answered without calling the upstream.",
+		"idemgate_upstream_calls_avoided_total", false},
+	{"Fingerprint conflicts", "Keys reused with another request.", "idemgate_fingerprint_conflicts_total", false},
+	{"Stuck executing", "Operations executing past their lease.", "idemgate_operations_stuck", true},
+	{"Unknown operations", "Operations whose outcome nobody knows.", `idemgate_operations{state="unknown"}`, true},
+	{"Time to reconcile", "The longest an operation resolved in the interval stayed unknown.",
+		"idemgate_reconcile_duration_seconds", false},
+	{"Retries", "Requests whose key had an operation already.", "idemgate_retries_total", false},
+	{"Manual resolutions", "Unknown operations resolved by an operator.", "idemgate_manual_resolutions_total", false},
+	{"Business duplicates found", "Operations an operator resolved as made twice, despite the checks.",
+		"idemgate_business_duplicates_found_total", false},
 }
 
 // ReconcileIndicator is the position of the time to reconcile, whose

@@ -1,0 +1,64 @@
+package gateway_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUIThroughTheGateway: the page is mounted at /ui/, signs in with a
+// principal's token from the gateway's configuration (a wrong one is
+// refused), and shows the tenant's dashboard charted from the gateway's
+// own metrics history.
+func TestUIThroughTheGateway(t *testing.T) {
+	store, dsn := stores["sqlite"](t)
+	e := newEnv(t, store, dsn, "")
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	get := func(path string) (int, string) {
+		resp, err := client.Get(e.gw.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, page := get("/ui/signin")
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if status != 200 || csrf == nil {
+		t.Fatalf("sign-in page: %d, csrf %v\n%s", status, csrf, page)
+	}
+	post := func(token string) *http.Response {
+		_, page := get("/ui/signin") // a fresh form for each try
+		csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+		req, _ := http.NewRequest("POST", e.gw.URL+"/ui/signin",
+			strings.NewReader(url.Values{"token": {token}, "csrf": {csrf[1]}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", e.gw.URL)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := post("not-a-token"); resp.Request.URL.Path != "/ui/signin" {
+		t.Fatalf("a wrong token signed in: ended at %s", resp.Request.URL)
+	}
+	e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "ui-1")
+	e.g.Metrics().History().Sample(time.Now())
+	if resp := post("alice-token"); resp.StatusCode != 200 || resp.Request.URL.Path == "/ui/signin" {
+		t.Fatalf("alice's token: %d at %s", resp.StatusCode, resp.Request.URL)
+	}
+	status, page = get("/ui/dashboard")
+	if status != 200 || !strings.Contains(page, "Operations created") || strings.Contains(page, "No data yet") ||
+		strings.Contains(page, "alice-token") {
+		t.Fatalf("dashboard: %d\n%s", status, page)
+	}
+}
