@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
@@ -88,4 +89,19 @@ func BenchmarkScrape100k(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkObserve is what the metrics add to one request: the Observer's
+// calls of a new key's path (its upstream call and its end).
+func BenchmarkObserve(b *testing.B) {
+	m := metrics.New(metrics.Options{})
+	o := httpidem.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: httpidem.OutcomeCreated,
+		Duration: time.Millisecond}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Upstream("POST /v1/tickets", 201, time.Millisecond)
+			m.Request(o)
+		}
+	})
 }
