@@ -44,8 +44,8 @@ func (g *Gateway) ui(m *httpidem.Middleware) (http.Handler, error) {
 			}
 			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, true
 		},
-		Series:   dashboard{g.metrics.History()},
-		Decided:  func(a *ledger.Approval) { m.Changed(a.OpID) },
+		Series:  dashboard{g.metrics.History()},
+		Decided: func(a *ledger.Approval) { m.Changed(a.OpID) },
 		Resolved: func(before, after *ledger.Operation, duplicate bool) {
 			m.Changed(after.ID)
 			g.metrics.Resolved(after.Tenant, after.State, after.UpdatedAt.Sub(before.UpdatedAt), duplicate)

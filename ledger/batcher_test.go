@@ -25,7 +25,7 @@ func TestEventBatcherCoalesces(t *testing.T) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := ledger.NewEventBatcher(s, time.Hour, nil) // one batch, written at Close
+	b := ledger.NewEventBatcher(s, time.Hour, nil)       // one batch, written at Close
 	start := time.Now().UTC().Truncate(time.Microsecond) // a store's resolution
 	replay := audit.Event{Tenant: "acme", OperationID: "op_1", Kind: audit.Replayed, RunID: "run-1", Key: "k",
 		Fingerprint: "sha256:aa", UpstreamStatus: 201}
