@@ -94,6 +94,20 @@ type Store interface {
 	// and the bytes of its stored responses. Limits are enforced on it.
 	Usage(ctx context.Context, tenant string) (Usage, error)
 
+	// ClaimProbes claims, for one reconciler, up to p.Limit unknown
+	// operations of p.Routes whose probe is due and held by no other
+	// reconciler: each claim is leased and fenced (a later claim, once the
+	// lease lapses, refuses the earlier's result). Concurrent reconcilers
+	// claim each operation once.
+	ClaimProbes(ctx context.Context, p ProbeClaimParams) ([]ProbeClaim, error)
+	// ProbeResult records a probe's outcome under its claim, and ends the
+	// claim: applied → succeeded, the probe's answer stored as the replay;
+	// not applied → prepared (the next retry runs it); inconclusive → still
+	// unknown, due again at o.Next. ErrStaleOwner if a later claim fenced
+	// this one; ErrIllegalTransition if the operation left unknown
+	// meanwhile (an operator resolved it, a re-send took it).
+	ProbeResult(ctx context.Context, l ProbeLease, o ProbeOutcome) (*Operation, error)
+
 	// Stats reads what the metrics' gauges show, per tenant: operations by
 	// state, the oldest executing and unknown ones, those executing past
 	// their lease, pending approvals, and the latest audit checkpoint. It

@@ -57,6 +57,7 @@ func Run(t *testing.T, b Backend) {
 	runApprovals(t, b)
 	runAuditLog(t, b)
 	t.Run("Stats", func(t *testing.T) { testStats(t, b) })
+	runProbes(t, b)
 	t.Run("Model", func(t *testing.T) { testModel(t, b) })
 }
 

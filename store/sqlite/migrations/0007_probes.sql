@@ -1,0 +1,8 @@
+-- Reconciliation probes (DESIGN.md, "Reconciliation"): one reconciler at a
+-- time owns an unknown operation's probe, leased and fenced like an
+-- owner's lease, and an inconclusive probe is due again at probe_next.
+ALTER TABLE idem_operations ADD COLUMN probe_token TEXT;
+ALTER TABLE idem_operations ADD COLUMN probe_fence INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE idem_operations ADD COLUMN probe_until INTEGER;
+ALTER TABLE idem_operations ADD COLUMN probe_next INTEGER;
+ALTER TABLE idem_operations ADD COLUMN probes INTEGER NOT NULL DEFAULT 0;
