@@ -34,10 +34,14 @@ type Operation struct {
 	// ResponseSHA256 names the stored response in the audit log, which
 	// never holds a body.
 	ResponseSHA256 string
-	LastError      string // a short code, never a message holding request data
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	ExpiresAt      time.Time // when a final operation may be purged
+	// Probe is the request that proves whether the effect happened
+	// ("GET /v1/payments?reference=ord-7"), rendered at reservation on a
+	// route that declares one; "" otherwise.
+	Probe     string
+	LastError string // a short code, never a message holding request data
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ExpiresAt time.Time // when a final operation may be purged
 }
 
 // Response is the stored answer replayed to every retry.

@@ -192,6 +192,9 @@ type ReserveParams struct {
 	// Principal, Target, RunID and TraceID are the audit log's context of
 	// the request (DESIGN.md, "Audit log"); all optional.
 	Principal, Target, RunID, TraceID string
+	// Probe is the route's probe request, rendered from this request
+	// (DESIGN.md, "Reconciliation"); "" when the route declares none.
+	Probe string
 	// Approval, when set, reserves the operation prepared (Lease must be
 	// 0) with a pending approval, in the same atomic step.
 	Approval *ApprovalRequest
@@ -215,7 +218,7 @@ const MinDuration = time.Microsecond
 // answer bad input alike, with ErrInvalid, before any driver sees it.
 func (p ReserveParams) Validate() error {
 	if err := texts(map[string]string{"tenant": p.Tenant, "route": p.Route, "fingerprint": p.Fingerprint,
-		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey, p.Principal, p.Target, p.RunID, p.TraceID); err != nil {
+		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey, p.Principal, p.Target, p.RunID, p.TraceID, p.Probe); err != nil {
 		return err
 	}
 	switch {
@@ -269,7 +272,7 @@ func (p ReserveParams) State() State {
 func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time.Time) *Operation {
 	op := &Operation{ID: id, Tenant: p.Tenant, Key: p.Key, Route: p.Route, Fingerprint: p.Fingerprint,
 		State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
-		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
+		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, Probe: p.Probe, CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
 	if op.State == Executing {
 		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
 	}

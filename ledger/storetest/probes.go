@@ -21,7 +21,7 @@ func runProbes(t *testing.T, b Backend) {
 func unknownOn(tb testing.TB, s ledger.Store, route string) *ledger.Operation {
 	tb.Helper()
 	p := Params(Long)
-	p.Route = route
+	p.Route, p.Probe = route, "GET /v1/lookup?key="+p.Key
 	r := reserve(tb, s, p)
 	op, err := s.MarkUnknown(ctx(tb), *r.Lease, ledger.Note{Reason: "answer lost"})
 	if err != nil {
@@ -59,6 +59,7 @@ func testProbeClaims(t *testing.T, b Backend) {
 	reserve(t, s, Params(Long)) // executing
 	cs := claim(t, s, Long, "POST /v1/capture")
 	if len(cs) != 1 || cs[0].Op.ID != probed.ID || cs[0].Op.State != ledger.Unknown || cs[0].Lease.Fence != 1 ||
+		cs[0].Op.Probe != "GET /v1/lookup?key="+probed.Key ||
 		cs[0].Lease.Probes != 1 || cs[0].Lease.Token == "" || cs[0].Lease.Until.Before(time.Now()) {
 		t.Fatalf("claims %+v", cs)
 	}

@@ -26,9 +26,9 @@ func us(param string) string { return param + `::bigint * interval '1 microsecon
 var reserveApprovalSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, fence, business_key,
 		concurrency_key, retention_us, created_at, updated_at, expires_at, approval_id, approval_status,
-		approval_expires_at, principal, target, run_id, trace_id)
+		approval_expires_at, principal, target, run_id, trace_id, probe)
 	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, now(), now(), now() + ` + us("$8") + `,
-		$10, 'pending', now() + ` + us("$11") + `, $19, $20, $21, $22)
+		$10, 'pending', now() + ` + us("$11") + `, $19, $20, $21, $22, $23)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -139,7 +139,7 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 	}, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, nullable(p.BusinessKey),
 		nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, a.ID, micros(a.TTL), a.Target, a.Summary,
 		string(a.Command), a.Reversible, a.RequestedBy, a.Approvers, micros(a.ValidFor), nullable(p.Principal),
-		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID))
+		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
