@@ -123,7 +123,7 @@ func setDefaults(o *Options) {
 		o.MaxBody = 1 << 20
 	}
 	if o.MaxResponse <= 0 {
-		o.MaxResponse = 1 << 20
+		o.MaxResponse = DefaultMaxResponse
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Minute
@@ -173,7 +173,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		w = ow
 	}
 	if op := m.cache.get(req.tenant, req.key); op != nil {
-		m.cached(w, req, op)
+		m.cached(r.Context(), w, req, op)
 		return
 	}
 	if m.retried(w, r, req, next) {
@@ -278,7 +278,7 @@ func (m *Middleware) recorded(op *ledger.Operation) {
 }
 
 // cached answers from the replay cache exactly as from the store.
-func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Operation) {
+func (m *Middleware) cached(ctx context.Context, w http.ResponseWriter, req *request, op *ledger.Operation) {
 	req.retry = RetryReplay
 	if op.Fingerprint != req.fingerprint {
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
@@ -286,7 +286,7 @@ func (m *Middleware) cached(w http.ResponseWriter, req *request, op *ledger.Oper
 		return
 	}
 	m.note(req, audit.Replayed, op, "")
-	m.replay(w, op)
+	m.replay(ctx, w, op)
 }
 
 // duplicate answers a new key whose business key belongs to another
@@ -298,7 +298,7 @@ func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, req *requ
 	w.Header().Set(HeaderDuplicateOf, op.ID)
 	switch op.State {
 	case ledger.Succeeded, ledger.Failed:
-		m.replay(w, op)
+		m.replay(r.Context(), w, op)
 	case ledger.Unknown:
 		m.problem(w, NewProblem(CodeOutcomeUnknown, "an operation with the same business identity has an "+
 			"unknown outcome; check its status resource"), op)
@@ -329,7 +329,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 	case ledger.Succeeded, ledger.Failed:
 		m.cache.put(op)
 		m.note(req, audit.Replayed, op, "")
-		m.replay(w, op)
+		m.replay(r.Context(), w, op)
 	case ledger.Executing:
 		m.note(req, audit.Received, op, "in progress: answered 409, nothing sent")
 		p := NewProblem(CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")

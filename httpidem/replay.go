@@ -14,9 +14,9 @@ import (
 
 // replay sends a final operation's stored response, byte for byte, marked
 // as a replay.
-func (m *Middleware) replay(w http.ResponseWriter, op *ledger.Operation) {
+func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
 	if op.Response == nil {
-		m.replayWithoutResponse(w, op)
+		m.replayWithoutResponse(ctx, w, op)
 		return
 	}
 	h := w.Header()
@@ -30,8 +30,10 @@ func (m *Middleware) replay(w http.ResponseWriter, op *ledger.Operation) {
 }
 
 // replayWithoutResponse answers for an operation that ended without a stored
-// answer: denied, or resolved by an operator who did not know it.
-func (m *Middleware) replayWithoutResponse(w http.ResponseWriter, op *ledger.Operation) {
+// answer: denied, or resolved by an operator who did not know it. The
+// latter is the operation's summary with its resolution, so that the agent
+// cannot take the body for the upstream's.
+func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
 	if op.State == ledger.Failed && op.LastError == "approval_denied" {
 		m.problem(w, NewProblem(CodeApprovalDenied, "the approval for this operation was denied"), op)
 		return
@@ -40,11 +42,54 @@ func (m *Middleware) replayWithoutResponse(w http.ResponseWriter, op *ledger.Ope
 	if op.State == ledger.Failed {
 		status = http.StatusUnprocessableEntity
 	}
+	body := resolvedBody{Summary: ledger.NewSummary(op), Resolution: m.resolution(ctx, op)}
+	if m.opts.StatusBase != "" {
+		body.StatusURL = m.opts.StatusBase + "/operations/" + op.ID
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(HeaderReplayed, "true")
 	w.Header().Set(HeaderOperation, op.ID)
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ledger.NewSummary(op))
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// resolvedBody is the replay of an operation resolved without the
+// upstream's answer.
+type resolvedBody struct {
+	ledger.Summary
+	Resolution Resolution `json:"resolution"`
+	StatusURL  string     `json:"status_url,omitempty"`
+}
+
+// Resolution says who resolved an operation without the upstream's
+// answer, when, and their note, as its history records them (the tenant
+// reads the same history on the control API). By and Note are empty when
+// the history cannot be read.
+type Resolution struct {
+	Detail string     `json:"detail"`
+	By     string     `json:"by,omitempty"`
+	Note   string     `json:"note,omitempty"`
+	At     *time.Time `json:"at,omitempty"`
+}
+
+// resolution reads op's resolution from its history: the last move out
+// of unknown, the only way to a final state without an answer.
+func (m *Middleware) resolution(ctx context.Context, op *ledger.Operation) Resolution {
+	res := Resolution{Detail: "an operator resolved this operation as " + string(op.State) +
+		" without the upstream's answer: this body is the gateway's, not the upstream's"}
+	history, err := m.opts.Store.History(ctx, op.ID)
+	if err != nil {
+		m.log(ctx, "history", op.ID, err)
+		return res
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		if e := history[i]; e.From == ledger.Unknown && e.To == op.State {
+			at := e.At.UTC()
+			res.By, res.Note, res.At = e.Actor, e.Reason, &at
+			break
+		}
+	}
+	return res
 }
 
 // preferWait reads "Prefer: wait=N" (RFC 7240), capped at max.
