@@ -108,6 +108,9 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 type resolveRequest struct {
 	State string `json:"state"`
 	Note  string `json:"note"`
+	// Response is the upstream's answer, when the operator found it
+	// (headers: name → array of values; body: text): retries replay it.
+	Response *httpidem.Answer `json:"response"`
 	// ResultRef is the upstream's reference for the effect, when the
 	// operator found it; Duplicate says the effect was made twice despite
 	// the checks (the metric that matters most).
@@ -116,7 +119,8 @@ type resolveRequest struct {
 }
 
 // resolve settles an unknown operation on an admin's word, recorded in its
-// history with the admin's name and note.
+// history with the admin's name and note, and, when given, the upstream's
+// answer that retries then replay. A refused request changes nothing.
 func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
 	if !p.HasRole("admin") {
@@ -128,24 +132,12 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	var body resolveRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		httpidem.NewProblem(httpidem.CodeInvalidCommand, "body: "+err.Error()).Write(w)
+	params, duplicate, problem := g.readResolve(w, r, op.ID, p.Name)
+	if problem != nil {
+		problem.Write(w)
 		return
 	}
-	to, err := ledger.ParseState(body.State)
-	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
-		httpidem.NewProblem(httpidem.CodeInvalidCommand, `state must be "succeeded", "failed" or "prepared"`).Write(w)
-		return
-	}
-	note := body.Note
-	if body.Duplicate && note != "" {
-		note = "duplicate: " + note // the audit log keeps the operator's finding
-	}
-	resolved, err := g.store.Resolve(r.Context(), ledger.ResolveParams{ID: op.ID, To: to, Actor: p.Name, Note: note,
-		ResultRef: body.ResultRef})
+	resolved, err := g.store.Resolve(r.Context(), params)
 	if errors.Is(err, ledger.ErrIllegalTransition) {
 		if now, err := g.store.Get(r.Context(), op.ID); err == nil {
 			op = now // the state that refused, not the one read before
@@ -155,9 +147,38 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		httpidem.ProblemFor(err).Write(w) // the ledger's refusals are 422 invalid_command
 		return
 	}
-	g.metrics.Resolved(p.Tenant, to, resolved.UpdatedAt.Sub(op.UpdatedAt), body.Duplicate)
+	g.metrics.Resolved(p.Tenant, params.To, resolved.UpdatedAt.Sub(op.UpdatedAt), duplicate)
 	g.writeView(w, r, resolved)
+}
+
+// readResolve reads and checks a resolution of operation id by actor, and
+// whether the admin found the effect made twice. The request may be as
+// large as an answer of max_response, JSON-escaped.
+func (g *Gateway) readResolve(w http.ResponseWriter, r *http.Request, id, actor string) (ledger.ResolveParams,
+	bool, *httpidem.Problem) {
+	var body resolveRequest
+	max := int64(g.cfg.MaxResponse)
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10+6*max))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return ledger.ResolveParams{}, false, httpidem.NewProblem(httpidem.CodeInvalidCommand, "body: "+err.Error())
+	}
+	to, err := ledger.ParseState(body.State)
+	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
+		return ledger.ResolveParams{}, false, httpidem.NewProblem(httpidem.CodeInvalidCommand,
+			`state must be "succeeded", "failed" or "prepared"`)
+	}
+	params := ledger.ResolveParams{ID: id, To: to, Actor: actor, Note: body.Note, ResultRef: body.ResultRef}
+	if body.Duplicate && params.Note != "" {
+		params.Note = "duplicate: " + params.Note // the audit log keeps the operator's finding
+	}
+	if body.Response != nil {
+		if params.Response, err = body.Response.Response(max); err != nil {
+			return params, false, httpidem.NewProblem(httpidem.CodeInvalidCommand, "response: "+err.Error())
+		}
+	}
+	return params, body.Duplicate, nil
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -130,14 +131,17 @@ func readResolution(r *http.Request, id, actor string) resolution {
 	}
 	code, err := strconv.Atoi(status)
 	switch {
-	case err != nil || code < 100 || code > 599:
-		return resolution{bad: "The upstream's status must be a number from 100 to 599."}
+	case err != nil:
+		return resolution{bad: "The upstream's status must be a number from 200 to 599."}
 	case !to.Final():
 		return resolution{bad: "An answer goes only with succeeded or failed: prepared means nothing was applied."}
 	}
-	p.Response = &ledger.Response{Status: code, Header: http.Header{}, Body: []byte(r.PostFormValue("body"))}
+	a := httpidem.Answer{Status: code, Body: r.PostFormValue("body")}
 	if ct := strings.TrimSpace(r.PostFormValue("content_type")); ct != "" {
-		p.Response.Header.Set("Content-Type", ct)
+		a.Headers = map[string][]string{"Content-Type": {ct}}
+	}
+	if p.Response, err = a.Response(0); err != nil {
+		return resolution{bad: "The upstream's answer is refused: " + err.Error() + "."}
 	}
 	return resolution{params: p, duplicate: dup}
 }
