@@ -3,27 +3,51 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/textproto"
+	"os"
 	"os/user"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/size"
 	"github.com/idemgate/idemgate/ledger"
 )
+
+// answerFlags are the upstream's answer, as an operator gives it.
+type answerFlags struct {
+	status         int
+	headers        []string // "Name: value"
+	body, bodyFile string
+	maxResponse    string
+	resultRef      string
+}
 
 func newOpsResolveCmd() *cobra.Command {
 	var (
 		dsn, state, note, actor string
 		asJSON                  bool
+		a                       answerFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "resolve OP_ID --state succeeded|failed|prepared --note TEXT --store DSN",
+		Use: "resolve OP_ID --state succeeded|failed|prepared --note TEXT --store DSN " +
+			"[--status N [--header 'Name: value']... [--body-file FILE | --body TEXT]] [--result-ref REF]",
 		Short: "Settle an unknown operation on an operator's word, recorded in its history",
 		Long: `resolve is reconciliation by hand: an operation is unknown when nobody knows
 whether its effect happened. After checking the upstream (its records, its
 lookups), say what happened: succeeded or failed (the effect is, or is not,
 there: retries then replay that), or prepared (proven not applied: the next
 retry with the same key performs it). Only an unknown operation can be
-resolved. The note and the actor go into the operation's history.`,
+resolved. The note and the actor go into the operation's history.
+
+With succeeded or failed, give the upstream's answer if you found it:
+--status, --header (repeated) and the body (--body-file or --body, UTF-8
+text, at most --max-response). Retries then get exactly that answer, marked
+Idempotent-Replayed; without one they get the gateway's summary, which says
+that an operator resolved the operation. --result-ref is the upstream's
+reference for the effect (a ticket's id, a payment's).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			to, err := ledger.ParseState(state)
@@ -33,12 +57,17 @@ resolved. The note and the actor go into the operation's history.`,
 			if note == "" {
 				return errors.New("--note is required: say what you checked")
 			}
+			resp, err := a.response(cmd)
+			if err != nil {
+				return err
+			}
 			s, err := openStore(cmd.Context(), dsn, true)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			op, err := s.Resolve(cmd.Context(), ledger.ResolveParams{ID: args[0], To: to, Actor: actor, Note: note})
+			op, err := s.Resolve(cmd.Context(), ledger.ResolveParams{ID: args[0], To: to, Actor: actor, Note: note,
+				Response: resp, ResultRef: a.resultRef})
 			if errors.Is(err, ledger.ErrIllegalTransition) {
 				return fmt.Errorf("resolve %s: only an unknown operation can be resolved", args[0])
 			}
@@ -61,8 +90,76 @@ resolved. The note and the actor go into the operation's history.`,
 	f.StringVar(&note, "note", "", "what you checked (recorded in the history)")
 	f.StringVar(&actor, "actor", defaultActor(), "who decides (recorded in the history)")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	a.define(cmd)
 	_ = cmd.MarkFlagRequired("state")
 	return cmd
+}
+
+// define declares the answer's flags on cmd.
+func (a *answerFlags) define(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.IntVar(&a.status, "status", 0, "the upstream's answer: its status (200 to 599)")
+	f.StringArrayVar(&a.headers, "header", nil, "the upstream's answer: a header, 'Name: value' (repeatable)")
+	f.StringVar(&a.body, "body", "", "the upstream's answer: its body, as text")
+	f.StringVar(&a.bodyFile, "body-file", "", "the upstream's answer: a file holding its body (- for standard input)")
+	f.StringVar(&a.maxResponse, "max-response", "1MiB", "the largest body accepted: the gateway's max_response")
+	f.StringVar(&a.resultRef, "result-ref", "", "the upstream's reference for the effect")
+	cmd.MarkFlagsMutuallyExclusive("body", "body-file")
+}
+
+// response is the answer given on cmd, checked as the control API checks
+// it; nil when no --status is given.
+func (a *answerFlags) response(cmd *cobra.Command) (*ledger.Response, error) {
+	if !cmd.Flags().Changed("status") {
+		if len(a.headers) > 0 || cmd.Flags().Changed("body") || a.bodyFile != "" {
+			return nil, errors.New("--header, --body and --body-file need --status")
+		}
+		return nil, nil
+	}
+	max, err := size.Parse(a.maxResponse)
+	if err != nil {
+		return nil, fmt.Errorf("--max-response: %w", err)
+	}
+	ans := httpidem.Answer{Status: a.status, Body: a.body, Headers: map[string][]string{}}
+	for _, h := range a.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			return nil, fmt.Errorf("--header %q: want 'Name: value'", h)
+		}
+		name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
+		ans.Headers[name] = append(ans.Headers[name], strings.Trim(value, " \t")) // a CR or LF is refused
+	}
+	if a.bodyFile != "" {
+		b, err := readBodyFile(cmd.InOrStdin(), a.bodyFile, max)
+		if err != nil {
+			return nil, err
+		}
+		ans.Body = string(b)
+	}
+	resp, err := ans.Response(max)
+	if err != nil {
+		return nil, fmt.Errorf("the upstream's answer: %w", err)
+	}
+	return resp, nil
+}
+
+// readBodyFile reads at most max+1 bytes of path (- for standard input):
+// enough for the answer's check to refuse a larger one.
+func readBodyFile(stdin io.Reader, path string, max int64) ([]byte, error) {
+	f := stdin
+	if path != "-" {
+		file, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--body-file: %w", err)
+		}
+		defer file.Close()
+		f = file
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("--body-file: %w", err)
+	}
+	return b, nil
 }
 
 // defaultActor names the operator by their login on this machine.

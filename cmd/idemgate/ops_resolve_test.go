@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// unknownOp reserves an operation and loses its answer.
+func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
+	t.Helper()
+	c := context.Background()
+	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/payments",
+		Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "upstream_timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	return r.Op
+}
+
+// ops resolve stores the upstream's answer an operator found, checked as
+// the control API checks it; a refused one changes nothing.
+func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
+	for name, fresh := range stores {
+		t.Run(name, func(t *testing.T) {
+			dsn := fresh(t)
+			s, err := openStore(context.Background(), dsn, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			op := unknownOp(t, s, "pay-1")
+			dir := t.TempDir()
+			const body = "{\"id\":\"ch_1\",\"status\":\"captured\"}\n"
+			file, big := filepath.Join(dir, "answer.json"), filepath.Join(dir, "big.json")
+			if os.WriteFile(file, []byte(body), 0o600) != nil || os.WriteFile(big, make([]byte, 65), 0o600) != nil {
+				t.Fatal("cannot write the bodies")
+			}
+			testResolveRefusals(t, s, dsn, op, big)
+
+			r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "charge ch_1 found",
+				"--status", "201", "--header", "content-type: application/json", "--header", "Set-Cookie: a=1",
+				"--header", "Set-Cookie:b=2", "--body-file", file, "--result-ref", "ch_1", "--json")
+			var v ledger.View
+			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded ||
+				v.Response == nil || v.Response.Status != 201 || v.ResultRef != "ch_1" {
+				t.Fatalf("ops resolve with an answer: %v %+v", err, r)
+			}
+			got, err := s.Get(context.Background(), op.ID)
+			want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
+			if err != nil || got.Response.Status != 201 || string(got.Response.Body) != body ||
+				!reflect.DeepEqual(got.Response.Header, want) {
+				t.Fatalf("stored: %+v %v", got.Response, err)
+			}
+
+			other := unknownOp(t, s, "pay-2")
+			r = run(t, "{\"declined\":true}", "ops", "resolve", other.ID, "--store", dsn, "--state", "failed",
+				"--note", "declined", "--status", "402", "--body-file", "-")
+			if got, _ := s.Get(context.Background(), other.ID); r.code != 0 || got.Response == nil ||
+				got.Response.Status != 402 || string(got.Response.Body) != `{"declined":true}` {
+				t.Fatalf("a body from standard input: %+v", r)
+			}
+		})
+	}
+}
+
+// testResolveRefusals tries answers ops resolve must refuse, and checks
+// that op is still unknown, without an answer.
+func testResolveRefusals(t *testing.T, s ledger.Store, dsn string, op *ledger.Operation, big string) {
+	t.Helper()
+	for want, bad := range map[string][]string{
+		"status 42":          {"--state", "succeeded", "--status", "42"},
+		"need --status":      {"--state", "succeeded", "--header", "X-Id: 1"},
+		"hop-by-hop":         {"--state", "succeeded", "--status", "200", "--header", "Transfer-Encoding: chunked"},
+		"control character":  {"--state", "succeeded", "--status", "200", "--header", "X-Id: 1\nSet-Cookie: a=1"},
+		"not a valid name":   {"--state", "succeeded", "--status", "200", "--header", "X Id: 1"},
+		"'Name: value'":      {"--state", "succeeded", "--status", "200", "--header", "X-Id"},
+		"succeeded or faile": {"--state", "prepared", "--status", "200"},
+		"over max_response":  {"--state", "succeeded", "--status", "200", "--body-file", big, "--max-response", "64"},
+		"none of the others": {"--state", "succeeded", "--status", "200", "--body", "x", "--body-file", big},
+		"no such file":       {"--state", "succeeded", "--status", "200", "--body-file", big + ".missing"},
+	} {
+		r := run(t, "", append([]string{"ops", "resolve", op.ID, "--store", dsn, "--note", "x"}, bad...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("ops resolve %v: %+v, want %q", bad, r, want)
+		}
+	}
+	if got, err := s.Get(context.Background(), op.ID); err != nil || got.State != ledger.Unknown || got.Response != nil {
+		t.Fatalf("after refused answers: %+v %v", got, err)
+	}
+}
