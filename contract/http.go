@@ -16,6 +16,9 @@ const (
 	// HeaderTraceparent is W3C Trace Context's header; its trace id is
 	// recorded in the audit log.
 	HeaderTraceparent = "traceparent"
+	// HeaderReconciled marks a replay whose answer a reconciliation probe
+	// found: the original answer was lost, and this is the proof.
+	HeaderReconciled = "Idempotency-Reconciled"
 )
 
 // MaxRunLen bounds an Idempotency-Run value, as a key is bounded.

@@ -20,6 +20,7 @@ const (
 // at once (each lapsed lease is expired once, each row purged once).
 func (g *Gateway) RunBackground(ctx context.Context) {
 	go g.runSealer(ctx)
+	go g.runReconciler(ctx)
 	go g.metrics.History().Run(ctx, 0)
 	go g.every(ctx, g.cfg.SweepInterval, "expire leases", func(ctx context.Context) (int, error) {
 		n, err := g.drain(ctx, sweepBatch, g.store.ExpireLeases)

@@ -21,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
+	"github.com/idemgate/idemgate/reconcile"
 )
 
 // Config is the YAML of DESIGN.md, "Configuration".
@@ -136,12 +137,16 @@ type RouteConfig struct {
 	// ResultRef names where the upstream's answer holds its reference for
 	// the effect: body:/id or header:X-Request-Id.
 	ResultRef string `yaml:"result_ref"`
+	// Reconcile declares the probe that settles the route's unknown
+	// operations from proof (DESIGN.md, "Reconciliation").
+	Reconcile *reconcile.Config `yaml:"reconcile"`
 
 	line          int
 	approvalLines map[string]int // each approval key's own line
 	method        string
 	pattern       string
 	policy        *approval.Policy
+	probe         *reconcile.Probe
 }
 
 // Size is a byte count written as 1024, 64KiB, 1MiB, 2MB...
@@ -335,6 +340,9 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 		return c.errorf(r.line, "route %s: upstream %q is not defined", r.Match, r.Upstream)
 	}
 	if err := c.checkApproval(r); err != nil {
+		return err
+	}
+	if err := c.checkReconcile(r); err != nil {
 		return err
 	}
 	if err := r.checkPolicies(); err != nil {

@@ -30,6 +30,7 @@ type Gateway struct {
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
 	metrics *metrics.Metrics
+	clients map[string]*upstreamClient // by upstream name
 }
 
 // New builds the gateway. The store must be migrated.
@@ -113,6 +114,7 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	for name, u := range g.cfg.Upstreams {
 		clients[name] = newUpstreamClient(name, u, g.log)
 	}
+	g.clients = clients
 	var writes []httpidem.Route
 	for _, rc := range g.cfg.Routes {
 		if rc.IsWrite() {
@@ -150,7 +152,8 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
 		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
-		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy, ResultRef: rc.ResultRef}
+		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy, ResultRef: rc.ResultRef,
+		Probe: routeProbe(rc)}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)
 		if err != nil {

@@ -51,11 +51,32 @@ func newUpstream(t *testing.T) *upstream {
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"id":"R-%d"}`, n)
 	})
-	mux.HandleFunc("POST /v1/lost", func(w http.ResponseWriter, r *http.Request) {
-		u.effect(r) // applied, then the answer is lost
+	mux.HandleFunc("POST /v1/dropped/probed", func(w http.ResponseWriter, r *http.Request) {
+		// Read, not applied, and the connection dropped: nobody can tell.
 		conn, _, _ := http.NewResponseController(w).Hijack()
 		conn.Close()
 	})
+	mux.HandleFunc("GET /v1/effects", func(w http.ResponseWriter, r *http.Request) {
+		// What a probe reads: the effects made on a path, and whom it sees.
+		u.mu.Lock()
+		n := u.effects[r.URL.Query().Get("path")]
+		u.seen = append(u.seen, r.Header.Clone())
+		u.mu.Unlock()
+		if r.URL.Query().Get("fail") != "" {
+			w.WriteHeader(503)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"count":%d,"id":"E-%d"}`, n, n)
+	})
+	lost := func(w http.ResponseWriter, r *http.Request) {
+		u.effect(r) // applied, then the answer is lost
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	}
+	for _, path := range []string{"/v1/lost", "/v1/lost/probed", "/v1/failing/probed"} {
+		mux.HandleFunc("POST "+path, lost)
+	}
 	mux.HandleFunc("POST /v1/cut", func(w http.ResponseWriter, r *http.Request) {
 		u.effect(r) // applied; the answer is cut after its first bytes
 		w.Header().Set("Content-Length", "100")

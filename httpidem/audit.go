@@ -163,3 +163,14 @@ func (m *Middleware) noteUnrecorded(req *request, opID string, status int, ref s
 		UpstreamStatus: status, ResultRef: ref, Reason: "answered to the client, not recorded: the store failed"}
 	m.opts.Audit.Record(e)
 }
+
+// ResultRefOf compiles a result_ref spec ("body:/ptr", "header:Name") into
+// the function that reads it from an upstream's answer; nil for "". The
+// reconciler reads an applied probe's answer with it.
+func ResultRefOf(spec string) (func(status int, h http.Header, body []byte) string, error) {
+	rr, err := compileResultRef(spec)
+	if err != nil || rr == nil {
+		return nil, err
+	}
+	return rr.of, nil
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -215,7 +216,24 @@ func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
 	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.Method + " " + req.route.template,
 		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
 		BusinessKey: pointerValue(req.command, req.route.business), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
-		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace}
+		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace,
+		Probe: m.probeOf(req)}
+}
+
+// probeOf renders the route's probe for req; one that cannot be rendered
+// (a field the template names is missing) leaves the operation to an
+// operator, should it become unknown, and is logged.
+func (m *Middleware) probeOf(req *request) string {
+	if req.route.Probe == nil {
+		return ""
+	}
+	probe, err := req.route.Probe(req.params, req.query, req.command)
+	if err != nil {
+		m.opts.Logger.Warn("probe not rendered", slog.String("route", req.route.Method+" "+req.route.template),
+			slog.String("error", err.Error()))
+		return ""
+	}
+	return probe
 }
 
 // context reads who sends req, from which agent run and trace, to what:

@@ -49,6 +49,10 @@ type Route struct {
 	// Resend allows running an unknown operation again, for upstreams that
 	// honour the key (they deduplicate the re-sent request themselves).
 	Resend bool
+	// Probe, if set, renders the route's reconciliation probe for a write
+	// from its path parameters, query and command (DESIGN.md,
+	// "Reconciliation"); it is kept on the operation at its reservation.
+	Probe func(params map[string]string, query map[string][]string, command any) (string, error)
 	// ResultRef names where the upstream's answer holds its reference for
 	// the effect: "body:/id" (a JSON Pointer) or "header:X-Request-Id". It
 	// is stored on the operation and in its audit events.

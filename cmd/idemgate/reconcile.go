@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgate/idemgate/gateway"
+)
+
+func newReconcileCmd() *cobra.Command {
+	var path string
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "reconcile --config FILE --once",
+		Short: "Probe the unknown operations of the routes that declare a probe, once, from a shell",
+		Long: `reconcile runs the reconciler that every serve instance runs (DESIGN.md,
+"Reconciliation"): it claims the unknown operations whose probe is due, one owner per
+operation at a time (so it is safe beside running gateways), sends each its probe with the
+upstream's credentials, and records the verdict with its evidence: applied → succeeded, the
+probe's answer replayed (Idempotency-Reconciled: true); not applied → prepared, the next
+retry runs it; anything else stays unknown, probed again later, until give_up_after.
+It prints how many it settled; logs are JSON lines on stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !once {
+				return errors.New("pass --once (serve runs the reconciler continuously)")
+			}
+			cfg, err := gateway.LoadConfig(path)
+			if err != nil {
+				return err
+			}
+			return reconcileOnce(cmd, cfg)
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "the gateway's configuration file (required)")
+	cmd.Flags().BoolVar(&once, "once", false, "one pass over the operations due, then exit")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+	defer cancel()
+	store, err := openStore(ctx, cfg.Store, true)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	g, err := gateway.New(cfg, store, slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil)))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	r := g.Reconciler()
+	if len(r.Probes) == 0 {
+		return errors.New("no route declares a probe (reconcile: in the configuration)")
+	}
+	total := 0
+	for {
+		n, err := r.Once(ctx)
+		if err != nil {
+			return err
+		}
+		if total += n; n == 0 {
+			break
+		}
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "settled %d unknown operation(s)\n", total)
+	return err
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// TestReconcileOnce: `idemgate reconcile --once` probes an unknown
+// operation of a route that declares a probe, beside any gateway, and
+// settles it from the proof; without --once it refuses to run.
+func TestReconcileOnce(t *testing.T) {
+	probes := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/intents/7" || r.Header.Get("Authorization") != "Bearer up-secret" {
+			w.WriteHeader(400)
+			return
+		}
+		probes++
+		fmt.Fprint(w, `{"status":"captured"}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "gw.db")
+	config := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`store: sqlite:%s
+upstreams: {pay: {url: %s, headers: {Authorization: "Bearer up-secret"}}}
+routes:
+  - match: "POST /v1/intents/{id}/capture"
+    upstream: pay
+    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'body.status == "captured"',
+                not_applied: 'body.status == "requires_capture"'}
+`, db, up.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
+		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Minute, Retention: time.Hour,
+		Actor: "gw", Probe: "GET /v1/intents/7"})
+	if err == nil {
+		_, err = s.MarkUnknown(context.Background(), *r.Lease, ledger.Note{Reason: "answer lost"})
+	}
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := run(t, "", "reconcile", "--config", config); res.code == 0 || !strings.Contains(res.stderr, "--once") {
+		t.Fatalf("without --once: %+v", res)
+	}
+	res := run(t, "", "reconcile", "--config", config, "--once")
+	if res.code != 0 || !strings.Contains(res.stdout, "settled 1 unknown operation") || probes != 1 {
+		t.Fatalf("reconcile --once: %+v (probes %d)", res, probes)
+	}
+	show := run(t, "", "ops", "show", r.Op.ID, "--store", "sqlite:"+db)
+	if !strings.Contains(show.stdout, "succeeded") || !strings.Contains(show.stdout, ledger.ActorReconciler) {
+		t.Fatalf("after the probe: %s", show.stdout)
+	}
+}
