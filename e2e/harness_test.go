@@ -85,6 +85,9 @@ type setup struct {
 	// or 200ms, and a checkpoints file (see audit_drills_test.go).
 	audit           bool
 	checkpointEvery int
+	// probeCaptures declares a reconciliation probe on captures (see
+	// reconcile_drills_test.go): the intent looked up by id.
+	probeCaptures bool
 }
 
 // drill is one gateway in front of one ops API with faults.
@@ -133,14 +136,14 @@ routes:
   - {match: "POST /v1/tickets/{id}/comments", upstream: ops, key_from: "header:X-Delivery-Id"}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
   - {match: POST /v1/payment-intents, upstream: ops, business_key: /order_id}
-  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops, lease: 1s}
+  - {match: "POST /v1/payment-intents/{id}/capture", upstream: ops, lease: 1s%s}
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment%s}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
 %s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), auditBlock, d.api.URL, s.idempotentAPI, upstreamExtra,
 		hashOf(token), hashOf(operatorToken), hashOf(approvers["alice"]), hashOf(approvers["bob"]),
 		hashOf(approvers["carol"]), hashOf(approvers["eve"]), cmp.Or(s.ticketLease, "1s"), ticketsExtra,
-		approvalPolicy(s.approvalTTL), s.config)
+		captureProbe(s.probeCaptures), approvalPolicy(s.approvalTTL), s.config)
 	if err := os.WriteFile(d.config, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -362,4 +365,13 @@ func concurrently(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// captureProbe is the capture route's reconcile block, when asked for.
+func captureProbe(on bool) string {
+	if !on {
+		return ""
+	}
+	return `, reconcile: {probe: 'GET /v1/payment-intents/{{.params.id}}', applied: 'body.status == "captured"',
+      not_applied: 'body.status == "requires_capture"', every: 100ms}`
 }

@@ -14,6 +14,7 @@ func (s *Server) routePayments(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/payment-intents/{id}/capture", s.capture)
 	mux.HandleFunc("POST /v1/refunds", s.refund)
 	mux.HandleFunc("GET /v1/payment-intents", s.findIntents)
+	mux.HandleFunc("GET /v1/payment-intents/{id}", s.getIntent)
 	mux.HandleFunc("GET /v1/refunds/{refund_id}", s.getRefund)
 }
 
@@ -32,6 +33,9 @@ type intent struct {
 	// Captured is the amount captured so far, shown by lookups: what a
 	// reconciliation of an unknown capture checks.
 	Captured *int64 `json:"captured_minor,omitempty"`
+	// Status is what a lookup by id says of the capture:
+	// requires_capture, or captured.
+	Status string `json:"status,omitempty"`
 }
 
 const intentColumns = `id, order_id, amount_minor, currency, payee, invoice_ref`
@@ -186,6 +190,31 @@ func (s *Server) insertRefund(tx *sql.Tx, refundID string, intentID, amount int6
 }
 
 // findIntents looks intents up by order_id or invoice_ref, for reconciliation.
+// getIntent is a lookup by id, with its capture's status: what a
+// reconciliation probe of an unknown capture reads.
+func (s *Server) getIntent(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	in, err := scanIntent(s.db.QueryRowContext(r.Context(), `SELECT `+intentColumns+` FROM intents WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		answer(w, http.StatusNotFound, map[string]string{"error": "no such payment intent"})
+		return
+	}
+	in.Captured = new(int64)
+	if err == nil {
+		err = s.db.QueryRowContext(r.Context(), `SELECT coalesce(sum(amount_minor), 0) FROM captures WHERE intent_id = ?`,
+			id).Scan(in.Captured)
+	}
+	if err != nil {
+		answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	in.Status = "requires_capture"
+	if *in.Captured > 0 {
+		in.Status = "captured"
+	}
+	answer(w, http.StatusOK, in)
+}
+
 func (s *Server) findIntents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	col, val := "order_id", q.Get("order_id")
