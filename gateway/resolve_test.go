@@ -79,7 +79,7 @@ func TestResolveRefusesABadAnswer(t *testing.T) {
 			"status 42":          {"succeeded", with("status", 42), "status 42"},
 			"a header's newline": {"succeeded", with("headers", map[string][]string{"X-Id": {"1\r\nSet-Cookie: a=1"}}), "control character"},
 			"Transfer-Encoding":  {"succeeded", with("headers", map[string][]string{"Transfer-Encoding": {"chunked"}}), "hop-by-hop"},
-			"the gateway's own":  {"failed", with("headers", map[string][]string{"Idempotency-Operation": {"op_x"}}), "gateway sets"},
+			"the gateway's own":  {"failed", with("headers", map[string][]string{"Idempotency-Operation": {"op_x"}}), "gateway's own"},
 			"with prepared":      {"prepared", ok, "only be stored with succeeded or failed"},
 			"over max_response":  {"succeeded", with("body", strings.Repeat("x", 4<<10+1)), "over max_response (4096)"},
 			"headers as strings": {"succeeded", with("headers", map[string]string{"X-Id": "1"}), "body: json"},

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -29,8 +30,9 @@ type Answer struct {
 // Options.MaxResponse bounds a stored response.
 const DefaultMaxResponse = 1 << 20
 
-// ownHeaders are set on every replay by the gateway itself.
-var ownHeaders = []string{HeaderReplayed, HeaderOperation, HeaderDuplicateOf}
+// ownHeaders are the gateway's to set: on every replay, or on a probe's
+// answer only (Idempotency-Reconciled: an operator's word is no proof).
+var ownHeaders = []string{HeaderReplayed, HeaderOperation, HeaderDuplicateOf, contract.HeaderReconciled}
 
 // Response checks a and returns it as the response to store, with
 // canonical header names. max bounds the body as max_response bounds an
@@ -76,7 +78,7 @@ func checkHeader(k string, values []string, bodyLen int) error {
 	case slices.Contains(hopByHop, k):
 		return fmt.Errorf("header %s: hop-by-hop, never replayed", k)
 	case slices.Contains(ownHeaders, k):
-		return fmt.Errorf("header %s: the gateway sets it on every replay", k)
+		return fmt.Errorf("header %s: the gateway's own, not an answer's", k)
 	case k == "Content-Encoding":
 		return fmt.Errorf("header %s: give the body decoded, without it", k)
 	case k == "Content-Length" && (len(values) != 1 || values[0] != strconv.Itoa(bodyLen)):
