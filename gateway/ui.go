@@ -36,7 +36,8 @@ type UIConfig struct {
 func (g *Gateway) ui(m *httpidem.Middleware) (http.Handler, error) {
 	c := g.cfg.UI
 	return webui.New(webui.Options{Store: g.store, Prefix: UIPrefix, Logger: g.log, ApproverRoles: g.approverRoles(),
-		Secure: c.SecureCookies, SessionTTL: c.SessionTTL, SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins,
+		MaxResponse: int64(g.cfg.MaxResponse),
+		Secure:      c.SecureCookies, SessionTTL: c.SessionTTL, SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins,
 		Authenticate: func(token string) (approval.Principal, bool) {
 			p := g.principalByToken(token)
 			if p == nil {

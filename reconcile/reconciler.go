@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
@@ -38,11 +40,14 @@ type Reconciler struct {
 	// Audit, if set, hears the probes that proved nothing (an answered
 	// event with their evidence); the verdicts are transitions, recorded
 	// by the store.
-	Audit  func(audit.Event)
-	Lease  time.Duration // a claim's lease (30s)
-	Batch  int           // claims per round (32)
-	Logger *slog.Logger
-	Now    func() time.Time
+	Audit func(audit.Event)
+	Lease time.Duration // a claim's lease (30s)
+	Batch int           // claims per round (32)
+	// Concurrency is how many probes of a round run at once (8): their
+	// verdicts then share the store's commits.
+	Concurrency int
+	Logger      *slog.Logger
+	Now         func() time.Time
 }
 
 // never is when a probe that gave up is due again: it waits for an
@@ -72,19 +77,40 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim probes: %w", err)
 	}
-	settled := 0
-	for _, c := range claims {
-		op, err := r.settle(ctx, c)
-		switch {
-		case errors.Is(err, ledger.ErrStaleOwner), errors.Is(err, ledger.ErrIllegalTransition):
-			r.log(ctx, slog.LevelInfo, "probe result refused", c.Op.ID, err) // another settled it first
-		case err != nil:
-			r.log(ctx, slog.LevelError, "probe", c.Op.ID, err)
-		case op.State.Final() || op.State == ledger.Prepared:
-			settled++
-		}
+	var settled atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan ledger.ProbeClaim)
+	for range min(cmpOr(r.Concurrency, 8), len(claims)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				if r.settleOne(ctx, c) {
+					settled.Add(1)
+				}
+			}
+		}()
 	}
-	return settled, nil
+	for _, c := range claims {
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	return int(settled.Load()), nil
+}
+
+// settleOne settles one claim and reports whether it left unknown.
+func (r *Reconciler) settleOne(ctx context.Context, c ledger.ProbeClaim) bool {
+	op, err := r.settle(ctx, c)
+	switch {
+	case errors.Is(err, ledger.ErrStaleOwner), errors.Is(err, ledger.ErrIllegalTransition):
+		r.log(ctx, slog.LevelInfo, "probe result refused", c.Op.ID, err) // another settled it first
+	case err != nil:
+		r.log(ctx, slog.LevelError, "probe", c.Op.ID, err)
+	default:
+		return op.State.Final() || op.State == ledger.Prepared
+	}
+	return false
 }
 
 func cmpOr[T comparable](v, def T) T {

@@ -108,7 +108,7 @@ type resolution struct {
 // readResolution reads the resolve form: the state, a note, and
 // optionally the upstream's answer (status, content type, body) and its
 // reference for the effect.
-func readResolution(r *http.Request, id, actor string) resolution {
+func readResolution(r *http.Request, id, actor string, maxResponse int64) resolution {
 	p := ledger.ResolveParams{ID: id, Actor: actor, Note: strings.TrimSpace(r.PostFormValue("note")),
 		ResultRef: strings.TrimSpace(r.PostFormValue("result_ref"))}
 	to, err := ledger.ParseState(r.PostFormValue("state"))
@@ -140,7 +140,7 @@ func readResolution(r *http.Request, id, actor string) resolution {
 	if ct := strings.TrimSpace(r.PostFormValue("content_type")); ct != "" {
 		a.Headers = map[string][]string{"Content-Type": {ct}}
 	}
-	if p.Response, err = a.Response(0); err != nil {
+	if p.Response, err = a.Response(maxResponse); err != nil {
 		return resolution{bad: "The upstream's answer is refused: " + err.Error() + "."}
 	}
 	return resolution{params: p, duplicate: dup}
@@ -160,7 +160,7 @@ func (u *UI) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 			Detail: "Resolving an operation needs the " + u.opts.AdminRole + " role.", Back: back})
 		return
 	}
-	res := readResolution(r, op.ID, s.principal.Name)
+	res := readResolution(r, op.ID, s.principal.Name, u.opts.MaxResponse)
 	if res.bad != "" {
 		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: res.bad, Back: back})
 		return

@@ -62,6 +62,9 @@ type Options struct {
 	// are accepted ("https://gw.example.com"): for a proxy that rewrites
 	// the Host header.
 	TrustedOrigins []string
+	// MaxResponse bounds an answer an admin gives when resolving (the
+	// gateway's max_response; 0 is the default 1 MiB).
+	MaxResponse int64
 	// Series is the metrics history the dashboard charts; nil shows "no
 	// data yet".
 	Series Series
