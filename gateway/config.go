@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
+	"github.com/idemgate/idemgate/internal/yamlfile"
 	"github.com/idemgate/idemgate/reconcile"
 )
 
@@ -176,24 +176,12 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig is LoadConfig on data already read; name is used in errors
 // and to resolve relative schema paths.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlError(name, err)
-	}
-	if len(root.Content) == 0 {
-		return nil, fmt.Errorf("%s: empty configuration", name)
-	}
-	if err := expandEnv(name, &root); err != nil {
-		return nil, err
-	}
-	if err := checkKnown(name, root.Content[0], reflect.TypeOf(Config{})); err != nil {
-		return nil, err
-	}
 	cfg := &Config{file: name}
-	if err := root.Decode(cfg); err != nil {
-		return nil, yamlError(name, err)
+	root, err := yamlfile.Decode(name, data, cfg)
+	if err != nil {
+		return nil, err
 	}
-	recordLines(&root, cfg)
+	recordLines(root, cfg)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}

@@ -1,110 +1,11 @@
 package gateway
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"reflect"
-	"regexp"
-	"strings"
-
 	"go.yaml.in/yaml/v3"
 )
 
-// This file reads the YAML itself: unknown keys refused at their line,
-// ${ENV} expanded, and each setting's line kept for the errors that name
-// it.
-
-// checkKnown refuses any mapping key that names no field, at its line. (The
-// decoder's own check is lost once the tree has been expanded, and a typo in
-// a policy must not silently turn it off.)
-func checkKnown(file string, n *yaml.Node, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch {
-	case n.Kind == yaml.AliasNode:
-		return checkKnown(file, n.Alias, t)
-	case t == reflect.TypeOf(yaml.Node{}):
-		return nil
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			f, ok := yamlField(t, n.Content[i].Value)
-			if !ok {
-				return fmt.Errorf("%s:%d: unknown key %q", file, n.Content[i].Line, n.Content[i].Value)
-			}
-			if err := checkKnown(file, n.Content[i+1], f.Type); err != nil {
-				return err
-			}
-		}
-	case (t.Kind() == reflect.Slice) && n.Kind == yaml.SequenceNode:
-		for _, c := range n.Content {
-			if err := checkKnown(file, c, t.Elem()); err != nil {
-				return err
-			}
-		}
-	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
-		for i := 1; i < len(n.Content); i += 2 {
-			if err := checkKnown(file, n.Content[i], t.Elem()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// yamlField finds the struct field a YAML key names.
-func yamlField(t reflect.Type, key string) (reflect.StructField, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if f.IsExported() && name == key {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// expandEnv replaces ${NAME} in every scalar; an unset variable is an error.
-func expandEnv(name string, n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
-		var missing string
-		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
-			v, ok := os.LookupEnv(ref[2 : len(ref)-1])
-			if !ok && missing == "" {
-				missing = ref
-			}
-			return v
-		})
-		if missing != "" {
-			return fmt.Errorf("%s:%d: %s is not set in the environment", name, n.Line, missing)
-		}
-	}
-	for _, c := range n.Content {
-		if err := expandEnv(name, c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-var yamlLine = regexp.MustCompile(`^line (\d+): `)
-
-// yamlError rewrites the decoder's errors as FILE:LINE: message.
-func yamlError(name string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, e := range te.Errors {
-			msgs[i] = name + ":" + yamlLine.ReplaceAllString(e, "$1: ")
-		}
-		return errors.New(strings.Join(msgs, "\n"))
-	}
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return fmt.Errorf("%s:%s", name, yamlLine.ReplaceAllString(strings.TrimPrefix(msg, "unmarshal errors:\n  "), "$1: "))
-}
+// This file keeps each setting's line for the errors that name it
+// (internal/yamlfile reads the YAML itself).
 
 // recordLines notes where each upstream, principal and route is defined.
 func recordLines(root *yaml.Node, cfg *Config) {
