@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -87,7 +88,11 @@ func NewProxy(target string) (*Proxy, error) {
 	}
 	p := &Proxy{target: u}
 	p.rp = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
-		Transport: &http.Transport{DisableKeepAlives: true}, FlushInterval: -1}
+		Transport: &http.Transport{DisableKeepAlives: true}, FlushInterval: -1,
+		ErrorLog: log.New(io.Discard, "", 0), // a client gone is part of the drill
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway) // the target did not answer the proxy
+		}}
 	return p, nil
 }
 
@@ -146,12 +151,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case LostResponse:
 		p.lost(w, r)
 	case Delay:
-		select {
-		case <-r.Context().Done():
-			return
-		case <-time.After(f.Delay):
-		}
-		fallthrough
+		// A client that gives up meanwhile does not stop the request:
+		// delivered late, as a slow network delivers it.
+		time.Sleep(f.Delay)
+		p.count(1, 0)
+		p.rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
 	default:
 		p.count(1, 0)
 		p.rp.ServeHTTP(w, r)

@@ -36,6 +36,8 @@ type Scenario struct {
 		None   bool   `yaml:"none"`   // the target has no idempotency of its own
 	} `yaml:"idempotency"`
 	Effects struct {
+		// Get is a path on the target, or a URL of its own (the API behind
+		// a gateway that does not route it).
 		Get   string `yaml:"get"`   // e.g. /v1/effects
 		Count string `yaml:"count"` // CEL over status, headers, body: e.g. body.tickets_created
 	} `yaml:"effects"`
@@ -192,8 +194,10 @@ func (s *Scenario) checkIdempotency() error {
 }
 
 func (s *Scenario) checkEffects() error {
-	if !strings.HasPrefix(s.Effects.Get, "/") || s.Effects.Count == "" {
-		return s.errorf("effects", "effects: want get: /path and count: a CEL expression over its answer")
+	g := s.Effects.Get
+	if !strings.HasPrefix(g, "/") && !strings.HasPrefix(g, "http://") && !strings.HasPrefix(g, "https://") ||
+		s.Effects.Count == "" {
+		return s.errorf("effects", "effects: want get: /path (or a URL) and count: a CEL expression over its answer")
 	}
 	env, err := cel.NewEnv(cel.Variable("status", cel.IntType),
 		cel.Variable("headers", cel.MapType(cel.StringType, cel.ListType(cel.StringType))),

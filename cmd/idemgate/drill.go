@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgate/idemgate/drill"
+)
+
+// exitFound is the exit status of a drill that found a duplicate effect,
+// a lost answer or a silent replay of a changed payload.
+const exitFound = exitCode(1)
+
+func newDrillCmd() *cobra.Command {
+	var scenario, target, junit string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "drill --scenario FILE [--target URL] [--json] [--junit FILE]",
+		Short: "Grade any HTTP API's retry safety with the articles' production checks",
+		Long: `drill runs the disputed-write checks against the target a scenario file names (or
+--target), with or without idemgate in front of it, through a built-in fault proxy that
+loses answers after the write was applied, resets before anything is delivered, answers 429
+with Retry-After, and delays. Each check is judged by the effects the target performed,
+counted by the scenario's GET and CEL expression, not by the HTTP answers. A check that
+cannot apply is reported as not applicable, with the reason; it is never passed. It prints a
+table (or, with --json, one JSON object), writes JUnit XML with --junit, and exits 1 when a
+check found a duplicate effect, a lost answer or a silent replay of a changed payload.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := drill.LoadScenario(scenario)
+			if err != nil {
+				return err
+			}
+			if target != "" {
+				s.Target = target
+			}
+			return runDrill(cmd, s, asJSON, junit)
+		},
+	}
+	cmd.Flags().StringVar(&scenario, "scenario", "", "the scenario file (required)")
+	cmd.Flags().StringVar(&target, "target", "", "the target's base URL, instead of the scenario's")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON object")
+	cmd.Flags().StringVar(&junit, "junit", "", "also write the report as JUnit XML to this file")
+	_ = cmd.MarkFlagRequired("scenario")
+	return cmd
+}
+
+func runDrill(cmd *cobra.Command, s *drill.Scenario, asJSON bool, junit string) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+	defer cancel()
+	results, err := (&drill.Runner{Scenario: s}).Run(ctx)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		err = drill.WriteJSON(out, s.Target, results)
+	} else {
+		err = drill.WriteTable(out, results)
+	}
+	if err == nil && junit != "" {
+		err = writeJUnit(junit, s.Target, results)
+	}
+	if err != nil {
+		return err
+	}
+	if drill.Failed(results) {
+		return exitFound
+	}
+	return nil
+}
+
+func writeJUnit(path, target string, results []drill.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("junit: %w", err)
+	}
+	if err := drill.WriteJUnit(f, target, results); err != nil {
+		f.Close()
+		return fmt.Errorf("junit: %w", err)
+	}
+	return errors.Join(f.Close())
+}
