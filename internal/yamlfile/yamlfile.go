@@ -129,4 +129,3 @@ func Error(name string, err error) error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	return fmt.Errorf("%s:%s", name, yamlLine.ReplaceAllString(strings.TrimPrefix(msg, "unmarshal errors:\n  "), "$1: "))
 }
-
