@@ -46,12 +46,30 @@ error. The JSON says why (reason) and whether anything reached the gateway
 
 // callFlags are what call and call status share.
 type callFlags struct {
-	intent, journal, gateway, run string
+	intent, step, journal, gateway, run string
 }
 
 func (f *callFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.intent, "intent", "", "the logical action's name, e.g. task-42/create-ticket (required)")
+	cmd.Flags().StringVar(&f.step, "step", "", "one step of the workflow --intent names: the intent INTENT/STEP, "+
+		"with its own key (letters, digits, '.', '_', ':', '-')")
 	f.addCommon(cmd)
+}
+
+// target is the intent the flags name: --intent, or with --step that
+// workflow step's own intent, as agent.Client.RunWorkflow runs it.
+func (f *callFlags) target() (string, error) {
+	if f.intent == "" {
+		return "", errors.New("--intent is required: name the logical action")
+	}
+	if f.step == "" {
+		return f.intent, nil
+	}
+	intent, err := agent.StepIntent(f.intent, f.step)
+	if err != nil {
+		return "", fmt.Errorf("--step: %w", err)
+	}
+	return intent, nil
 }
 
 // addCommon adds the journal and gateway flags.
@@ -109,7 +127,7 @@ func newCallCmd() *cobra.Command {
 		approvalWait   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "call --intent NAME [--journal FILE] [--gateway URL] [--run ID] [--repeat|--revise] [--approval-wait DURATION] METHOD PATH [-d JSON|@file]",
+		Use:   "call --intent NAME [--step STEP] [--journal FILE] [--gateway URL] [--run ID] [--repeat|--revise] [--approval-wait DURATION] METHOD PATH [-d JSON|@file]",
 		Short: "Send one write through the gateway, keeping its key across retries and restarts",
 		Long: `call sends a write for a named intent. The intent's key is made once and written
 to the journal before anything is sent, so running the same call again (after a
@@ -129,6 +147,14 @@ API. Running the same call again resumes it, and runs it once approved.
 the same request with the same key (Prefer: wait) until it is approved (then
 the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 
+--step STEP makes the write one step of a workflow, the intent NAME: it runs
+under the intent NAME/STEP, with a key of its own, exactly as the Go client's
+RunWorkflow runs that step, so a script may do a workflow step by step and a
+program resume it (or the other way round). Run the steps in order and stop at
+the first that does not exit 0; running a step again that succeeded replays
+its answer and performs nothing. --repeat cannot take a step (it would make an
+intent outside the workflow): name a new workflow intent instead.
+
 ` + callExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
@@ -137,8 +163,12 @@ the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.intent == "" {
-				return exitWith(cmd, 2, errors.New("--intent is required: name the logical action"))
+			intent, err := f.target()
+			if err != nil {
+				return exitWith(cmd, 2, err)
+			}
+			if repeat && f.step != "" {
+				return exitWith(cmd, 2, errors.New("--repeat and --step exclude each other: name a new workflow intent"))
 			}
 			if repeat && revise {
 				return exitWith(cmd, 2, errors.New("--repeat and --revise exclude each other"))
@@ -157,7 +187,7 @@ the executed outcome), denied (failed, exit 9) or the wait is spent (exit 4).
 				mode = agent.Revise
 			}
 			return runCall(cmd, &f, agent.Policy{ApprovalWait: approvalWait},
-				agent.Action{Intent: f.intent, Method: args[0], Path: args[1], Body: body, Mode: mode})
+				agent.Action{Intent: intent, Method: args[0], Path: args[1], Body: body, Mode: mode})
 		},
 	}
 	f.add(cmd)
@@ -190,7 +220,7 @@ func runCall(cmd *cobra.Command, f *callFlags, p agent.Policy, a agent.Action) e
 	case err != nil && out.Key == "":
 		return err
 	}
-	if werr := writeJSON(cmd.OutOrStdout(), callView(out)); werr != nil {
+	if werr := writeJSON(cmd.OutOrStdout(), f.stepped(callView(out))); werr != nil {
 		return werr
 	}
 	if err != nil { // interrupted, or the journal failed: the outcome so far is printed
@@ -231,6 +261,15 @@ func callView(o agent.Outcome) map[string]any {
 	return v
 }
 
+// stepped adds the workflow and the step to a printed view, when --step
+// named one, so that a script reads them without parsing the intent.
+func (f *callFlags) stepped(v map[string]any) map[string]any {
+	if f.step != "" {
+		v["workflow"], v["step"] = f.intent, f.step
+	}
+	return v
+}
+
 // readData reads -d: inline JSON, @FILE, or @- for stdin.
 func readData(d string, stdin io.Reader) ([]byte, error) {
 	switch {
@@ -255,23 +294,24 @@ func exitWith(cmd *cobra.Command, code int, err error) error {
 func newCallStatusCmd() *cobra.Command {
 	var f callFlags
 	cmd := &cobra.Command{
-		Use:   "status --intent NAME [--journal FILE] [--gateway URL]",
+		Use:   "status --intent NAME [--step STEP] [--journal FILE] [--gateway URL]",
 		Short: "Show what the journal and the gateway know of an intent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.intent == "" {
-				return exitWith(cmd, 2, errors.New("--intent is required"))
+			intent, err := f.target()
+			if err != nil {
+				return exitWith(cmd, 2, err)
 			}
 			c, err := f.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer c.Journal.Close()
-			st, err := c.Status(cmd.Context(), f.intent)
+			st, err := c.Status(cmd.Context(), intent)
 			if err != nil {
 				return err
 			}
-			return writeJSON(cmd.OutOrStdout(), statusView(st))
+			return writeJSON(cmd.OutOrStdout(), f.stepped(statusView(st)))
 		},
 	}
 	f.add(cmd)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -8,12 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/agent"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -260,5 +263,65 @@ func TestCallNeedsApproval(t *testing.T) {
 	}
 	if r := runEnv(t, env, "", "call", "--intent", "x", "--approval-wait", "-1s", "POST", "/approved"); r.code != 2 {
 		t.Fatalf("negative wait: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// call --step runs one step of a workflow under its own intent, INTENT/STEP,
+// with the key RunWorkflow uses for it: a workflow begun by a script goes
+// on in the Go client, which skips the steps call did; a bad step name is
+// refused before anything is journaled or sent.
+func TestCallStep(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string // the Idempotency-Key of each write
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_idem/v1/operations" {
+			fmt.Fprint(w, `{"id":"op_1","state":"succeeded"}`)
+			return
+		}
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		w.Header().Set("Idempotency-Operation", "op_1")
+		w.WriteHeader(201)
+		fmt.Fprint(w, `{"id":"T-1"}`)
+	}))
+	defer srv.Close()
+	sent := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) }
+	journal := filepath.Join(t.TempDir(), "j.db")
+	env := []string{"IDEMGATE_TOKEN=secret-token", "IDEMGATE_URL=" + srv.URL, "IDEMGATE_JOURNAL=" + journal}
+
+	r := runEnv(t, env, "", "call", "--intent", "dossier_42:v5", "--step", "make-pdf", "POST", "/v1/pdfs", "-d", `{"d":42}`)
+	var v map[string]any
+	json.Unmarshal([]byte(r.stdout), &v)
+	if r.code != 0 || v["kind"] != "created" || v["intent"] != "dossier_42:v5/make-pdf" ||
+		v["workflow"] != "dossier_42:v5" || v["step"] != "make-pdf" || len(sent()) != 1 || v["key"] != sent()[0] {
+		t.Fatalf("step: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = runEnv(t, env, "", "call", "status", "--intent", "dossier_42:v5", "--step", "make-pdf")
+	if r.code != 0 || !strings.Contains(r.stdout, `"intent": "dossier_42:v5/make-pdf"`) ||
+		!strings.Contains(r.stdout, `"step": "make-pdf"`) {
+		t.Fatalf("status of a step: %+v", r)
+	}
+	for _, args := range [][]string{{"--step", "a/b"}, {"--step", "a#2"}, {"--step", "make-pdf", "--repeat"}} {
+		r := runEnv(t, env, "", append(append([]string{"call", "--intent", "dossier_42:v5"}, args...),
+			"POST", "/v1/pdfs", "-d", `{"d":42}`)...)
+		if r.code != 2 || len(sent()) != 1 {
+			t.Errorf("%v: exit %d, %d writes sent: %s", args, r.code, len(sent()), r.stderr)
+		}
+	}
+
+	ctx := context.Background()
+	j, err := agent.OpenJournal(ctx, journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	c := &agent.Client{BaseURL: srv.URL, Token: "secret-token", Journal: j}
+	out, err := c.RunWorkflow(ctx, agent.Workflow{Intent: "dossier_42:v5", Steps: []agent.Step{
+		{Name: "make-pdf", Method: "POST", Path: "/v1/pdfs", Body: []byte(`{"d":42}`)},
+		{Name: "store-pdf", Method: "POST", Path: "/v1/files", Body: []byte(`{"d":42}`)}}})
+	if err != nil || !out.Done || !out.Steps[0].Skipped || out.Steps[0].Outcome.Key != v["key"] ||
+		out.Steps[1].Outcome.Kind != agent.Created || len(sent()) != 2 {
+		t.Fatalf("the workflow after call --step: %+v %v (%d writes)", out, err, len(sent()))
 	}
 }
