@@ -32,9 +32,9 @@ func New(c *agent.Client, version string) *mcp.Server {
 	return s
 }
 
-const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step.`
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step. A task made of several writes that must each happen once (make a file, store it, send its link) is a workflow: name it with intent and give each write a step name (letters, digits, '.', '_', ':', '-'); each step is its own action with its own key, the intent "<intent>/<step>". Do the steps in order, and stop at the first whose kind is not "created" or "replayed": following its next_step, then resuming each step with the same intent, step, method, path and body, never performs a step twice, and a step that already succeeded only replays its answer.`
 
-const statusDescription = `Show what is known of an intent (or of an operation id): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown", "in_progress" or "needs_approval" result, instead of sending the write again; for a write waiting for a human, it shows the approval (id, status, summary, expires_at).`
+const statusDescription = `Show what is known of an intent (or of an operation id, or of one step of a workflow: intent and step): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown", "in_progress" or "needs_approval" result, instead of sending the write again; for a write waiting for a human, it shows the approval (id, status, summary, expires_at).`
 
 const listDescription = `List this server's open intents, oldest first: never sent, in progress, unknown, waiting for approval, or failed before the gateway could take them (nothing applied; resuming may still perform them). Each comes with the journal's last record and a next_step. Use it after losing track of your work, before starting anything new.`
 
@@ -45,12 +45,14 @@ type SubmitInput struct {
 	Path   string         `json:"path" jsonschema:"the API path with its query, starting with /, e.g. /v1/tickets"`
 	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"` // for the schema: see rawBody
 	Mode   string         `json:"mode,omitempty" jsonschema:"resume: the same action again (the default, also after a timeout or an error); repeat: a new, identical action on purpose; revise: changed parameters for this intent"`
+	Step   string         `json:"step,omitempty" jsonschema:"the name of this write as one step of the workflow the intent names (then intent is required): the step runs as its own action, intent <intent>/<step>; omit it for a single write"`
 }
 
 // Result is what submit_write and operation_status return. Every field is
 // always there, so that an empty one reads as "none", never as "missing".
 type Result struct {
 	Intent      string         `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
+	Step        string         `json:"step" jsonschema:"the workflow step this result is about, as given: reuse it with the intent on every retry; empty for a single write"`
 	Kind        string         `json:"kind" jsonschema:"what became of the write"`
 	Sent        string         `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
 	Reason      string         `json:"reason" jsonschema:"what happened, in words"`
@@ -101,6 +103,12 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 		return nil, Result{}, err
 	}
 	a := agent.Action{Intent: in.Intent, Method: in.Method, Path: in.Path, Body: body, Mode: agent.Mode(in.Mode)}
+	if in.Step != "" && a.Mode == agent.Repeat {
+		return nil, Result{}, errors.New(`mode "repeat" cannot take a step (it would make an action outside the workflow): name a new workflow intent`)
+	}
+	if a.Intent, err = target(in.Intent, in.Step); err != nil {
+		return nil, Result{}, err
+	}
 	if in.Intent == "" {
 		return h.prepare(ctx, a)
 	}
@@ -109,7 +117,7 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 		return nil, Result{}, err
 	}
 	out.Unfinished = out.Unfinished || err != nil // stopped before the policy was done
-	r := resultOf(out)
+	r := stepped(resultOf(out), in.Intent, in.Step)
 	switch { // after sending: the outcome so far stands
 	case err != nil && ctx.Err() != nil:
 		r.Reason += "; the call was cancelled before the policy was done"
@@ -117,6 +125,28 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 		r.Reason += "; the journal could not record this outcome (" + err.Error() + "): resuming asks the gateway first"
 	}
 	return nil, r, nil
+}
+
+// target is the intent a tool's input names: intent, or with a step that
+// workflow step's own intent, as agent.Client.RunWorkflow runs it.
+func target(intent, step string) (string, error) {
+	if step == "" {
+		return intent, nil
+	}
+	return agent.StepIntent(intent, step)
+}
+
+// stepped makes a step's result name the workflow's intent and the step,
+// as the model gave them: reusing the journal's "<intent>/<step>" with the
+// step again would name another step, and another key.
+func stepped(r Result, intent, step string) Result {
+	if step == "" {
+		return r
+	}
+	r.Intent, r.Step = intent, step
+	r.NextStep += fmt.Sprintf(" This is step %q of the workflow intent %q: on every call about it, pass intent %q "+
+		"and step %q (not the intent %q).", step, intent, intent, step, intent+"/"+step)
+	return r
 }
 
 // prepare answers an unnamed write: a new intent, or the one already made
@@ -165,6 +195,7 @@ func rawBody(req *mcp.CallToolRequest) ([]byte, error) {
 // StatusInput is operation_status's input: one of the two.
 type StatusInput struct {
 	Intent      string `json:"intent,omitempty" jsonschema:"the intent to look up; give this or operation_id"`
+	Step        string `json:"step,omitempty" jsonschema:"with intent: the workflow step to look up (the intent <intent>/<step>)"`
 	OperationID string `json:"operation_id,omitempty" jsonschema:"the gateway's operation id to look up; give this or intent"`
 }
 
@@ -172,8 +203,13 @@ func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in Status
 	var st agent.Status
 	var err error
 	switch {
+	case in.Step != "" && in.Intent == "":
+		err = errors.New("a step needs its workflow's intent")
 	case in.Intent != "":
-		st, err = h.c.Status(ctx, in.Intent)
+		var intent string
+		if intent, err = target(in.Intent, in.Step); err == nil {
+			st, err = h.c.Status(ctx, intent)
+		}
 	case in.OperationID != "":
 		st, err = h.c.StatusByOperation(ctx, in.OperationID)
 	default:
@@ -182,7 +218,7 @@ func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in Status
 	if err != nil {
 		return nil, Result{}, err
 	}
-	return nil, resultOf(st.Outcome()), nil
+	return nil, stepped(resultOf(st.Outcome()), in.Intent, in.Step), nil
 }
 
 // ListInput is list_operations' input (none).

@@ -27,8 +27,8 @@ func TestSchemasArePortable(t *testing.T) {
 	res := listTools(t)
 	required := map[string][]string{
 		"submit_write input":      {"method", "path"},
-		"submit_write output":     {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
-		"operation_status output": {"intent", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
+		"submit_write output":     {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
+		"operation_status output": {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
 		"list_operations output":  {"intents"},
 	}
 	for _, tool := range res.Tools {

@@ -17,7 +17,10 @@ func newMCPCmd() *cobra.Command {
 		Short: "Serve the agent client to a model as MCP tools, over stdio",
 		Long: `mcp is an MCP server on stdin/stdout with three tools: submit_write (one write per
 intent, retried safely), operation_status and list_operations. Intents and their
-keys live in the journal, as with idemgate call. The gateway token is read from
+keys live in the journal, as with idemgate call. submit_write and
+operation_status take an optional step: the write is then one step of the
+workflow the intent names, run as the intent INTENT/STEP with its own key, as
+idemgate call --step and the Go client's RunWorkflow run it. The gateway token is read from
 IDEMGATE_TOKEN and never shown to the model; the gateway URL comes from
 --gateway or IDEMGATE_URL. Every request names the agent run (Idempotency-Run,
 recorded by the gateway's audit log): --run ID, else a run made for this server
