@@ -15,6 +15,7 @@ func runProbes(t *testing.T, b Backend) {
 	t.Run("ProbeVerdicts", func(t *testing.T) { testProbeVerdicts(t, b) })
 	t.Run("ProbeFencing", func(t *testing.T) { testProbeFencing(t, b) })
 	t.Run("RaceProbeClaims", func(t *testing.T) { testRaceProbeClaims(t, b) })
+	t.Run("ProbeEpisodes", func(t *testing.T) { testProbeEpisodes(t, b) })
 }
 
 // unknownOn makes an unknown operation of route.
@@ -195,5 +196,32 @@ func testRaceProbeClaims(t *testing.T, b Backend) {
 	}
 	if len(seen) != 12 {
 		t.Fatalf("%d of 12 claimed by 6 reconcilers of 3 each", len(seen))
+	}
+}
+
+// testProbeEpisodes: a claim made while an operation was unknown never
+// decides a later unknown episode of it (resolved to prepared, re-run,
+// lost again): its result is refused, and the new episode is claimable.
+func testProbeEpisodes(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	op := unknownOn(t, s, "POST /v1/capture")
+	old := claim(t, s, Long, "POST /v1/capture")
+	if _, err := s.Resolve(c, ledger.ResolveParams{ID: op.ID, To: ledger.Prepared, Actor: "alice", Note: "retry it"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Acquire(c, ledger.AcquireParams{ID: op.ID, Lease: Long, Actor: "gw"})
+	if err != nil || !r.Owned() {
+		t.Fatalf("acquire %+v %v", r, err)
+	}
+	if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "answer lost again"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ProbeResult(c, old[0].Lease, ledger.ProbeOutcome{Verdict: ledger.NotApplied,
+		Evidence: "stale: 0 items"}); err == nil {
+		t.Fatalf("a claim of the first unknown episode decided the second: %s", got.State)
+	}
+	if fresh := claim(t, s, Long, "POST /v1/capture"); len(fresh) != 1 {
+		t.Fatalf("the second episode is not claimable: %+v", fresh)
 	}
 }

@@ -50,6 +50,7 @@ const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_un
 func transitionSQL(set, guard string) string {
 	return `WITH up AS (
 	UPDATE idem_operations SET state = $3, updated_at = now(),
+		probe_token = NULL, probe_until = NULL, probe_next = NULL, -- a claim never outlives its unknown episode
 		expires_at = now() + retention_us * interval '1 microsecond', ` + set + `
 	WHERE id = $1 AND state = $2 ` + guard + `
 	RETURNING ` + opColumnsNoBody + `

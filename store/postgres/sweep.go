@@ -17,6 +17,7 @@ var expireSQL = `WITH due AS (
 	FOR UPDATE SKIP LOCKED
 ), up AS (
 	UPDATE idem_operations o SET state = 'unknown', owner_token = NULL, lease_until = NULL,
+		probe_token = NULL, probe_until = NULL, probe_next = NULL,
 		last_error = 'lease_expired', updated_at = now(),
 		expires_at = now() + o.retention_us * interval '1 microsecond'
 	FROM due WHERE o.id = due.id AND o.state = 'executing'

@@ -41,7 +41,10 @@ const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_un
 // ?6 onwards. The stored response is not read back: it is what the step
 // wrote.
 func transitionSQL(set, guard string) string {
+	// Every transition ends any probe's claim: a claim made in one unknown
+	// episode must never decide a later one.
 	return `UPDATE idem_operations SET state = ?3, updated_at = ` + nowUS + `,
+		probe_token = NULL, probe_until = NULL, probe_next = NULL,
 		expires_at = ` + nowUS + ` + retention_us, last_actor = ?4, last_reason = ?5, ` + set + `
 	WHERE id = ?1 AND state = ?2 ` + guard + `
 	RETURNING ` + opColumnsNoBody

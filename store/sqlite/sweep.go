@@ -11,6 +11,7 @@ import (
 // records each in the history. The write lock serializes sweepers, in this
 // process or another, so each lapsed lease is expired once.
 const expireSQL = `UPDATE idem_operations SET state = 'unknown', owner_token = NULL, lease_until = NULL,
+	probe_token = NULL, probe_until = NULL, probe_next = NULL,
 	last_error = 'lease_expired', updated_at = ` + nowUS + `, expires_at = ` + nowUS + ` + retention_us,
 	last_actor = ?2, last_reason = 'lease expired'
 WHERE id IN (SELECT id FROM idem_operations WHERE state = 'executing' AND lease_until < ` + nowUS + `
