@@ -13,11 +13,11 @@ import (
 const probeRoutes = `  - match: POST /v1/lost/probed
     upstream: ops
     result_ref: body:/id
-    reconcile: {probe: 'GET /v1/effects?path={{urlquery .body.path}}', applied: 'status == 200 && body.count >= 1',
+    reconcile: {probe: 'GET /v1/effects?path={{.body.path}}', applied: 'status == 200 && body.count >= 1',
                 not_applied: 'status == 200 && body.count == 0', every: 1ms}
   - match: POST /v1/dropped/probed
     upstream: ops
-    reconcile: {probe: 'GET /v1/effects?path={{urlquery .body.path}}', applied: 'body.count >= 1',
+    reconcile: {probe: 'GET /v1/effects?path={{.body.path}}', applied: 'body.count >= 1',
                 not_applied: 'body.count == 0', every: 1ms}
   - match: POST /v1/failing/probed
     upstream: ops

@@ -25,7 +25,7 @@ import (
 // Config is a route's `reconcile:` block.
 type Config struct {
 	// Probe is "METHOD /path?query", a text/template over .params, .query
-	// and .body of the write (use urlquery for values in the query).
+	// and .body of the write; every value is URL-escaped as it is put in.
 	Probe string `yaml:"probe"`
 	// Applied and NotApplied are CEL over the probe's answer: status (int),
 	// headers (map of name to list of values), body (its JSON, or null).
@@ -108,7 +108,8 @@ func compile(name, src string) (cel.Program, error) {
 // stay on the upstream: an absolute or odd target is refused.
 func (p *Probe) Render(params map[string]string, query map[string][]string, body any) (string, error) {
 	var b bytes.Buffer
-	if err := p.target.Execute(&b, map[string]any{"params": params, "query": query, "body": body}); err != nil {
+	data := map[string]any{"params": escaped(params), "query": escaped(query), "body": escaped(body)}
+	if err := p.target.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("probe: %w", err)
 	}
 	target := b.String()
@@ -119,6 +120,49 @@ func (p *Probe) Render(params map[string]string, query map[string][]string, body
 		return "", fmt.Errorf("probe: %q is not a path on the upstream", target)
 	}
 	return p.method + " " + target, nil
+}
+
+// escaped is v with every string escaped for a URL (a path segment or a
+// query value alike): a value that holds "&", "#", "/" or "%" must not
+// change which record the probe looks up.
+func escaped(v any) any {
+	switch v := v.(type) {
+	case string:
+		return strings.ReplaceAll(url.QueryEscape(v), "+", "%20")
+	case map[string]string:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = escaped(x)
+		}
+		return out
+	case map[string][]string:
+		out := make(map[string]any, len(v))
+		for k, xs := range v {
+			out[k] = escaped(anySlice(xs))
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = escaped(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = escaped(x)
+		}
+		return out
+	}
+	return v
+}
+
+func anySlice(xs []string) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }
 
 // Judge reads a probe's answer: applied, not applied, or inconclusive

@@ -30,7 +30,7 @@ func TestCompileRefuses(t *testing.T) {
 }
 
 func TestRenderAndJudge(t *testing.T) {
-	p, err := Compile(Config{Probe: "GET /v1/payments?reference={{urlquery .body.order_ref}}&n={{.params.n}}",
+	p, err := Compile(Config{Probe: "GET /v1/payments?reference={{.body.order_ref}}&n={{.params.n}}",
 		Applied: "status == 200 && size(body.items) == 1", NotApplied: "status == 200 && size(body.items) == 0"})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +38,7 @@ func TestRenderAndJudge(t *testing.T) {
 	var body any
 	_ = json.Unmarshal([]byte(`{"order_ref":"ord 7&x=1"}`), &body)
 	got, err := p.Render(map[string]string{"n": "3"}, nil, body)
-	if err != nil || got != "GET /v1/payments?reference=ord+7%26x%3D1&n=3" {
+	if err != nil || got != "GET /v1/payments?reference=ord%207%26x%3D1&n=3" {
 		t.Fatalf("render: %q %v", got, err)
 	}
 	if _, err := p.Render(nil, nil, body); err == nil {
@@ -48,9 +48,10 @@ func TestRenderAndJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"/evil.example/x", "a b", "x\nHost: evil"} {
-		if _, err := escape.Render(nil, nil, map[string]any{"url": u}); err == nil {
-			t.Errorf("%q rendered: a probe must stay on the upstream", u)
+	for u, want := range map[string]string{"/evil.example/x": "GET /%2Fevil.example%2Fx", "A&reference=B#": "GET /A%26reference%3DB%23",
+		"a b\nHost: x": "GET /a%20b%0AHost%3A%20x", "../../admin": "GET /..%2F..%2Fadmin", "%zz": "GET /%25zz"} {
+		if got, err := escape.Render(nil, nil, map[string]any{"url": u}); err != nil || got != want {
+			t.Errorf("%q rendered %q (%v), want %q: a value must not change the lookup", u, got, err, want)
 		}
 	}
 	for answer, want := range map[string]ledger.Verdict{
