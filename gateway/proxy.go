@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,19 +81,9 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 }
 
 // UpstreamKey is the Idempotency-Key forwarded to an upstream: the
-// agent's key in its tenant's name, "acme:task-42/create-ticket". The
-// upstream sees one caller, the gateway's credentials, for every tenant:
-// the bare key would let one tenant's request be deduplicated against, and
-// answered with, another's. Past 255 characters (the usual limit) it is
-// "sha256:" and the hex digest of that string, as unique and as stable.
-func UpstreamKey(tenant, key string) string {
-	k := tenant + ":" + key
-	if len(k) <= ledger.MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+// agent's key in its tenant's name (ledger.UpstreamKey), as the outbox's
+// relay sends an effect's.
+func UpstreamKey(tenant, key string) string { return ledger.UpstreamKey(tenant, key) }
 
 // bufferPool shares copy buffers between proxied responses.
 type bufferPool struct{}

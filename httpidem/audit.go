@@ -99,6 +99,19 @@ func compileResultRef(spec string) (*resultRef, error) {
 	return nil, fmt.Errorf("result_ref %q: want body:/pointer or header:NAME", spec)
 }
 
+// ResultRefReader compiles a result_ref ("body:/pointer" or
+// "header:NAME"; "" for none) into what reads the reference from an
+// answer: "" when a failed answer, or one without a short printable
+// reference. Other deliverers than the middleware (the outbox's relay)
+// read references the same way.
+func ResultRefReader(spec string) (func(status int, h http.Header, body []byte) string, error) {
+	rr, err := compileResultRef(spec)
+	if err != nil {
+		return nil, err
+	}
+	return rr.of, nil
+}
+
 // maxResultRef bounds a reference kept: a ticket id, a charge id.
 const maxResultRef = 255
 

@@ -53,9 +53,10 @@ func (e *Execution) Settle(f Fate, code string) {
 }
 
 // Completed tells the middleware that the handler completed the operation
-// itself, inside the transaction of its own business write (with the
-// store's CompleteTx), and committed it. The middleware then only checks
-// that the operation is final and sends the handler's response. If the
+// itself, inside the transaction of its own business write (with the store
+// bound to that transaction: Tx(tx).Complete), and committed it. The
+// middleware then only checks that the operation is final and sends the
+// handler's response. If the
 // transaction did not commit, the operation is still executing and the
 // middleware records the outcome as usual.
 func (e *Execution) Completed() {

@@ -55,7 +55,7 @@ func sqliteBusiness(t *testing.T) business {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO tickets (op) VALUES (?)`, exec.OperationID()); err != nil {
 				return err
 			}
-			if _, err := s.CompleteTx(ctx, tx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded, Response: resp}); err != nil {
+			if _, err := s.Tx(tx).Complete(ctx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded, Response: resp}); err != nil {
 				return err
 			}
 			if !commit {
@@ -94,7 +94,7 @@ func postgresBusiness(t *testing.T) business {
 			if _, err := tx.Exec(ctx, `INSERT INTO tickets (op) VALUES ($1)`, exec.OperationID()); err != nil {
 				return err
 			}
-			if _, err := s.CompleteTx(ctx, tx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded, Response: resp}); err != nil {
+			if _, err := s.Tx(tx).Complete(ctx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded, Response: resp}); err != nil {
 				return err
 			}
 			if !commit {

@@ -12,11 +12,15 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
-// Store is the operations registry. Every method is one atomic step: it
-// commits entirely (state change and history row together) or not at all.
+// Steps are the ledger's atomic steps: each commits entirely (the state
+// change, its history row and its audit event together) or not at all. A
+// Store runs them on its own; a store bound to a caller's transaction
+// (sqlite.Store.Tx, postgres.Store.Tx) runs them in that transaction, so
+// that a Go service reserves, enqueues effects and completes in its own
+// business transaction, and they commit with its writes or not at all.
 // Times for leases and retention come from the store's own clock (the
 // database's now() on PostgreSQL) so that gateways with skewed clocks agree.
-type Store interface {
+type Steps interface {
 	// Reserve registers (Tenant, Key) atomically, guarded by a unique
 	// constraint. A new operation goes to executing with a lease when
 	// p.Lease > 0 (the common path: one commit), or to prepared otherwise,
@@ -53,11 +57,6 @@ type Store interface {
 	// outcome is not known.
 	MarkUnknown(ctx context.Context, l Lease, n Note) (*Operation, error)
 
-	// ExpireLeases makes up to limit executing operations whose lease has
-	// lapsed unknown and returns how many. Several instances may run it at
-	// once; each operation is expired once.
-	ExpireLeases(ctx context.Context, limit int) (int, error)
-
 	// Resolve moves an unknown operation to succeeded, failed or prepared on
 	// the word of a named actor (an operator, or a probe with proof).
 	Resolve(ctx context.Context, p ResolveParams) (*Operation, error)
@@ -75,6 +74,28 @@ type Store interface {
 	// pending one, in one step guarded by the lapsed one's id: of
 	// concurrent retries one opens it, the others find it open.
 	ReopenApproval(ctx context.Context, p ReopenParams) (*Operation, error)
+
+	// Enqueue writes effects (see Effect), prepared and due at once, in
+	// the step's transaction: in a caller's business transaction they
+	// commit with its writes or not at all. Effects are in the order
+	// given; those of one operation are delivered in the order enqueued.
+	// An effect enqueued again under its derived key with the same content
+	// is the one already there (a repeat of a transaction whose commit
+	// reply was lost); with other content it is ErrFingerprintMismatch,
+	// and none of the batch is written.
+	Enqueue(ctx context.Context, effects []EffectParams) ([]*Effect, error)
+}
+
+// Store is the operations registry: the steps, and what reads, sweeps and
+// seals it. Every method is one atomic step.
+type Store interface {
+	Steps
+
+	// ExpireLeases makes up to limit executing operations whose lease has
+	// lapsed unknown and returns how many. Several instances may run it at
+	// once; each operation is expired once.
+	ExpireLeases(ctx context.Context, limit int) (int, error)
+
 	// ExpireApprovals expires up to limit approvals past their time
 	// (pending undecided, or approved unused) and returns how many: their
 	// operations' concurrency groups are free again.
@@ -108,6 +129,28 @@ type Store interface {
 	// meanwhile (an operator resolved it, a re-send took it).
 	ProbeResult(ctx context.Context, l ProbeLease, o ProbeOutcome) (*Operation, error)
 
+	// ClaimEffects claims, for one relay, up to p.Limit effects of
+	// p.Targets due for delivery: prepared or unknown, their time come,
+	// every earlier effect of their operation succeeded, and held by no
+	// other relay. Executing ones whose lease lapsed are first made
+	// unknown (sent, maybe delivered: due again at once, or parked past
+	// p.MaxAttempts). Each claim moves the effect to executing with a new
+	// token, a larger fence and a lease, and counts an attempt; concurrent
+	// relays claim each effect once.
+	ClaimEffects(ctx context.Context, p EffectClaimParams) ([]EffectClaim, error)
+	// EffectResult records a delivery's outcome under its claim, and ends
+	// it. ErrStaleOwner if a later claim fenced this one (its lease
+	// lapsed), ErrIllegalTransition if an operator settled it meanwhile.
+	EffectResult(ctx context.Context, l EffectLease, o EffectOutcome) (*Effect, error)
+	// Effects reads the effects of a tenant's operation (by its key), in
+	// their order.
+	Effects(ctx context.Context, tenant, operationKey string) ([]*Effect, error)
+	// GetEffect reads one effect.
+	GetEffect(ctx context.Context, id string) (*Effect, error)
+	// ResolveEffect settles, on an operator's word, an effect that is
+	// neither final nor executing: ErrIllegalTransition otherwise.
+	ResolveEffect(ctx context.Context, p EffectResolveParams) (*Effect, error)
+
 	// Stats reads what the metrics' gauges show, per tenant: operations by
 	// state, the oldest executing and unknown ones, those executing past
 	// their lease, pending approvals, and the latest audit checkpoint. It
@@ -115,9 +158,11 @@ type Store interface {
 	// sharing a store report the same.
 	Stats(ctx context.Context) ([]TenantStats, error)
 
-	// Purge deletes up to limit operations past their retention and returns
-	// how many. Executing and unknown operations are never purged: forgetting
-	// them would let a retry repeat an effect that may have happened.
+	// Purge deletes up to limit operations past their retention, and up
+	// to limit final effects past theirs, and returns how many. Executing
+	// and unknown operations are never purged: forgetting them would let a
+	// retry repeat an effect that may have happened; nor are effects that
+	// are not final.
 	Purge(ctx context.Context, limit int) (int, error)
 
 	// AuditEvents reads the audit events of one operation (or of a

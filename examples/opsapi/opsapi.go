@@ -182,7 +182,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func(tx *sql.T
 	exec := httpidem.Current(r)
 	if exec != nil && !s.opts.Naive {
 		resp := &ledger.Response{Status: res.status, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
-		if _, err := s.ledger.CompleteTx(ctx, tx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded,
+		if _, err := s.ledger.Tx(tx).Complete(ctx, exec.Lease(), ledger.Outcome{State: ledger.Succeeded,
 			Response: resp, Reason: "committed with the business write"}); err != nil {
 			answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return

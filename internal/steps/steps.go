@@ -79,6 +79,7 @@ type Driver interface {
 	// its lease expired): owner steps keep it.
 	OwnerToken(ctx context.Context, id string) (string, error)
 	ApprovalDriver
+	EffectDriver
 }
 
 // Make runs c through d. When the guard fails it reads the operation to say

@@ -29,6 +29,11 @@ type Backend struct {
 	// committed so far (where every statement autocommits, the statements
 	// sent), so the suite can check the cost of the common path.
 	Commits func() int64
+	// Begin opens a caller's transaction on s's database, as a Go service
+	// does around its business write, with s's steps bound to it; Rows
+	// counts the committed business rows named id.
+	Begin func(tb testing.TB, s ledger.Store) Tx
+	Rows  func(tb testing.TB, s ledger.Store, id string) int
 }
 
 // Run runs the whole suite.
@@ -58,6 +63,8 @@ func Run(t *testing.T, b Backend) {
 	runAuditLog(t, b)
 	t.Run("Stats", func(t *testing.T) { testStats(t, b) })
 	runProbes(t, b)
+	runTx(t, b)
+	runEffects(t, b)
 	t.Run("Model", func(t *testing.T) { testModel(t, b) })
 }
 

@@ -124,7 +124,7 @@ SELECT count(*) FROM ap`
 
 func (d driver) ExpireApproval(ctx context.Context, id string) (bool, error) {
 	var n int64
-	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) error { return row.Scan(&n) }, expireOneApprovalSQL, id)
+	err := d.write(ctx, single, false, func(row pgx.Row) error { return row.Scan(&n) }, expireOneApprovalSQL, id)
 	return n == 1, mapErr("expire approval", err)
 }
 
@@ -133,7 +133,7 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 	a := p.Approval
 	var inserted, lapsed bool
 	var op *ledger.Operation
-	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+	err := d.write(ctx, single, false, func(row pgx.Row) (err error) {
 		op, err = scanOp(scanAround{row, &inserted, &lapsed})
 		return err
 	}, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, nullable(p.BusinessKey),
@@ -152,13 +152,14 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 }
 
 func (d driver) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
-	return d.s.GetApproval(ctx, id)
+	a, err := scanApproval(d.read(ctx, selectApprovalSQL, id))
+	return a, mapErr("approval "+id, err)
 }
 
 func (d driver) Decide(ctx context.Context, dec steps.Decision) (*ledger.Approval, error) {
 	var a *ledger.Approval
 	var moved int64
-	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+	err := d.write(ctx, single, false, func(row pgx.Row) (err error) {
 		a, err = scanApproval(scanExtra{row, &moved})
 		return err
 	}, decideSQL, dec.ID, string(dec.Status), dec.Actor, dec.Note, dec.Tenant, dec.Fingerprint, dec.Reason)
@@ -178,7 +179,7 @@ func (d driver) Decide(ctx context.Context, dec steps.Decision) (*ledger.Approva
 func (d driver) Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
 	r := p.Request
 	var op *ledger.Operation
-	err := d.s.batch.run(ctx, single, false, func(row pgx.Row) (err error) {
+	err := d.write(ctx, single, false, func(row pgx.Row) (err error) {
 		op, err = scanOp(row)
 		return err
 	}, reopenSQL, p.OpID, p.Previous, r.ID, micros(r.TTL), r.Target, r.Summary, string(r.Command), r.Reversible,
@@ -189,30 +190,17 @@ func (d driver) Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Oper
 	return op, mapErr("reopen", err)
 }
 
-// Approve implements ledger.Store.
-func (s *Store) Approve(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
-	return steps.Decide(ctx, driver{s: s}, p, ledger.ApprovalApproved)
-}
-
-// Deny implements ledger.Store.
-func (s *Store) Deny(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
-	return steps.Decide(ctx, driver{s: s}, p, ledger.ApprovalDenied)
-}
-
-// ReopenApproval implements ledger.Store.
-func (s *Store) ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
-	return steps.Reopen(ctx, driver{s: s}, p)
-}
-
 // ExpireApprovals implements ledger.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, limit int) (int, error) {
 	return s.sweep(ctx, "expire approvals", expireApprovalsSQL, limit)
 }
 
+// selectApprovalSQL reads one approval.
+const selectApprovalSQL = `SELECT ` + approvalColumns + ` FROM idem_approvals WHERE id = $1`
+
 // GetApproval implements ledger.Store.
 func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
-	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM idem_approvals WHERE id = $1`, id))
-	return a, mapErr("approval "+id, err)
+	return driver{s: s}.GetApproval(ctx, id)
 }
 
 // ListApprovals implements ledger.Store.

@@ -119,14 +119,34 @@ var (
 		RETURNING lease_until`
 )
 
-// driver runs the store's statements for package steps; with tx set, in
-// the caller's transaction (see CompleteTx).
+// driver runs the store's statements for package steps: each write
+// queued for a batch, or, with tx set, in the caller's transaction (see
+// Tx), where reads must run too, to see what the transaction wrote.
 type driver struct {
 	s  *Store
 	tx pgx.Tx
 }
 
 var _ steps.Driver = driver{}
+
+// read runs a query of one row where the step runs.
+func (d driver) read(ctx context.Context, query string, args ...any) pgx.Row {
+	if d.tx != nil {
+		return d.tx.QueryRow(ctx, query, args...)
+	}
+	return d.s.pool.QueryRow(ctx, query, args...)
+}
+
+// write runs a step's statement: in the caller's transaction, which
+// commits it with its own writes, or in the next batch (m says whether,
+// and how, it may merge with others of its kind; owner, that it is an
+// owner's step).
+func (d driver) write(ctx context.Context, m merge, owner bool, scan func(pgx.Row) error, query string, args ...any) error {
+	if d.tx != nil {
+		return scan(d.tx.QueryRow(ctx, query, args...))
+	}
+	return d.s.batch.run(ctx, m, owner, scan, query, args...)
+}
 
 func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error) {
 	if p.Approval != nil {
@@ -139,7 +159,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	}
 	var inserted, lapsed bool
 	var op *ledger.Operation
-	err := d.s.batch.run(ctx, reserves, false, func(row pgx.Row) (err error) {
+	err := d.write(ctx, reserves, false, func(row pgx.Row) (err error) {
 		op, err = scanOp(scanAround{row, &inserted, &lapsed})
 		return err
 	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
@@ -158,7 +178,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 
 func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
 	var lapsed bool
-	op, err := scanOp(scanExtra{d.s.pool.QueryRow(ctx, existingSQL, tenant, key), &lapsed})
+	op, err := scanOp(scanExtra{d.read(ctx, existingSQL, tenant, key), &lapsed})
 	return op, lapsed, mapErr("read existing", err)
 }
 
@@ -173,15 +193,11 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 		op, err = scanOp(row)
 		return err
 	}
-	if d.tx != nil { // the caller's transaction commits it, durably, with its own writes
-		err = scan(d.tx.QueryRow(ctx, query, args...))
-	} else {
-		m := single
-		if query == completeSQL {
-			m = completes
-		}
-		err = d.s.batch.run(ctx, m, c.Owner != nil, scan, query, args...)
+	m := single
+	if query == completeSQL {
+		m = completes
 	}
+	err = d.write(ctx, m, c.Owner != nil, scan, query, args...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -213,7 +229,7 @@ func changeSQL(c steps.Change) (string, []any, error) {
 
 func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Duration) (time.Time, error) {
 	var until time.Time
-	err := d.s.batch.run(ctx, single, true, func(row pgx.Row) error { return row.Scan(&until) },
+	err := d.write(ctx, single, true, func(row pgx.Row) error { return row.Scan(&until) },
 		heartbeatSQL, l.OpID, l.Token, l.Fence, micros(dur))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return until, steps.ErrGuard
@@ -222,7 +238,8 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 }
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
-	return d.s.Get(ctx, id)
+	op, err := scanOp(d.read(ctx, selectByIDSQL, id))
+	return op, mapErr("get "+id, err)
 }
 
 // holderSQL finds the operation that holds a business key, or a
@@ -234,13 +251,13 @@ var holderSQL = map[bool]string{
 }
 
 func (d driver) Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error) {
-	op, err := scanOp(d.s.pool.QueryRow(ctx, holderSQL[business], tenant, route, value))
+	op, err := scanOp(d.read(ctx, holderSQL[business], tenant, route, value))
 	return op, mapErr("holder", err)
 }
 
 func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
 	var token *string
-	err := d.s.pool.QueryRow(ctx, `SELECT owner_token FROM idem_operations WHERE id = $1`, id).Scan(&token)
+	err := d.read(ctx, `SELECT owner_token FROM idem_operations WHERE id = $1`, id).Scan(&token)
 	return deref(token), mapErr("owner token", err)
 }
 
@@ -262,46 +279,33 @@ type scanExtra struct {
 
 func (r scanExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra)...) }
 
-// Reserve implements ledger.Store.
-func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
-	return steps.Reserve(ctx, driver{s: s}, p)
+// poolExec runs steps on the store's own connections, each write
+// batched with others (see batcher).
+type poolExec struct{ s *Store }
+
+func (x poolExec) Exec(ctx context.Context, k steps.Kind, fn func(context.Context, steps.Driver) error) error {
+	if k == steps.Enqueuing {
+		return x.s.enqueue(ctx, fn)
+	}
+	return fn(ctx, driver{s: x.s})
 }
 
-// Acquire implements ledger.Store.
-func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
-	return steps.Acquire(ctx, driver{s: s}, p)
+// txExec runs steps in a caller's transaction: they commit with it.
+type txExec struct {
+	s  *Store
+	tx pgx.Tx
 }
 
-// Heartbeat implements ledger.Store.
-func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
-	return steps.Heartbeat(ctx, driver{s: s}, l, d)
+func (x txExec) Exec(ctx context.Context, _ steps.Kind, fn func(context.Context, steps.Driver) error) error {
+	return fn(ctx, driver{s: x.s, tx: x.tx})
 }
 
-// Complete implements ledger.Store.
-func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s: s}, l, o)
-}
-
-// CompleteTx is Complete inside the caller's transaction, for a handler that
-// keeps its business data in this database: the business write and the
-// completion commit together, or neither does, so no crash can separate an
-// effect from its record. The operation returned is as it will be once tx
-// commits.
-func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s: s, tx: tx}, l, o)
-}
-
-// Release implements ledger.Store.
-func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.Release(ctx, driver{s: s}, l, n)
-}
-
-// MarkUnknown implements ledger.Store.
-func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return steps.MarkUnknown(ctx, driver{s: s}, l, n)
-}
-
-// Resolve implements ledger.Store.
-func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
-	return steps.Resolve(ctx, driver{s: s}, p)
-}
+// Tx is the ledger's steps in the caller's transaction tx, for a service
+// that keeps its business data in this database: a reservation, the
+// effects it enqueues and its completion commit with tx's own writes, or
+// roll back with them, so no crash can separate an effect from its
+// record. What a step returns is as it will be once tx commits. tx's
+// connection must find the store's tables on its search_path (open it
+// with the store's DSN), and its commit waits for the disk unless the
+// session says otherwise: the durability of tx is the caller's.
+func (s *Store) Tx(tx pgx.Tx) ledger.Steps { return steps.On(txExec{s: s, tx: tx}) }

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -29,6 +30,9 @@ var _ ledger.Store = (*Store)(nil)
 
 // Store is a ledger.Store on a pgx pool.
 type Store struct {
+	// Steps are the ledger's steps, on the store's own connections (see
+	// poolExec).
+	steps.Steps
 	pool     *pgxpool.Pool
 	schema   string
 	relaxed  bool
@@ -109,6 +113,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		opts.Batches = 1
 	}
 	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed, lockWait: lockWait}
+	s.Steps = steps.On(poolExec{s})
 	s.batch = newBatcher(s, min(opts.Batches, int(cfg.MaxConns)))
 	return s, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
@@ -40,6 +42,50 @@ var backend = storetest.Backend{
 	Fresh:   func(tb testing.TB) ledger.Store { return fresh(tb) },
 	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsns[s]) },
 	Commits: sent.N.Load,
+	Begin:   begin,
+	Rows: func(tb testing.TB, s ledger.Store, id string) (n int) {
+		err := business(tb, s).QueryRow(context.Background(), `SELECT count(*) FROM biz WHERE id = $1`, id).Scan(&n)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return n
+	},
+}
+
+// businessPools is each store's business pool: a service's own pool on
+// the store's database, as a Go service keeps its data beside the ledger.
+var businessPools = map[ledger.Store]*pgxpool.Pool{}
+
+func business(tb testing.TB, s ledger.Store) *pgxpool.Pool {
+	if p, ok := businessPools[s]; ok {
+		return p
+	}
+	p, err := pgxpool.New(context.Background(), dsns[s])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close(); delete(businessPools, s) })
+	if _, err := p.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS biz (id text PRIMARY KEY)`); err != nil {
+		tb.Fatal(err)
+	}
+	businessPools[s] = p
+	return p
+}
+
+// begin opens a business transaction with the store's steps bound to it.
+func begin(tb testing.TB, s ledger.Store) storetest.Tx {
+	ctx := context.Background()
+	tx, err := business(tb, s).Begin(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return storetest.Tx{Steps: s.(*postgres.Store).Tx(tx),
+		Write: func(id string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO biz (id) VALUES ($1)`, id)
+			return err
+		},
+		Commit:   func() error { return tx.Commit(ctx) },
+		Rollback: func() error { return tx.Rollback(ctx) }}
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, backend) }

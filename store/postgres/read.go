@@ -10,10 +10,12 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
+// selectByIDSQL reads one operation.
+const selectByIDSQL = `SELECT ` + opColumns + ` FROM idem_operations WHERE id = $1`
+
 // Get implements ledger.Store.
 func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
-	op, err := scanOp(s.pool.QueryRow(ctx, `SELECT `+opColumns+` FROM idem_operations WHERE id = $1`, id))
-	return op, mapErr("get "+id, err)
+	return driver{s: s}.Get(ctx, id)
 }
 
 // GetByKey implements ledger.Store.

@@ -51,7 +51,12 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int) (int, error) {
 
 // Purge implements ledger.Store.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
-	return s.sweep(ctx, "purge", purgeSQL, limit)
+	ops, err := s.sweep(ctx, "purge", purgeSQL, limit)
+	if err != nil {
+		return ops, err
+	}
+	effects, err := s.sweep(ctx, "purge effects", purgeEffectsSQL, limit)
+	return ops + effects, err
 }
 
 func (s *Store) sweep(ctx context.Context, op, query string, limit int, args ...any) (int, error) {

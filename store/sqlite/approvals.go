@@ -170,27 +170,6 @@ func (d driver) Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Oper
 	return op, nil
 }
 
-// Approve implements ledger.Store.
-func (s *Store) Approve(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
-	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Approval, error) {
-		return steps.Decide(ctx, d, p, ledger.ApprovalApproved)
-	})
-}
-
-// Deny implements ledger.Store.
-func (s *Store) Deny(ctx context.Context, p ledger.DecisionParams) (*ledger.Approval, error) {
-	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Approval, error) {
-		return steps.Decide(ctx, d, p, ledger.ApprovalDenied)
-	})
-}
-
-// ReopenApproval implements ledger.Store.
-func (s *Store) ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
-	return step(s, ctx, reserving, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.Reopen(ctx, d, p)
-	})
-}
-
 // ExpireApprovals implements ledger.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, limit int) (int, error) {
 	return s.batch(ctx, "expire approvals", expireApprovalsSQL, limit)

@@ -220,60 +220,39 @@ func (d driver) OwnerToken(ctx context.Context, id string) (string, error) {
 	return token.String, mapErr("owner token", err)
 }
 
-// Reserve implements ledger.Store.
-func (s *Store) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
-	return step(s, ctx, reserving, func(ctx context.Context, d driver) (ledger.Reservation, error) {
-		return steps.Reserve(ctx, d, p)
+// writerExec runs steps as jobs of the store's writer: each shares its
+// batch's transaction and commit with the steps queued beside it.
+type writerExec struct{ s *Store }
+
+func (x writerExec) Exec(ctx context.Context, k steps.Kind, fn func(context.Context, steps.Driver) error) error {
+	void, err := x.s.w.submit(ctx, k, func(ctx context.Context, b *batchTx) error {
+		return fn(ctx, driver{s: x.s, q: b.conn, low: b.low})
 	})
+	if void {
+		return &steps.VoidError{Err: err}
+	}
+	return err
 }
 
-// Acquire implements ledger.Store. It waits for the disk, as a reservation
-// does: a lease lost in a crash would let a second owner send again.
-func (s *Store) Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error) {
-	return step(s, ctx, durable, func(ctx context.Context, d driver) (ledger.Reservation, error) {
-		return steps.Acquire(ctx, d, p)
-	})
+// txExec runs steps in a caller's transaction: they commit with it.
+type txExec struct {
+	s  *Store
+	tx *sql.Tx
 }
 
-// Heartbeat implements ledger.Store.
-func (s *Store) Heartbeat(ctx context.Context, l ledger.Lease, dur time.Duration) (ledger.Lease, error) {
-	return step(s, ctx, owning, func(ctx context.Context, d driver) (ledger.Lease, error) {
-		return steps.Heartbeat(ctx, d, l, dur)
-	})
+func (x txExec) Exec(ctx context.Context, k steps.Kind, fn func(context.Context, steps.Driver) error) error {
+	if err := x.s.checkFile(); err != nil {
+		return err
+	}
+	return fn(ctx, driver{s: x.s, q: x.tx, low: k == steps.Reserving && x.s.belowFloor()})
 }
 
-// Complete implements ledger.Store.
-func (s *Store) Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.Complete(ctx, d, l, o)
-	})
-}
-
-// CompleteTx is Complete inside the caller's transaction on this database
-// file, for a handler that keeps its business data beside the ledger: the
-// business write and the completion commit together, or neither does. The
-// operation returned is as it will be once tx commits.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error) {
-	return steps.Complete(ctx, driver{s: s, q: tx}, l, o)
-}
-
-// Release implements ledger.Store.
-func (s *Store) Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.Release(ctx, d, l, n)
-	})
-}
-
-// MarkUnknown implements ledger.Store.
-func (s *Store) MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error) {
-	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.MarkUnknown(ctx, d, l, n)
-	})
-}
-
-// Resolve implements ledger.Store.
-func (s *Store) Resolve(ctx context.Context, p ledger.ResolveParams) (*ledger.Operation, error) {
-	return step(s, ctx, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
-		return steps.Resolve(ctx, d, p)
-	})
-}
+// Tx is the ledger's steps in the caller's transaction tx, on a handle of
+// this same database file, for a service that keeps its business data
+// beside the ledger: a reservation, the effects it enqueues and its
+// completion commit with tx's own writes, or roll back with them. What a
+// step returns is as it will be once tx commits. tx must write from its
+// start (open the handle with _txlock=immediate): a deferred transaction
+// that reads first and writes later can fail with SQLITE_BUSY once the
+// store's writer has written in between.
+func (s *Store) Tx(tx *sql.Tx) ledger.Steps { return steps.On(txExec{s: s, tx: tx}) }

@@ -24,6 +24,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemgate/idemgate/internal/size"
+	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -31,6 +32,8 @@ var _ ledger.Store = (*Store)(nil)
 
 // Store is a ledger.Store on one SQLite file.
 type Store struct {
+	// Steps are the ledger's steps, run by the writer (see writerExec).
+	steps.Steps
 	path    string
 	w       *writer
 	write   *sql.DB // the writer's pool: the one connection w holds
@@ -146,6 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	setDefaults(&opts)
 	s := &Store{path: path, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		sync: mode, relaxed: opts.Relaxed || weak(mode), minFree: max(opts.MinFree, 0)}
+	s.Steps = steps.On(writerExec{s})
 	if err := s.open(ctx, opts); err != nil {
 		return nil, err
 	}

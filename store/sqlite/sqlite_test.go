@@ -51,6 +51,48 @@ var backend = storetest.Backend{
 		return open(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{})
 	},
 	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, paths[s], sqlite.Options{}) },
+	Begin:   begin,
+	Rows: func(tb testing.TB, s ledger.Store, id string) (n int) {
+		if err := business(tb, s).QueryRow(`SELECT count(*) FROM biz WHERE id = ?`, id).Scan(&n); err != nil {
+			tb.Fatal(err)
+		}
+		return n
+	},
+}
+
+// businessDBs is each store's business handle: a service's own database
+// handle on the store's file, as a Go service keeps its data beside the
+// ledger.
+var businessDBs = map[ledger.Store]*sql.DB{}
+
+func business(tb testing.TB, s ledger.Store) *sql.DB {
+	if db, ok := businessDBs[s]; ok {
+		return db
+	}
+	db, err := sql.Open("sqlite", "file:"+paths[s]+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close(); delete(businessDBs, s) })
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS biz (id TEXT PRIMARY KEY)`); err != nil {
+		tb.Fatal(err)
+	}
+	businessDBs[s] = db
+	return db
+}
+
+// begin opens a business transaction with the store's steps bound to it.
+func begin(tb testing.TB, s ledger.Store) storetest.Tx {
+	tx, err := business(tb, s).Begin()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return storetest.Tx{Steps: s.(*sqlite.Store).Tx(tx),
+		Write: func(id string) error {
+			_, err := tx.Exec(`INSERT INTO biz (id) VALUES (?)`, id)
+			return err
+		},
+		Commit: tx.Commit, Rollback: tx.Rollback}
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, backend) }

@@ -11,7 +11,7 @@ import (
 var errNoRows = sql.ErrNoRows
 
 // querier runs statements: the writer's connection inside a batch, a
-// caller's transaction (CompleteTx), or the reader pool.
+// caller's transaction (Tx), or the reader pool.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }

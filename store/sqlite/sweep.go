@@ -31,7 +31,12 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int) (int, error) {
 
 // Purge implements ledger.Store.
 func (s *Store) Purge(ctx context.Context, limit int) (int, error) {
-	return s.batch(ctx, "purge", purgeSQL, limit)
+	ops, err := s.batch(ctx, "purge", purgeSQL, limit)
+	if err != nil {
+		return ops, err
+	}
+	effects, err := s.batch(ctx, "purge effects", purgeEffectsSQL, limit)
+	return ops + effects, err
 }
 
 func (s *Store) batch(ctx context.Context, op, query string, limit int, args ...any) (int, error) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -16,20 +17,17 @@ import (
 // lock long.
 const maxBatch = 256
 
-// kind says what a step needs of its batch.
-type kind int
+// kind says what a step needs of its batch (see steps.Kind): durable
+// steps wait for the disk; reserving ones may create an operation, and are
+// refused new keys below the free-space floor; owning ones (an owner's
+// completion, release, move to unknown, heartbeat) let a batch made only
+// of them commit without waiting for the disk under durability=relaxed.
+type kind = steps.Kind
 
 const (
-	// durable steps wait for the disk (synchronous as configured): what
-	// they record is what a later answer relies on.
-	durable kind = iota
-	// reserving steps may create an operation: they are durable, and find
-	// new keys refused below the free-space floor.
-	reserving
-	// owning steps are an owner's completion, release or move to unknown,
-	// and heartbeats. With durability=relaxed a batch of only these
-	// commits without waiting for the disk.
-	owning
+	durable   = steps.Durable
+	reserving = steps.Reserving
+	owning    = steps.Owning
 )
 
 // job is one store step waiting for, or running in, a batch.

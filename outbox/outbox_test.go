@@ -1,0 +1,170 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/outbox"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// migrated is a store just opened, migrated, and closed when tb ends.
+func migrated[S interface {
+	ledger.Store
+	Migrate(context.Context) error
+}](tb testing.TB, s S, err error) S {
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// eachStore runs fn on each store, on a fresh database; open opens a
+// handle on it (another relay, in another process, would have its own).
+func eachStore(t *testing.T, fn func(t *testing.T, open func(testing.TB) ledger.Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "outbox.db")
+		fn(t, func(tb testing.TB) ledger.Store {
+			s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+			return migrated(tb, s, err)
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn, _ := testenv.PostgresSchema(t)
+		fn(t, func(tb testing.TB) ledger.Store {
+			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+			return migrated(tb, s, err)
+		})
+	})
+}
+
+// honouring is a target that applies each key once, as a target that
+// honours idempotency keys does: a repeat gets the first answer. It
+// counts applications (the effects) and deliveries, and the most
+// deliveries of one key in flight at once.
+type honouring struct {
+	mu        sync.Mutex
+	applied   map[string]int // key → effects
+	delivered map[string]int // key → deliveries
+	inFlight  map[string]int
+	maxFlight int
+	order     []string // keys in the order first applied
+	header    []http.Header
+	behave    func(key string, n int) int // status for the n-th delivery of key (0: 201)
+	hold      time.Duration
+}
+
+func newHonouring() *honouring {
+	return &honouring{applied: map[string]int{}, delivered: map[string]int{}, inFlight: map[string]int{}}
+}
+
+func (h *honouring) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	_, _ = io.ReadAll(r.Body)
+	h.mu.Lock()
+	h.delivered[key]++
+	n := h.delivered[key]
+	h.inFlight[key]++
+	h.maxFlight = max(h.maxFlight, h.inFlight[key])
+	h.header = append(h.header, r.Header.Clone())
+	status := 0
+	if h.behave != nil {
+		status = h.behave(key, n)
+	}
+	h.mu.Unlock()
+	time.Sleep(h.hold)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inFlight[key]--
+	if status != 0 && status != 201 {
+		w.WriteHeader(status)
+		return
+	}
+	if h.applied[key] == 0 {
+		h.order = append(h.order, key)
+	}
+	h.applied[key] = 1
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	fmt.Fprintf(w, `{"id":"ref-%d"}`, len(h.order))
+}
+
+func (h *honouring) counts() (applied, delivered map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, d := map[string]int{}, map[string]int{}
+	for k, v := range h.applied {
+		a[k] = v
+	}
+	for k, v := range h.delivered {
+		d[k] = v
+	}
+	return a, d
+}
+
+func serve(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// effects returns n effects of one new operation of tenant acme, to
+// target "crm".
+func effects(opKey string, n int) []outbox.Effect {
+	out := make([]outbox.Effect, n)
+	for i := range out {
+		out[i] = outbox.Effect{Tenant: "acme", OperationKey: opKey, Name: fmt.Sprintf("step-%d", i+1), Target: "crm",
+			Path: fmt.Sprintf("/v1/steps/%d", i+1), Header: http.Header{"Content-Type": {"application/json"}},
+			Body: []byte(fmt.Sprintf(`{"step":%d}`, i+1))}
+	}
+	return out
+}
+
+// relay is a relay of target "crm" at url, fast to retry.
+func relay(s ledger.Store, url string) *outbox.Relay {
+	return &outbox.Relay{Store: s, Targets: map[string]outbox.Target{"crm": {URL: url, Timeout: 2 * time.Second,
+		Header: http.Header{"Authorization": {"Bearer crm-secret"}}, ResultRef: "body:/id"}},
+		Lease: 5 * time.Second, Every: 10 * time.Millisecond, Backoff: func(int) time.Duration { return 0 }}
+}
+
+// drain runs rounds until three in a row claim nothing. (An effect due
+// "now" by the relay's clock may be due a millisecond later by SQLite's,
+// which counts in milliseconds.)
+func drain(t *testing.T, r *outbox.Relay) outbox.Round {
+	var total outbox.Round
+	for idle := 0; idle < 3; {
+		round, err := r.Once(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round.Claimed == 0 {
+			idle++
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		idle, total = 0, total.Plus(round)
+	}
+	return total
+}
+
+func effectsOf(t *testing.T, s ledger.Store, opKey string) []*ledger.Effect {
+	es, err := s.Effects(context.Background(), "acme", opKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}

@@ -1,0 +1,312 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Target is where a relay delivers the effects that name it.
+type Target struct {
+	// URL is the target's base: an effect's path (and query) is appended.
+	URL string
+	// Header is added to every delivery, over the effect's own: the
+	// target's credentials live here, in the relay's configuration, and
+	// never in the store.
+	Header http.Header
+	// Timeout bounds one delivery (10s). It must be shorter than the
+	// relay's lease, so that no delivery outlives its claim.
+	Timeout time.Duration
+	// ResultRef names where the target's answer holds its reference for
+	// the effect: "body:/id" or "header:X-Request-Id".
+	ResultRef string
+	// KeyHeader is the header the derived key goes in (Idempotency-Key).
+	KeyHeader string
+}
+
+// Relay delivers due effects to their targets, each claim leased and
+// fenced by the store: several relays, in several processes, share the
+// work and never deliver one effect at the same moment. A delivery's
+// outcome follows DESIGN.md's error families: 2xx succeeded; 4xx failed
+// (final), except 408, 409, 425 and 429, not applied (due again, after
+// Retry-After if longer than the backoff); not reached, nothing sent: not
+// applied; sent and no answer (a timeout, a reset), or 5xx: unknown, sent
+// again with the same key after the backoff. After MaxAttempts a delivery
+// that is still not final is parked for an operator.
+type Relay struct {
+	Store   ledger.Store
+	Targets map[string]Target
+	// Lease is how long a claim is the relay's alone (30s): a relay that
+	// dies holding one leaves the effect to another once it lapses.
+	Lease time.Duration
+	// Every is how long the relay waits when nothing was due (1s).
+	Every time.Duration
+	// Batch bounds the claims of a round (32); Concurrency, the deliveries
+	// of a round at once (8).
+	Batch, Concurrency int
+	// MaxAttempts bounds the deliveries of one effect (10); 0 takes the
+	// default, a negative value means no bound.
+	MaxAttempts int
+	// Backoff is how long after its attempt-th delivery an effect that is
+	// not final is due again (default: 1s doubling to 5 min, ±20%).
+	Backoff func(attempt int) time.Duration
+	// Client sends the deliveries (default: a client of its own). Its
+	// redirects are not followed: a redirect is an answer.
+	Client *http.Client
+	Logger *slog.Logger
+	// OnDelivery, if set, hears every delivery once it is recorded (for
+	// metrics, and for tests).
+	OnDelivery func(Delivery)
+
+	once    sync.Once
+	err     error
+	targets map[string]*target
+	names   []string
+}
+
+// Delivery is one delivery as OnDelivery hears it.
+type Delivery struct {
+	Effect   *ledger.Effect // as claimed: executing, its attempt counted
+	Outcome  ledger.EffectOutcome
+	Duration time.Duration
+	// Recorded is the store's answer to recording the outcome:
+	// ledger.ErrStaleOwner when a later claim fenced this one.
+	Recorded error
+}
+
+// Round is what one round did.
+type Round struct {
+	Claimed, Succeeded, Failed, Released, Unknown, Parked int
+	// Fenced counts outcomes the store refused: a later claim took the
+	// effect after this relay's lease lapsed.
+	Fenced int
+}
+
+// Plus is the two rounds' counts added up.
+func (r Round) Plus(o Round) Round {
+	return Round{Claimed: r.Claimed + o.Claimed, Succeeded: r.Succeeded + o.Succeeded, Failed: r.Failed + o.Failed,
+		Released: r.Released + o.Released, Unknown: r.Unknown + o.Unknown, Parked: r.Parked + o.Parked,
+		Fenced: r.Fenced + o.Fenced}
+}
+
+func (r *Round) add(o ledger.EffectOutcome, recorded error) {
+	switch {
+	case errors.Is(recorded, ledger.ErrStaleOwner), errors.Is(recorded, ledger.ErrIllegalTransition):
+		r.Fenced++
+		return
+	case recorded != nil:
+		return
+	case o.State == ledger.Succeeded:
+		r.Succeeded++
+	case o.State == ledger.Failed:
+		r.Failed++
+	case o.Next.IsZero():
+		r.Parked++
+	case o.State == ledger.Prepared:
+		r.Released++
+	default:
+		r.Unknown++
+	}
+}
+
+// Run delivers until ctx ends; deliveries in flight then finish (each is
+// bounded by its target's timeout) and are recorded.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.compile(); err != nil {
+		return err
+	}
+	failures := 0
+	for {
+		round, err := r.Once(ctx)
+		wait := cmpOr(r.Every, time.Second)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			failures++
+			wait = min(wait<<min(failures, 6), time.Minute)
+			r.log().Error("relay round failed", "err", err, "retry_in", wait)
+		case round.Claimed == cmpOr(r.Batch, 32):
+			failures, wait = 0, 0 // more may be due at once
+		default:
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Once claims the effects due and delivers each, Concurrency at a time,
+// and returns what the round did.
+func (r *Relay) Once(ctx context.Context) (Round, error) {
+	if err := r.compile(); err != nil {
+		return Round{}, err
+	}
+	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: cmpOr(r.Batch, 32),
+		Lease: r.lease(), MaxAttempts: r.maxAttempts()})
+	if err != nil {
+		return Round{}, fmt.Errorf("claim effects: %w", err)
+	}
+	round := Round{Claimed: len(claims)}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, cmpOr(r.Concurrency, 8))
+	for _, c := range claims {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			// Detached: a relay that is stopping still records what it
+			// sent, or the effect waits for its lease to lapse.
+			o, recorded := r.handle(context.WithoutCancel(ctx), c)
+			mu.Lock()
+			round.add(o, recorded)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return round, nil
+}
+
+// handle delivers one claimed effect and records the outcome.
+func (r *Relay) handle(ctx context.Context, c ledger.EffectClaim) (ledger.EffectOutcome, error) {
+	start := time.Now()
+	o := r.targets[c.Effect.Target].deliver(ctx, r.client(), c.Effect)
+	if !o.State.Final() {
+		o.Next = r.next(c.Effect.Attempts, o.Next)
+	}
+	_, err := r.Store.EffectResult(ctx, c.Lease, o)
+	switch {
+	case errors.Is(err, ledger.ErrStaleOwner), errors.Is(err, ledger.ErrIllegalTransition):
+		r.log().Warn("delivery fenced: another claim took the effect", "effect", c.Effect.ID, "err", err)
+	case err != nil:
+		// The lease will lapse, and the effect be sent again: at least once.
+		r.log().Error("delivery not recorded", "effect", c.Effect.ID, "state", o.State, "err", err)
+	}
+	if r.OnDelivery != nil {
+		r.OnDelivery(Delivery{Effect: c.Effect, Outcome: o, Duration: time.Since(start), Recorded: err})
+	}
+	return o, err
+}
+
+// next is when an effect whose attempt-th delivery was not final is due
+// again: after the backoff, or the target's Retry-After (after) if later;
+// never, once it used its attempts.
+func (r *Relay) next(attempt int, after time.Time) time.Time {
+	if max := r.maxAttempts(); max > 0 && attempt >= max {
+		return time.Time{}
+	}
+	backoff := r.Backoff
+	if backoff == nil {
+		backoff = DefaultBackoff
+	}
+	next := time.Now().Add(backoff(attempt))
+	if after.After(next) {
+		return after
+	}
+	return next
+}
+
+// DefaultBackoff waits 1s after the first delivery, doubling to 5 min,
+// within ±20% so that effects that failed together spread out.
+func DefaultBackoff(attempt int) time.Duration {
+	d := min(time.Second<<min(max(attempt-1, 0), 20), 5*time.Minute)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// compile checks the relay's settings once, before its first round.
+func (r *Relay) compile() error {
+	r.once.Do(func() {
+		r.targets = map[string]*target{}
+		for name, t := range r.Targets {
+			ct, err := compileTarget(name, t, r.lease())
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.targets[name], r.names = ct, append(r.names, name)
+		}
+		slices.Sort(r.names)
+		if r.Store == nil || len(r.names) == 0 {
+			r.err = errors.New("outbox relay: a store and at least one target are needed")
+		}
+	})
+	return r.err
+}
+
+func (r *Relay) lease() time.Duration { return cmpOr(r.Lease, 30*time.Second) }
+
+func (r *Relay) maxAttempts() int {
+	switch {
+	case r.MaxAttempts < 0:
+		return 0
+	case r.MaxAttempts == 0:
+		return 10
+	}
+	return r.MaxAttempts
+}
+
+func (r *Relay) client() *http.Client {
+	if r.Client != nil {
+		return r.Client
+	}
+	return defaultClient
+}
+
+var defaultClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
+}}
+
+func (r *Relay) log() *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
+}
+
+// target is a Target checked and ready.
+type target struct {
+	Target
+	base      string
+	resultRef func(status int, h http.Header, body []byte) string
+}
+
+func compileTarget(name string, t Target, lease time.Duration) (*target, error) {
+	u, err := url.Parse(t.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("outbox target %q: url %q: want http(s)://host[:port][/base]", name, t.URL)
+	}
+	ct := &target{Target: t, base: strings.TrimSuffix(t.URL, "/")}
+	ct.Timeout = cmpOr(t.Timeout, 10*time.Second)
+	if ct.Timeout >= lease {
+		return nil, fmt.Errorf("outbox target %q: timeout %v must be shorter than the lease %v", name, ct.Timeout, lease)
+	}
+	ct.KeyHeader = cmpOr(t.KeyHeader, contract.HeaderKey)
+	if ct.resultRef, err = httpidem.ResultRefReader(t.ResultRef); err != nil {
+		return nil, fmt.Errorf("outbox target %q: %w", name, err)
+	}
+	return ct, nil
+}
+
+func cmpOr[T comparable](v, fallback T) T {
+	var zero T
+	if v == zero {
+		return fallback
+	}
+	return v
+}

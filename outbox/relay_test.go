@@ -1,0 +1,236 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/outbox"
+)
+
+// TestRelayDelivers: an operation's effects go out in order, each with
+// its derived key in the tenant's name, the target's credentials and the
+// effect's own headers; the target's reference is kept.
+func TestRelayDelivers(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		target := newHonouring()
+		if _, err := outbox.Enqueue(context.Background(), s, effects("dossier_42:v5", 3)...); err != nil {
+			t.Fatal(err)
+		}
+		round := drain(t, relay(s, serve(t, target)))
+		if round.Claimed != 3 || round.Succeeded != 3 {
+			t.Fatalf("round %+v", round)
+		}
+		want := []string{"acme:dossier_42:v5/step-1", "acme:dossier_42:v5/step-2", "acme:dossier_42:v5/step-3"}
+		for i, key := range want {
+			if target.order[i] != key {
+				t.Fatalf("delivered %v, want %v", target.order, want)
+			}
+			h := target.header[i]
+			if h.Get("Authorization") != "Bearer crm-secret" || h.Get("Content-Type") != "application/json" {
+				t.Fatalf("delivery %d headers %v", i, h)
+			}
+		}
+		for i, e := range effectsOf(t, s, "dossier_42:v5") {
+			if e.State != ledger.Succeeded || e.Attempts != 1 || e.Status != 201 || e.ResultRef == "" ||
+				e.ResultRef != "ref-"+string(rune('1'+i)) {
+				t.Fatalf("effect %d: %+v", i, e)
+			}
+		}
+	})
+}
+
+// TestRelayErrorFamilies: each kind of answer, or its absence, leaves the
+// effect where DESIGN.md's outcome mapping says.
+func TestRelayErrorFamilies(t *testing.T) {
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc
+		state   ledger.State
+		code    string
+		due     bool
+	}{
+		{"created", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(201) }, ledger.Succeeded, "", false},
+		{"a business refusal", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(422) }, ledger.Failed, "http_422", false},
+		{"rate limited", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "120")
+			w.WriteHeader(429)
+		}, ledger.Prepared, "http_429", true},
+		{"a server error", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }, ledger.Unknown, "http_500", true},
+		{"no answer in time", func(w http.ResponseWriter, r *http.Request) {
+			select { // past the relay's timeout, then free the server
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+		}, ledger.Unknown, "target_timeout", true},
+		{"reset after the request", func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.Close()
+		}, ledger.Unknown, "target_reset", true},
+	}
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		for _, c := range cases {
+			url := serve(t, c.handler)
+			r := relay(s, url)
+			r.Targets["crm"] = outbox.Target{URL: url, Timeout: 300 * time.Millisecond}
+			r.Backoff = func(int) time.Duration { return time.Hour }
+			key := "family-" + c.name
+			if _, err := outbox.Enqueue(context.Background(), s, effects(key, 1)...); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Once(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			e := effectsOf(t, s, key)[0]
+			if e.State != c.state || e.LastError != c.code || e.NextAt.IsZero() != !c.due {
+				t.Errorf("%s: %s %q due %v, want %s %q due %t", c.name, e.State, e.LastError, e.NextAt, c.state, c.code, c.due)
+			}
+			if c.name == "rate limited" && time.Until(e.NextAt) < 100*time.Second {
+				t.Errorf("Retry-After 120 was not honoured: due in %v", time.Until(e.NextAt))
+			}
+		}
+		// Nothing listening: nothing was sent, so it was not applied.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := "http://" + l.Addr().String()
+		l.Close()
+		if _, err := outbox.Enqueue(context.Background(), s, effects("family-unreachable", 1)...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relay(s, dead).Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if e := effectsOf(t, s, "family-unreachable")[0]; e.State != ledger.Prepared || e.LastError != "target_unreachable" {
+			t.Errorf("unreachable: %s %q", e.State, e.LastError)
+		}
+	})
+}
+
+// TestRelayTest11: the workflow article's test 11, on the outbox: of four
+// effects, the third fails (its answer lost, then a server error) and the
+// relay goes no further; once the target works again, the resume sends
+// only the third (again, with the same key) and the fourth. The first two
+// show one effect each at the target.
+func TestRelayTest11(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		target := newHonouring()
+		var broken sync.Mutex
+		down := true
+		target.behave = func(key string, n int) int {
+			broken.Lock()
+			defer broken.Unlock()
+			if key == "acme:dossier_7:v1/step-3" && down {
+				return 500
+			}
+			return 0
+		}
+		if _, err := outbox.Enqueue(context.Background(), s, effects("dossier_7:v1", 4)...); err != nil {
+			t.Fatal(err)
+		}
+		r := relay(s, serve(t, target))
+		r.MaxAttempts = 2
+		drain(t, r)
+		es := effectsOf(t, s, "dossier_7:v1")
+		if es[0].State != ledger.Succeeded || es[1].State != ledger.Succeeded || es[2].State != ledger.Unknown ||
+			!es[2].Parked() || es[2].Attempts != 2 || es[3].State != ledger.Prepared || es[3].Attempts != 0 {
+			t.Fatalf("after the failure: %v %v %v %v", es[0].State, es[1].State, es[2], es[3].State)
+		}
+		broken.Lock()
+		down = false
+		broken.Unlock()
+		if _, err := s.ResolveEffect(context.Background(), ledger.EffectResolveParams{ID: es[2].ID, Tenant: "acme",
+			To: ledger.Prepared, Actor: "alice", Note: "the CRM is back"}); err != nil {
+			t.Fatal(err)
+		}
+		round := drain(t, r)
+		if round.Claimed != 2 || round.Succeeded != 2 {
+			t.Fatalf("the resume: %+v", round)
+		}
+		applied, delivered := target.counts()
+		for i, want := range []int{1, 1, 3, 1} {
+			key := "acme:dossier_7:v1/step-" + string(rune('1'+i))
+			if applied[key] != 1 || delivered[key] != want {
+				t.Fatalf("%s: %d effects, %d deliveries; want 1 and %d", key, applied[key], delivered[key], want)
+			}
+		}
+	})
+}
+
+// TestRelaysNeverDeliverOneEffectAtOnce: two relays on two store handles,
+// eight deliveries each at a time, against a slow target: no key is ever
+// in flight twice, and each effect is delivered once.
+func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		const ops = 60
+		for i := range ops {
+			if _, err := outbox.Enqueue(context.Background(), s, effects("race-"+string(rune('A'+i%26))+
+				string(rune('a'+i/26)), 2)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		target := newHonouring()
+		target.hold = 5 * time.Millisecond
+		url := serve(t, target)
+		var wg sync.WaitGroup
+		for _, h := range []ledger.Store{s, open(t)} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := relay(h, url)
+				r.Concurrency, r.Batch = 8, 8
+				drain(t, r)
+			}()
+		}
+		wg.Wait()
+		drain(t, relay(s, url)) // what the two left behind in their last rounds
+		applied, delivered := target.counts()
+		if len(applied) != 2*ops || target.maxFlight != 1 {
+			t.Fatalf("%d keys applied (want %d), at most %d in flight at once", len(applied), 2*ops, target.maxFlight)
+		}
+		for key, n := range delivered {
+			if n != 1 {
+				t.Fatalf("%s delivered %d times", key, n)
+			}
+		}
+	})
+}
+
+// TestRelayStopsCleanly: Run returns when its context ends, and a bad
+// configuration is refused before any claim.
+func TestRelayStopsCleanly(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		bad := relay(s, "ftp://x")
+		if err := bad.Run(context.Background()); err == nil {
+			t.Fatal("a relay with a bad target ran")
+		}
+		slow := relay(s, "http://127.0.0.1:1")
+		slow.Targets["crm"] = outbox.Target{URL: "http://127.0.0.1:1", Timeout: time.Minute}
+		if err := slow.Run(context.Background()); err == nil {
+			t.Fatal("a relay whose timeout outlives its lease ran")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- relay(s, "http://127.0.0.1:1").Run(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return when its context ended")
+		}
+	})
+}

@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/steps"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// effectColumns is the column list every effect statement returns, in
+// scanEffect's order.
+const effectColumns = `seq, id, tenant, op_key, name, key, target, method, path, headers, body, fingerprint, state,
+	attempts, fence, lease_until, next_at, status, result_ref, last_error, resolved_by, note, created_at, updated_at`
+
+// insertEffectSQL writes a new effect, prepared and due now, unless its
+// derived key is taken (by a concurrent transaction too: it waits for that
+// one's end).
+const insertEffectSQL = `INSERT INTO idem_effects (id, tenant, op_key, name, key, target, method, path, headers,
+	body, fingerprint, state, retention_us, next_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'prepared', $12, now(), now(), now())
+ON CONFLICT (tenant, key) DO NOTHING
+RETURNING ` + effectColumns
+
+func (d driver) InsertEffect(ctx context.Context, id string, p ledger.EffectParams, fingerprint string) (*ledger.Effect, error) {
+	headers, err := headerArg(p.Header)
+	if err != nil {
+		return nil, err
+	}
+	body := p.Body
+	if body == nil {
+		body = []byte{}
+	}
+	e, err := scanEffect(d.read(ctx, insertEffectSQL, id, p.Tenant, p.OperationKey, p.Name, p.Key(), p.Target, p.Method,
+		p.Path, headers, body, fingerprint, micros(p.Retention)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, steps.ErrGuard
+	}
+	return e, mapErr("insert effect", err)
+}
+
+func (d driver) EffectByKey(ctx context.Context, tenant, key string) (*ledger.Effect, error) {
+	e, err := scanEffect(d.read(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = $1 AND key = $2`,
+		tenant, key))
+	return e, mapErr("effect "+key, err)
+}
+
+// enqueue runs an Enqueue on the store's own connections in a
+// transaction of its own: its effects are written all together, or none.
+func (s *Store) enqueue(ctx context.Context, fn func(context.Context, steps.Driver) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, driver{s: s, tx: tx}) })
+}
+
+// The two statements of a claim. lapseEffectsSQL makes the deliveries
+// whose lease lapsed unknown: sent, maybe delivered; due again at once,
+// or parked once they used their last attempt ($1, 0 for no bound).
+// claimEffectsSQL then takes the due effects of the targets ($3) whose
+// operation's earlier effects all succeeded, oldest due first: a token
+// ($1 and the id), a larger fence, a lease of $2. SKIP LOCKED lets relays
+// claim at once, each effect once.
+var (
+	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, last_error = 'lease_expired',
+	updated_at = now(), next_at = CASE WHEN $1 > 0 AND attempts >= $1 THEN NULL ELSE now() END
+WHERE state = 'executing' AND lease_until < now()`
+	claimEffectsSQL = `WITH due AS (
+	SELECT e.seq FROM idem_effects e
+	WHERE e.state IN ('prepared', 'unknown') AND e.next_at <= now() AND e.target = ANY($3)
+		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
+			AND b.seq < e.seq AND b.state <> 'succeeded')
+	ORDER BY e.next_at, e.seq LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE idem_effects f SET state = 'executing', owner_token = $1 || f.id, fence = f.fence + 1,
+	attempts = f.attempts + 1, lease_until = now() + $2::bigint * interval '1 microsecond', next_at = NULL,
+	updated_at = now()
+FROM due WHERE f.seq = due.seq AND f.state IN ('prepared', 'unknown')
+RETURNING ` + qualifiedEffect + `, f.owner_token, f.lease_until`
+)
+
+// qualifiedEffect is effectColumns of the claim's table alias.
+var qualifiedEffect = qualified("f", effectColumns)
+
+// ClaimEffects implements ledger.Store.
+func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([]ledger.EffectClaim, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := s.pool.Exec(ctx, lapseEffectsSQL, p.MaxAttempts); err != nil {
+		return nil, mapErr("claim effects: lapsed leases", err)
+	}
+	rows, err := s.pool.Query(ctx, claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
+	if err != nil {
+		return nil, mapErr("claim effects", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.EffectClaim, error) {
+		var c ledger.EffectClaim
+		e, err := scanEffect(scanMore{r, []any{&c.Lease.Token, &c.Lease.Until}})
+		if err != nil {
+			return c, err
+		}
+		c.Effect, c.Lease.EffectID, c.Lease.Fence = e, e.ID, e.Fence
+		return c, nil
+	})
+	return out, mapErr("claim effects", err)
+}
+
+// effectResultSQL ends a delivery under its claim. The owner token stays,
+// so that a relay whose reply was lost can record it again and be told it
+// is done.
+const effectResultSQL = `UPDATE idem_effects SET state = $4, lease_until = NULL, next_at = $5, status = $6,
+	result_ref = coalesce($7, result_ref), last_error = $8, updated_at = now(),
+	expires_at = CASE WHEN $4 IN ('succeeded', 'failed') THEN now() + retention_us * interval '1 microsecond' END
+WHERE id = $1 AND state = 'executing' AND owner_token = $2 AND fence = $3
+RETURNING ` + effectColumns
+
+// EffectResult implements ledger.Store.
+func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger.EffectOutcome) (*ledger.Effect, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	var next *time.Time
+	if !o.Next.IsZero() {
+		next = &o.Next
+	}
+	e, err := scanEffect(s.pool.QueryRow(ctx, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), next,
+		nullable(o.Status), nullable(o.ResultRef), nullable(o.ErrorCode)))
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return e, mapErr("effect result", err)
+	}
+	var token *string
+	e, err = scanEffect(scanMore{s.pool.QueryRow(ctx, `SELECT `+effectColumns+`, owner_token FROM idem_effects
+		WHERE id = $1`, l.EffectID), []any{&token}})
+	if err != nil {
+		return nil, mapErr("effect result", err)
+	}
+	return steps.EffectRefusal(e, deref(token), l, o.State)
+}
+
+// resolveEffectSQL settles an effect that is neither final nor executing
+// on an operator's word; prepared makes it due now.
+const resolveEffectSQL = `UPDATE idem_effects SET state = $3, resolved_by = $4, note = $5,
+	result_ref = coalesce($6, result_ref), updated_at = now(),
+	next_at = CASE WHEN $3 = 'prepared' THEN now() END,
+	expires_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() + retention_us * interval '1 microsecond' END
+WHERE id = $1 AND tenant = $2 AND state IN ('prepared', 'unknown')
+RETURNING ` + effectColumns
+
+// ResolveEffect implements ledger.Store.
+func (s *Store) ResolveEffect(ctx context.Context, p ledger.EffectResolveParams) (*ledger.Effect, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	e, err := scanEffect(s.pool.QueryRow(ctx, resolveEffectSQL, p.ID, p.Tenant, string(p.To), p.Actor, p.Note,
+		nullable(p.ResultRef)))
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return e, mapErr("resolve effect", err)
+	}
+	current, err := scanEffect(s.pool.QueryRow(ctx, `SELECT `+effectColumns+` FROM idem_effects
+		WHERE id = $1 AND tenant = $2`, p.ID, p.Tenant))
+	if err != nil {
+		return nil, mapErr("resolve effect "+p.ID, err)
+	}
+	return current, steps.EffectNotResolvable(current)
+}
+
+// Effects implements ledger.Store.
+func (s *Store) Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = $1 AND op_key = $2
+		ORDER BY seq`, tenant, operationKey)
+	if err != nil {
+		return nil, mapErr("effects", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*ledger.Effect, error) { return scanEffect(r) })
+	return out, mapErr("effects", err)
+}
+
+// GetEffect implements ledger.Store.
+func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error) {
+	e, err := scanEffect(s.pool.QueryRow(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE id = $1`, id))
+	return e, mapErr("effect "+id, err)
+}
+
+// purgeEffectsSQL deletes a batch of final effects past their retention.
+const purgeEffectsSQL = `WITH due AS (
+	SELECT seq FROM idem_effects WHERE state IN ('succeeded', 'failed') AND expires_at < now()
+	ORDER BY expires_at LIMIT $1
+	FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM idem_effects e USING due WHERE e.seq = due.seq RETURNING e.seq
+)
+SELECT count(*) FROM gone`
+
+func scanEffect(row pgx.Row) (*ledger.Effect, error) {
+	var (
+		e                              ledger.Effect
+		state                          string
+		headers                        []byte
+		leaseUntil, nextAt             *time.Time
+		status                         *int32
+		resultRef, lastError, by, note *string
+	)
+	err := row.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OperationKey, &e.Name, &e.Key, &e.Target, &e.Method, &e.Path, &headers,
+		&e.Body, &e.Fingerprint, &state, &e.Attempts, &e.Fence, &leaseUntil, &nextAt, &status, &resultRef, &lastError,
+		&by, &note, &e.CreatedAt, &e.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	e.State, e.LeaseUntil, e.NextAt, e.Status = ledger.State(state), deref(leaseUntil), deref(nextAt), int(deref(status))
+	e.ResultRef, e.LastError, e.ResolvedBy, e.Note = deref(resultRef), deref(lastError), deref(by), deref(note)
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &e.Header); err != nil {
+			return nil, fmt.Errorf("effect %s: stored headers: %w", e.ID, err)
+		}
+	}
+	return &e, nil
+}
+
+// headerArg stores a header as JSON; none stores NULL.
+func headerArg(h map[string][]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode headers: %w", err)
+	}
+	return b, nil
+}
