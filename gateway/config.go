@@ -71,7 +71,8 @@ type Config struct {
 	// to measure what observing costs, side by side.
 	Unobserved bool `yaml:"-"`
 
-	file string
+	file     string
+	noRoutes bool // a relay's configuration: routes are optional
 }
 
 // Upstream is an API behind the gateway, with the credentials the gateway
@@ -173,10 +174,24 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(path, data)
 }
 
+// LoadRelayConfig reads a configuration for the outbox's relay (idemgate
+// relay): its store and upstreams, checked as the gateway checks them. A
+// relay serves no requests, so a file without routes will do; routes that
+// are there are checked all the same (it may be the gateway's own file).
+func LoadRelayConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return parseConfig(path, data, true)
+}
+
 // ParseConfig is LoadConfig on data already read; name is used in errors
 // and to resolve relative schema paths.
-func ParseConfig(name string, data []byte) (*Config, error) {
-	cfg := &Config{file: name}
+func ParseConfig(name string, data []byte) (*Config, error) { return parseConfig(name, data, false) }
+
+func parseConfig(name string, data []byte, noRoutes bool) (*Config, error) {
+	cfg := &Config{file: name, noRoutes: noRoutes}
 	root, err := yamlfile.Decode(name, data, cfg)
 	if err != nil {
 		return nil, err
@@ -215,7 +230,7 @@ func (c *Config) check() error {
 	if err := c.checkAudit(); err != nil {
 		return err
 	}
-	if len(c.Routes) == 0 {
+	if len(c.Routes) == 0 && !c.noRoutes {
 		return fmt.Errorf("%s: no routes: the gateway would refuse everything", c.file)
 	}
 	mux := http.NewServeMux()

@@ -16,6 +16,19 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
+// resolution checks an operator's --state and --note: a resolution is
+// to succeeded, failed or prepared, and says what was checked.
+func resolution(state, note string) (ledger.State, error) {
+	to, err := ledger.ParseState(state)
+	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
+		return "", errors.New(`--state must be "succeeded", "failed" or "prepared"`)
+	}
+	if note == "" {
+		return "", errors.New("--note is required: say what you checked")
+	}
+	return to, nil
+}
+
 // answerFlags are the upstream's answer, as an operator gives it.
 type answerFlags struct {
 	status         int
@@ -50,12 +63,9 @@ that an operator resolved the operation. --result-ref is the upstream's
 reference for the effect (a ticket's id, a payment's).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			to, err := ledger.ParseState(state)
-			if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
-				return errors.New(`--state must be "succeeded", "failed" or "prepared"`)
-			}
-			if note == "" {
-				return errors.New("--note is required: say what you checked")
+			to, err := resolution(state, note)
+			if err != nil {
+				return err
 			}
 			resp, err := a.response(cmd)
 			if err != nil {
