@@ -127,8 +127,14 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if !o.Next.IsZero() {
 		next = &o.Next
 	}
-	e, err := scanEffect(s.pool.QueryRow(ctx, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), next,
-		nullable(o.Status), nullable(o.ResultRef), nullable(o.ErrorCode)))
+	// Batched as an owner's step is: the results of concurrent deliveries
+	// share one transaction and one wait for the disk.
+	var e *ledger.Effect
+	err := s.batch.run(ctx, single, true, func(row pgx.Row) (err error) {
+		e, err = scanEffect(row)
+		return err
+	}, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), next, nullable(o.Status),
+		nullable(o.ResultRef), nullable(o.ErrorCode))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return e, mapErr("effect result", err)
 	}

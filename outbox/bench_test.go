@@ -1,0 +1,124 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/outbox"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
+)
+
+// The relay's throughput, side by side in one run (issue 13's measure):
+// effects delivered by the relay to a trivial target on loopback (claim,
+// POST with the derived key, result recorded), against the same POSTs
+// made by hand, eight at a time as the relay makes them. ns/op is per
+// effect; effects/s is reported.
+
+const benchConcurrency = 8
+
+func trivialTarget(b *testing.B) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"ref-1"}`)
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchConcurrency}}
+
+// BenchmarkByHand is the floor: the POSTs alone, no store.
+func BenchmarkByHand(b *testing.B) {
+	url := trivialTarget(b)
+	body := []byte(`{"step":1}`)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range benchConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				req, _ := http.NewRequest(http.MethodPost, url+"/v1/steps/1", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header["idempotency-key"] = []string{fmt.Sprint("acme:op-", i, "/step-1")}
+				resp, err := benchClient.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	for i := range b.N {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
+}
+
+// BenchmarkRelay is the relay delivering b.N effects already enqueued,
+// each its own operation's.
+func BenchmarkRelay(b *testing.B) {
+	for name, open := range map[string]func(b *testing.B) ledger.Store{"sqlite": benchSQLite, "postgres": benchPostgres} {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			url := trivialTarget(b)
+			b.StopTimer()
+			batch := make([]outbox.Effect, 0, 256)
+			for i := range b.N {
+				batch = append(batch, outbox.Effect{Tenant: "acme", OperationKey: fmt.Sprint("op-", i), Name: "step-1",
+					Target: "crm", Path: "/v1/steps/1", Header: http.Header{"Content-Type": {"application/json"}},
+					Body: []byte(`{"step":1}`)})
+				if len(batch) == cap(batch) || i == b.N-1 {
+					if _, err := outbox.Enqueue(context.Background(), s, batch...); err != nil {
+						b.Fatal(err)
+					}
+					batch = batch[:0]
+				}
+			}
+			r := &outbox.Relay{Store: s, Targets: map[string]outbox.Target{"crm": {URL: url, ResultRef: "body:/id"}},
+				Batch: 64, Concurrency: benchConcurrency, Client: benchClient}
+			b.StartTimer()
+			delivered := 0
+			for delivered < b.N {
+				round, err := r.Once(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if round.Succeeded != round.Claimed {
+					b.Fatalf("round %+v", round)
+				}
+				delivered += round.Succeeded
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
+		})
+	}
+}
+
+func benchSQLite(b *testing.B) ledger.Store {
+	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
+	return migrated(b, s, err)
+}
+
+func benchPostgres(b *testing.B) ledger.Store {
+	dsn, _ := testenv.PostgresSchema(b)
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	return migrated(b, s, err)
+}
+
