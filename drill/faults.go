@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // FaultKind names what the proxy does to one request.
@@ -185,7 +187,7 @@ func answerStatus(w http.ResponseWriter, f Fault) {
 	if f.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Type", contract.MediaProblem)
 	w.WriteHeader(f.Status)
 	fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d}`, http.StatusText(f.Status), f.Status)
 }

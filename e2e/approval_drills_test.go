@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -44,10 +45,10 @@ func (d *drill) as(who, method, path, body string) reply {
 }
 
 // view reads the operation under key through the control API.
-func (d *drill) view(key string) ledger.View {
+func (d *drill) view(key string) contract.View {
 	d.t.Helper()
 	r := d.control("GET", "/operations?key="+key, "")
-	var v ledger.View
+	var v contract.View
 	if r.status != 200 || json.Unmarshal([]byte(r.body), &v) != nil {
 		d.t.Fatalf("operation %s: %+v", key, r)
 	}
@@ -69,7 +70,7 @@ func waiting(t *testing.T, r reply, code string) httpidem.Accepted {
 func (d *drill) decide(who, verb, id, fp string) reply {
 	d.t.Helper()
 	if fp == "" {
-		var v ledger.ApprovalView
+		var v contract.ApprovalView
 		if r := d.as("alice", "GET", "/approvals/"+id, ""); json.Unmarshal([]byte(r.body), &v) != nil {
 			d.t.Fatalf("approval %s: %+v", id, r)
 		}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/ledger"
 )
 
 // demoApprovedDeploy: a production deploy waits for a human; the approver
@@ -86,10 +86,10 @@ func demoAccepted(r demoReply, err error) (httpidem.Accepted, error) {
 
 // decide is the approver's part: read the approval, then decide on the
 // fingerprint it shows.
-func (e *demoEnv) decide(ctx context.Context, id, verb string) (*ledger.ApprovalView, error) {
+func (e *demoEnv) decide(ctx context.Context, id, verb string) (*contract.ApprovalView, error) {
 	auth := []string{"Authorization", "Bearer " + demoApproverToken}
 	r, err := e.send(ctx, nil, 5*time.Second, "GET", e.gwURL+"/_idem/v1/approvals/"+id, "", auth...)
-	var a ledger.ApprovalView
+	var a contract.ApprovalView
 	if err != nil || r.status != 200 || json.Unmarshal([]byte(r.body), &a) != nil {
 		return nil, fmt.Errorf("read approval %s: %v %d %s", id, err, r.status, r.body)
 	}
