@@ -205,24 +205,28 @@ func (e *Env) Effects(ctx context.Context) map[string]int {
 	return out
 }
 
+// The acts, each with what it counts and expects.
+var (
+	ActLostAnswer = Act{"The agent's connection times out while its ticket is being created",
+		"lost answer, retried with the same key", "tickets_created", "ticket", 1, LostAnswer}
+	ActChangedPayload = Act{"The agent reuses that key for a different ticket", "changed payload under the same key",
+		"tickets_created", "ticket", 0, ChangedPayload}
+	ActConcurrent = Act{"50 copies of one request arrive at the same moment", "50 concurrent duplicates",
+		"tickets_created", "ticket", 1, Concurrent}
+	ActDuplicateAlert = Act{"The monitoring system sends the same alert twice, reworded, with new keys",
+		"duplicate alert", "tickets_created", "ticket", 1, DuplicateAlert}
+	ActMutableRef = Act{"The agent deploys the branch name main, then an image digest",
+		"mutable deploy ref, then a digest", "deployments_started", "deployment", 1, MutableRef}
+	ActPaymentUnknown = Act{"A payment capture times out: did the card get charged?",
+		"capture timeout, unknown, resolved", "captures", "capture", 1, PaymentUnknown}
+	ActApprovedDeploy = Act{"The agent deploys to production, which needs a human's approval",
+		"production deploy, approved once", "deployments_started", "deployment", 1, ApprovedDeploy}
+	ActAuditTrail = Act{"The customer asks: was my card charged twice?", "the audit log, verified offline",
+		"captures", "capture", 0, AuditTrail}
+)
+
 // Demo is the demo's acts, in the order they tell the story.
 func Demo() []Act {
-	return []Act{
-		{"The agent's connection times out while its ticket is being created", "lost answer, retried with the same key",
-			"tickets_created", "ticket", 1, LostAnswer},
-		{"The agent reuses that key for a different ticket", "changed payload under the same key",
-			"tickets_created", "ticket", 0, ChangedPayload},
-		{"50 copies of one request arrive at the same moment", "50 concurrent duplicates",
-			"tickets_created", "ticket", 1, Concurrent},
-		{"The monitoring system sends the same alert twice, reworded, with new keys", "duplicate alert",
-			"tickets_created", "ticket", 1, DuplicateAlert},
-		{"The agent deploys the branch name main, then an image digest", "mutable deploy ref, then a digest",
-			"deployments_started", "deployment", 1, MutableRef},
-		{"A payment capture times out: did the card get charged?", "capture timeout, unknown, resolved",
-			"captures", "capture", 1, PaymentUnknown},
-		{"The agent deploys to production, which needs a human's approval", "production deploy, approved once",
-			"deployments_started", "deployment", 1, ApprovedDeploy},
-		{"The customer asks: was my card charged twice?", "the audit log, verified offline",
-			"captures", "capture", 0, AuditTrail},
-	}
+	return []Act{ActLostAnswer, ActChangedPayload, ActConcurrent, ActDuplicateAlert, ActMutableRef,
+		ActPaymentUnknown, ActApprovedDeploy, ActAuditTrail}
 }
