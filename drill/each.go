@@ -58,9 +58,9 @@ func (r *Runner) changedPayload(ctx context.Context) Result {
 	changed := action{key: a.key, body: r.next().body}
 	var second answer
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		r.retry(ctx, a, 5)
+		n, _ := r.retry(ctx, a, 5)
 		second = r.send(ctx, changed)
-		return 2, second
+		return n + 1, second
 	})
 	if res.Verdict == Passed && ok(second) {
 		res.Verdict, res.Finding = FailedCheck, FindingChangedReplayed
@@ -110,9 +110,9 @@ func (r *Runner) businessKey(ctx context.Context) Result {
 	}
 	a, b := r.sharing(ptr, "drill-event-")
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		r.retry(ctx, a, 5)
-		r.retry(ctx, b, 5)
-		return 2, answer{}
+		n, _ := r.retry(ctx, a, 5)
+		m, _ := r.retry(ctx, b, 5)
+		return n + m, answer{}
 	})
 	return res
 }
@@ -141,9 +141,9 @@ func (r *Runner) newKey(ctx context.Context) Result {
 		again.body = setPointer(a.body, ptr, "drill-event-"+r.run+"-"+b.key)
 	}
 	res, _ := r.judged(ctx, 2, func() (int, answer) {
-		r.retry(ctx, a, 5)
-		r.retry(ctx, again, 5)
-		return 2, answer{}
+		n, _ := r.retry(ctx, a, 5)
+		m, _ := r.retry(ctx, again, 5)
+		return n + m, answer{}
 	})
 	return res
 }
