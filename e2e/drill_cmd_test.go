@@ -30,13 +30,15 @@ concurrency_key: /environment
 // in front of the naive reference API (which on its own fails most
 // checks): every applicable check passes, the status of a disputed write
 // included, and the exit status is 0. The effects are counted at the API
-// itself. The API takes half a second per write, as real ones do, so that
-// two deployments sent at once overlap at the gateway.
+// itself. A deployment takes the API a second, as real ones take time,
+// so that two sent at once overlap at the gateway.
 func TestDrillCommandThroughTheGateway(t *testing.T) {
 	for _, write := range []string{"tickets", "deployments"} {
 		t.Run(write, func(t *testing.T) {
 			d := newDrill(t, setup{})
-			d.fault(`{"delay_ms":500}`)
+			if write == "deployments" {
+				d.fault(`{"delay_ms":1000}`) // a live deployment holds its group a second at the gateway
+			}
 			scenario := filepath.Join(d.dir, "drill.yaml")
 			text := fmt.Sprintf("target: %s\nheaders: {Authorization: \"Bearer ${DRILL_TOKEN}\"}\n"+
 				"idempotency: {header: Idempotency-Key}\nstatus: {get: '/_idem/v1/operations?key={{.key}}'}\n"+

@@ -17,9 +17,11 @@ import (
 )
 
 // opsAPI serves the reference API, naive or idempotent, in this process.
+// A rollout holds its environment for 2s: the window in which the
+// concurrency check's two deployments must both arrive, wide under load.
 func opsAPI(t *testing.T, naive bool) string {
 	api, err := opsapi.New(context.Background(), opsapi.Options{Path: filepath.Join(t.TempDir(), "ops.db"), Naive: naive,
-		DeployDuration: time.Second})
+		DeployDuration: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +168,19 @@ func wantJUnit(t *testing.T, path string, rep drill.Report) {
 		failed != rep.Failed || skipped != rep.NA || len(names) != len(rep.Checks) ||
 		names[0] != rep.Checks[0].ID+": "+rep.Checks[0].Check {
 		t.Fatalf("junit %+v, report passed %d failed %d n/a %d:\n%s", suite, rep.Passed, rep.Failed, rep.NA, b)
+	}
+}
+
+// TestDrillBadScenario: a scenario that does not load is exit 1, its
+// error naming the file and the line, and nothing is sent.
+func TestDrillBadScenario(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	text := strings.Replace(fmt.Sprintf(drillScenarios["tickets"], "http://127.0.0.1:1"), "method: POST", "method: GET", 1)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "drill", "--scenario", path)
+	if r.code != 1 || !strings.Contains(r.stderr, path+":3: write.method") || r.stdout != "" {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
