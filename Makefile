@@ -8,6 +8,7 @@ FUZZ_KEY ?= 20000x
 FUZZ_CONTEXT ?= 10000x
 FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
+FUZZ_SCENARIO ?= 20000x
 
 .PHONY: test vet race fuzz bench
 
@@ -32,6 +33,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzRequestContext$$' -fuzztime $(FUZZ_CONTEXT) -fuzzminimizetime 1000x ./httpidem
 	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
+	go test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZ_SCENARIO) -fuzzminimizetime 1000x ./drill
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then

@@ -11,7 +11,7 @@ import (
 
 // ApprovalInfo is the human decision an operation waits for, as the
 // gateway named it: in its 202 answer (contract.Accepted), or in its view
-// of the operation (ledger.ApprovalView) when the client asked.
+// of the operation (contract.ApprovalView) when the client asked.
 type ApprovalInfo struct {
 	ID     string                `json:"id"`
 	Status ledger.ApprovalStatus `json:"status"`
@@ -50,7 +50,7 @@ func accepted(body []byte) (*ApprovalInfo, string) {
 }
 
 // approvalOf is the approval in the gateway's view of an operation.
-func approvalOf(v *ledger.ApprovalView) *ApprovalInfo {
+func approvalOf(v *contract.ApprovalView) *ApprovalInfo {
 	if v == nil {
 		return nil
 	}

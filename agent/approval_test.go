@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -289,10 +290,10 @@ func TestNotNowWhileWaitingKeepsTheApproval(t *testing.T) {
 func operationView(status ledger.ApprovalStatus, exp time.Time) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		created := exp.Add(-15 * time.Minute)
-		v := ledger.View{Summary: ledger.Summary{ID: "op_1", Key: r.URL.Query().Get("key"), State: ledger.Prepared,
-			Route: "POST /v1/services/{service}/deployments", Approval: &ledger.ApprovalView{ID: "apr_1", Status: status,
+		v := contract.View{Summary: contract.Summary{ID: "op_1", Key: r.URL.Query().Get("key"), State: ledger.Prepared,
+			Route: "POST /v1/services/{service}/deployments", Approval: &contract.ApprovalView{ID: "apr_1", Status: status,
 				Summary: deploySummary, Target: "POST /v1/services/web/deployments", CreatedAt: &created, ExpiresAt: exp}},
-			History: []ledger.HistoryEntry{}}
+			History: []contract.HistoryEntry{}}
 		json.NewEncoder(w).Encode(v)
 	}
 }

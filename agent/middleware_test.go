@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -91,7 +92,7 @@ func approvalMiddleware(t *testing.T) (url string, effects *atomic.Int64) {
 			return
 		}
 		history, _ := s.History(r.Context(), op.ID)
-		v := ledger.NewView(op, history)
+		v := contract.NewView(op, history)
 		if op.Approval != nil {
 			a, _ := s.GetApproval(r.Context(), op.Approval.ID)
 			v = v.WithApproval(a)
@@ -114,7 +115,7 @@ func approverDecides(t *testing.T, url, verb string) {
 		t.Error(err)
 		return
 	}
-	var l ledger.ApprovalListView
+	var l contract.ApprovalListView
 	json.NewDecoder(resp.Body).Decode(&l)
 	resp.Body.Close()
 	if len(l.Approvals) != 1 {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -296,17 +295,14 @@ func (c *Client) identify(req *http.Request) {
 
 // problemCode is an answer's problem code, if it is a problem.
 func problemCode(h http.Header, body []byte) string {
-	var p struct{ Code string }
-	if strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") {
-		_ = json.Unmarshal(body, &p)
-	}
+	p, _ := contract.ReadProblem(h, body)
 	return p.Code
 }
 
-// opView is the gateway's view of an operation (ledger.View, without its
+// opView is the gateway's view of an operation (contract.View, without its
 // history), and the bytes it came in.
 type opView struct {
-	ledger.Summary
+	contract.Summary
 	raw json.RawMessage
 }
 
@@ -325,7 +321,7 @@ func (v opView) awaitsApproval(now time.Time) bool {
 // has none.
 func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET",
-		strings.TrimSuffix(c.BaseURL, "/")+"/_idem/v1/operations?key="+url.QueryEscape(key), nil)
+		strings.TrimSuffix(c.BaseURL, "/")+contract.OperationByKeyPath(key), nil)
 	if err != nil {
 		return opView{}, err
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // floorStore is the raw floor's SQL, by hand: a table keyed by (tenant,
@@ -32,7 +34,7 @@ type floorProxy struct {
 
 func (f *floorProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	key := r.Header.Get("Idempotency-Key")
+	key := r.Header.Get(contract.HeaderKey)
 	body, err := io.ReadAll(r.Body)
 	if err != nil || key == "" {
 		http.Error(w, "bad request", http.StatusBadRequest)

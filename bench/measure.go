@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // result is one row: the rounds of one target, mode and concurrency.
@@ -98,7 +100,7 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 func send(client *http.Client, base, key string) error {
 	req, _ := http.NewRequest("POST", base+"/v1/tickets", strings.NewReader(`{"title":"bench","priority":2}`))
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(contract.HeaderKey, key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {

@@ -2,18 +2,10 @@ package drill
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
+	"strconv"
 	"time"
-
-	"github.com/idemgate/idemgate/internal/jsonptr"
 )
 
 // Verdict is how a check came out.
@@ -27,189 +19,163 @@ const (
 	NotApplicable Verdict = "not_applicable"
 )
 
-// Result is one check's report line.
+// The findings: what a failed check found. Every failed check names one.
+const (
+	// FindingDuplicate: more effects than intended actions.
+	FindingDuplicate = "duplicate_effect"
+	// FindingLostAnswer: one effect, but the retries never got its answer.
+	FindingLostAnswer = "lost_answer"
+	// FindingChangedReplayed: another request under a used key was answered
+	// as a success: the change was silently dropped (or silently applied).
+	FindingChangedReplayed = "changed_payload_replayed"
+	// FindingMissing: fewer effects than intended: an action was lost, or
+	// two deliberate actions were merged into one.
+	FindingMissing = "missing_effect"
+	// FindingGroupOverlap: two actions of one concurrency group were both
+	// performed at once.
+	FindingGroupOverlap = "group_overlap"
+	// FindingDishonestStatus: after a lost answer the status resource did
+	// not say succeeded or unknown (it did not know the key, or said the
+	// write had not happened).
+	FindingDishonestStatus = "dishonest_status"
+	// FindingError: the check could not be judged (the effect count could
+	// not be read): a drill that cannot measure passes nothing.
+	FindingError = "error"
+)
+
+// Result is one check's report line. ID and Check are the check's stable
+// identity (the JSON and JUnit key); Covers names the articles' tests it
+// plays (wf-N: the workflow article's N-th, agent-N: the agent article's).
 type Result struct {
-	Check    string  `json:"check"`
-	Requests int     `json:"requests"`
-	Effects  int64   `json:"effects"`
-	Expected int64   `json:"expected"`
-	Verdict  Verdict `json:"verdict"`
-	// Finding names what a failed check found: "duplicate_effect",
-	// "lost_answer", "changed_payload_replayed", or "" for another failure.
-	Finding string `json:"finding,omitempty"`
-	Reason  string `json:"reason"`
+	ID       string   `json:"id"`
+	Check    string   `json:"check"`
+	Covers   []string `json:"covers"`
+	Requests int      `json:"requests"`
+	Effects  int64    `json:"effects"`
+	Expected int64    `json:"expected"`
+	Verdict  Verdict  `json:"verdict"`
+	Finding  string   `json:"finding,omitempty"`
+	Reason   string   `json:"reason"`
 }
 
-// Serious reports whether a result is one the exit status must flag: a
-// duplicate effect, a lost answer, a silent replay of a changed payload.
-func (r Result) Serious() bool { return r.Verdict == FailedCheck && r.Finding != "" }
-
-// Runner runs the checks of a scenario through its fault proxy.
-type Runner struct {
-	Scenario *Scenario
-	// Timeout bounds one request (10s); a lost answer shows as the
-	// client's error well within it.
-	Timeout time.Duration
-
-	proxy  *Proxy
-	front  *httptest.Server
-	client *http.Client
-	run    string
-	n      int
-	mu     sync.Mutex
-}
+// Serious reports whether a result is one the exit status must flag:
+// every failed check (a duplicate effect, a lost answer, a silent replay of
+// a changed payload, and the rest of the findings).
+func (r Result) Serious() bool { return r.Verdict == FailedCheck }
 
 // check is one named check.
 type check struct {
-	name string
-	fn   func(r *Runner, ctx context.Context) Result
+	id     string
+	name   string
+	covers []string
+	fn     func(r *Runner, ctx context.Context) Result
 }
 
-// checks are the articles' checks this drill runs, in order.
+// checks are the articles' checks, in the order the workflow article lists
+// its 12 tests, then the agent article's one no other check plays, then
+// the two about what a target exposes. Their ids and names are stable.
 var checks = []check{
-	{"same request twice", (*Runner).sameTwice},
-	{"concurrent copies, one key", (*Runner).concurrentCopies},
-	{"lost response, then a retry", (*Runner).lostResponse},
-	{"payload changed under one key", (*Runner).changedPayload},
-	{"429 and its Retry-After", (*Runner).rateLimited},
-	{"retry after a long pause", (*Runner).longPause},
-	{"the same webhook several times (business key)", (*Runner).businessKey},
-	{"a new, identical action on purpose (new key)", (*Runner).newKey},
+	{"wf-1", "same request twice", []string{"wf-1"}, (*Runner).sameTwice},
+	{"wf-2", "concurrent copies, one key", []string{"wf-2", "agent-2"}, (*Runner).concurrentCopies},
+	{"wf-3", "reset before delivery, then a retry", []string{"wf-3"}, (*Runner).resetFirst},
+	{"wf-4", "applied, then the answer replaced by 500", []string{"wf-4", "agent-5"}, (*Runner).replaced},
+	{"wf-5", "lost response, then a retry", []string{"wf-5", "agent-1"}, (*Runner).lostResponse},
+	{"wf-6", "payload changed under one key", []string{"wf-6", "agent-4"}, (*Runner).changedPayload},
+	{"wf-7", "approval expires before execution", []string{"wf-7"}, (*Runner).approvalExpiry},
+	{"wf-8", "retry after a long pause (lease expiry)", []string{"wf-8"}, (*Runner).longPause},
+	{"wf-9", "429 and its Retry-After", []string{"wf-9"}, (*Runner).rateLimited},
+	{"wf-10", "the same webhook several times (business key)", []string{"wf-10"}, (*Runner).businessKey},
+	{"wf-11", "one effect succeeds and the next fails", []string{"wf-11"}, (*Runner).nextFails},
+	{"wf-12", "a new, identical action on purpose (new key)", []string{"wf-12"}, (*Runner).newKey},
+	{"agent-3", "agent restarted between attempts", []string{"agent-3"}, (*Runner).restarted},
+	{"status", "status of a disputed write", []string{"agent-1"}, (*Runner).disputedStatus},
+	{"concurrency", "two actions in one concurrency group at once", []string{}, (*Runner).concurrencyGroup},
 }
 
-// Run runs every check and returns their results.
-func (r *Runner) Run(ctx context.Context) ([]Result, error) {
-	p, err := NewProxy(r.Scenario.Target)
-	if err != nil {
-		return nil, err
-	}
-	r.proxy, r.front = p, httptest.NewServer(p)
-	defer r.front.Close()
-	if r.Timeout <= 0 {
-		r.Timeout = 10 * time.Second
-	}
-	r.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: r.Timeout}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	r.run = hex.EncodeToString(b[:])
-	out := make([]Result, 0, len(checks))
-	for _, c := range checks {
-		res := c.fn(r, ctx)
-		res.Check = c.name
-		out = append(out, res)
-	}
-	return out, nil
-}
-
-// action is one intended action: its key and its body.
-type action struct {
-	key  string
-	body []byte
-}
-
-// next is a new action, distinct from every other of this drill.
-func (r *Runner) next() action {
-	r.mu.Lock()
-	r.n++
-	n := r.n
-	r.mu.Unlock()
-	body, _ := r.Scenario.Body(n, r.run)
-	return action{key: fmt.Sprintf("drill-%s-%d", r.run, n), body: body}
-}
-
-// answer is what the client got.
-type answer struct {
-	status int
-	header http.Header
-	body   []byte
-	err    error
-}
-
-// send sends a's write through the proxy, with its key as the scenario
-// says to express it.
-func (r *Runner) send(ctx context.Context, a action) answer {
-	s := r.Scenario
-	body := a.body
-	if ptr := s.Idempotency.Body; ptr != "" {
-		body = withKey(body, ptr, a.key)
-	}
-	req, err := http.NewRequestWithContext(ctx, s.Write.Method, r.front.URL+s.Write.Path, strings.NewReader(string(body)))
-	if err != nil {
-		return answer{err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range s.Headers {
-		req.Header.Set(k, v)
-	}
-	if h := s.Idempotency.Header; h != "" {
-		req.Header.Set(h, a.key)
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return answer{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, header: resp.Header, body: b, err: err}
-}
-
-// withKey writes key into a JSON body at ptr; a body that is not an
-// object is left as it is.
-func withKey(body []byte, ptr, key string) []byte {
-	var doc map[string]any
-	toks, err := jsonptr.Parse(ptr)
-	if err != nil || len(toks) != 1 || json.Unmarshal(body, &doc) != nil {
-		return body
-	}
-	doc[toks[0]] = key
-	out, err := json.Marshal(doc)
-	if err != nil {
-		return body
+// Checks lists the checks' ids and names, in the order they run.
+func Checks() [][2]string {
+	out := make([][2]string, len(checks))
+	for i, c := range checks {
+		out[i] = [2]string{c.id, c.name}
 	}
 	return out
 }
 
-// effects reads the target's effect count, directly (not through the
-// proxy: a count is never faulted).
-func (r *Runner) effects(ctx context.Context) (int64, error) {
-	s := r.Scenario
-	where := s.Effects.Get
-	if strings.HasPrefix(where, "/") {
-		where = strings.TrimSuffix(s.Target, "/") + where
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, where, nil)
+// judged counts the target's effects around act and judges the growth
+// against expected; act returns the requests it sent and the answer it
+// finished on, for the findings that read answers.
+func (r *Runner) judged(ctx context.Context, expected int64, act func() (int, answer)) (Result, answer) {
+	before, err := r.effects(ctx)
 	if err != nil {
-		return 0, err
+		return Result{Verdict: FailedCheck, Finding: FindingError, Reason: err.Error()}, answer{}
 	}
-	for k, v := range s.Headers {
-		req.Header.Set(k, v)
+	requests, last := act()
+	got, err := r.settle(ctx, before)
+	res := Result{Requests: requests, Effects: got, Expected: expected}
+	switch {
+	case err != nil:
+		res.Verdict, res.Finding, res.Reason = FailedCheck, FindingError, err.Error()
+	case got > expected:
+		res.Verdict, res.Finding = FailedCheck, FindingDuplicate
+		res.Reason = fmt.Sprintf("%d effects for %d intended", got, expected)
+	case got < expected:
+		res.Verdict, res.Finding = FailedCheck, FindingMissing
+		res.Reason = fmt.Sprintf("%d effects, %d intended: an action was lost or merged", got, expected)
+	default:
+		res.Verdict, res.Reason = Passed, fmt.Sprintf("%d effect(s), as intended", got)
 	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("effects: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("effects: %w", err)
-	}
-	return s.Count(resp.StatusCode, resp.Header, b)
+	return res, last
 }
 
-// settle waits for the target's count to stop moving (a late write lands)
-// and returns how much it grew since before.
-func (r *Runner) settle(ctx context.Context, before int64) (int64, error) {
-	last := int64(-1)
-	for i := 0; i < 20; i++ {
-		n, err := r.effects(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if n == last {
-			return n - before, nil
-		}
-		last = n
-		time.Sleep(100 * time.Millisecond)
-	}
-	return last - before, nil
+func ok(a answer) bool { return a.err == nil && a.status >= 200 && a.status < 300 }
+
+// retry sends a until it gets a final answer, waiting as a careful agent
+// does: Retry-After, or a second, on 409, 425, 429 and 503, and on no
+// answer at all. It returns the requests sent and the last answer.
+func (r *Runner) retry(ctx context.Context, a action, tries int) (int, answer) {
+	return r.retryWith(ctx, r.client, a, tries)
 }
+
+// retryWith is retry with the client c.
+func (r *Runner) retryWith(ctx context.Context, c *http.Client, a action, tries int) (int, answer) {
+	var last answer
+	for i := 1; i <= tries; i++ {
+		last = r.sendWith(ctx, c, a)
+		if last.err == nil && !waitable(last.status) {
+			return i, last
+		}
+		wait := time.Second
+		if last.err == nil {
+			if s, err := strconv.Atoi(last.header.Get("Retry-After")); err == nil && s >= 0 && s <= 10 {
+				wait = time.Duration(s) * time.Second
+			}
+		}
+		if i < tries {
+			time.Sleep(wait)
+		}
+	}
+	return tries, last
+}
+
+func waitable(status int) bool {
+	return status == 409 || status == 425 || status == 429 || status == 503
+}
+
+// lostAnswer marks a result whose retry never got the answer.
+func lostAnswer(res Result, last answer) Result {
+	if res.Verdict == Passed && !ok(last) {
+		res.Verdict, res.Finding = FailedCheck, FindingLostAnswer
+		res.Reason = fmt.Sprintf("one effect, but the retry never got the answer (last: %s)", describe(last))
+	}
+	return res
+}
+
+func describe(a answer) string {
+	if a.err != nil {
+		return "no answer: " + a.err.Error()
+	}
+	return strconv.Itoa(a.status)
+}
+
+// notApplicable is a check that cannot apply, and why.
+func notApplicable(why string) Result { return Result{Verdict: NotApplicable, Reason: why} }

@@ -3,82 +3,22 @@ package drill
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/together"
 )
 
-// judged counts the target's effects around act and judges the growth
-// against expected; act returns the requests it sent and the answer it
-// finished on, for the findings that read answers.
-func (r *Runner) judged(ctx context.Context, expected int64, act func() (int, answer)) (Result, answer) {
-	before, err := r.effects(ctx)
-	if err != nil {
-		return Result{Verdict: FailedCheck, Reason: err.Error()}, answer{}
-	}
-	requests, last := act()
-	got, err := r.settle(ctx, before)
-	res := Result{Requests: requests, Effects: got, Expected: expected}
-	switch {
-	case err != nil:
-		res.Verdict, res.Reason = FailedCheck, err.Error()
-	case got > expected:
-		res.Verdict, res.Finding = FailedCheck, "duplicate_effect"
-		res.Reason = fmt.Sprintf("%d effects for %d intended", got, expected)
-	case got < expected:
-		res.Verdict, res.Reason = FailedCheck, fmt.Sprintf("%d effects, %d intended: an action was lost or merged", got, expected)
-	default:
-		res.Verdict, res.Reason = Passed, fmt.Sprintf("%d effect(s), as intended", got)
-	}
-	return res, last
-}
+// The checks of the workflow article's 12 tests and the agent article's 5
+// that a plain HTTP target can show (see checks for the order and ids).
 
-func ok(a answer) bool { return a.err == nil && a.status >= 200 && a.status < 300 }
+func (r *Runner) sameTwice(ctx context.Context) Result { return r.thenRetry(ctx, Fault{}) }
 
-// retry sends a until it gets a final answer, waiting as a careful agent
-// does: Retry-After, or a second, on 409, 425, 429 and 503. It returns the
-// requests sent and the last answer.
-func (r *Runner) retry(ctx context.Context, a action, tries int) (int, answer) {
-	var last answer
-	for i := 1; i <= tries; i++ {
-		last = r.send(ctx, a)
-		if last.err == nil && !waitable(last.status) {
-			return i, last
-		}
-		wait := time.Second
-		if last.err == nil {
-			if s, err := strconv.Atoi(last.header.Get("Retry-After")); err == nil && s >= 0 && s <= 10 {
-				wait = time.Duration(s) * time.Second
-			}
-		}
-		time.Sleep(wait)
-	}
-	return tries, last
-}
-
-func waitable(status int) bool {
-	return status == 409 || status == 425 || status == 429 || status == 503
-}
-
-// lostAnswer marks a result whose retry never got the answer.
-func lostAnswer(res Result, last answer) Result {
-	if res.Verdict == Passed && !ok(last) {
-		res.Verdict, res.Finding = FailedCheck, "lost_answer"
-		res.Reason = fmt.Sprintf("one effect, but the retry never got the answer (last: %s)", describe(last))
-	}
-	return res
-}
-
-func describe(a answer) string {
-	if a.err != nil {
-		return "no answer: " + a.err.Error()
-	}
-	return strconv.Itoa(a.status)
-}
-
-func (r *Runner) sameTwice(ctx context.Context) Result {
+// thenRetry sends a new action once with the fault f, then retries it as
+// a careful agent does: one effect, and the answer in the end.
+func (r *Runner) thenRetry(ctx context.Context, f Fault) Result {
 	a := r.next()
 	res, last := r.judged(ctx, 1, func() (int, answer) {
+		_ = r.proxy.Next(f)
 		r.send(ctx, a)
 		n, last := r.retry(ctx, a, 5)
 		return 1 + n, last
@@ -90,26 +30,27 @@ func (r *Runner) concurrentCopies(ctx context.Context) Result {
 	a := r.next()
 	const copies = 10
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		var wg sync.WaitGroup
-		for range copies {
-			wg.Add(1)
-			go func() { defer wg.Done(); r.send(ctx, a) }()
-		}
-		wg.Wait()
+		together.At(copies, func(int) { r.send(ctx, a) })
 		return copies, answer{}
 	})
 	return res
 }
 
+// resetFirst: the connection is cut before the request is forwarded (the
+// process stopped before the external call): nothing was delivered, and the
+// retry must perform the one effect.
+func (r *Runner) resetFirst(ctx context.Context) Result { return r.thenRetry(ctx, Fault{Kind: Reset}) }
+
+// replaced: the target performs the write and answers, and the client
+// gets a 500 instead (the process stopped after the effect, before it
+// recorded it and answered): the client retries, as agents retry a 500.
+func (r *Runner) replaced(ctx context.Context) Result {
+	return r.thenRetry(ctx, Fault{Kind: Replaced, Status: 500})
+}
+
+// lostResponse: applied by the target; the answer never arrives.
 func (r *Runner) lostResponse(ctx context.Context) Result {
-	a := r.next()
-	res, last := r.judged(ctx, 1, func() (int, answer) {
-		_ = r.proxy.Next(Fault{Kind: LostResponse})
-		r.send(ctx, a) // applied by the target; the answer never arrives
-		n, last := r.retry(ctx, a, 5)
-		return 1 + n, last
-	})
-	return lostAnswer(res, last)
+	return r.thenRetry(ctx, Fault{Kind: LostResponse})
 }
 
 func (r *Runner) changedPayload(ctx context.Context) Result {
@@ -117,17 +58,38 @@ func (r *Runner) changedPayload(ctx context.Context) Result {
 	changed := action{key: a.key, body: r.next().body}
 	var second answer
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		r.retry(ctx, a, 5)
+		n, _ := r.retry(ctx, a, 5)
 		second = r.send(ctx, changed)
-		return 2, second
+		return n + 1, second
 	})
 	if res.Verdict == Passed && ok(second) {
-		res.Verdict, res.Finding = FailedCheck, "changed_payload_replayed"
+		res.Verdict, res.Finding = FailedCheck, FindingChangedReplayed
 		res.Reason = fmt.Sprintf("another request under the same key was answered %d: the change was silently dropped",
 			second.status)
 	} else if res.Verdict == Passed {
 		res.Reason = fmt.Sprintf("the changed request was refused (%s), one effect", describe(second))
 	}
+	return res
+}
+
+func (r *Runner) approvalExpiry(context.Context) Result {
+	return notApplicable("needs approvals: a scenario names one write and no approval step to let expire " +
+		"(idemgate's own approval expiry is drilled by e2e TestDrillApprovalExpiry)")
+}
+
+// longPause: the client gives up on a slow write, which lands later; it
+// retries after a pause longer than a short lease.
+func (r *Runner) longPause(ctx context.Context) Result {
+	a := r.next()
+	res, _ := r.judged(ctx, 1, func() (int, answer) {
+		_ = r.proxy.Next(Fault{Kind: Delay, Delay: time.Second})
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		r.send(short, a) // the client gives up; the target applies it later
+		cancel()
+		time.Sleep(1500 * time.Millisecond) // a long pause: past a short lease
+		n, last := r.retry(ctx, a, 5)
+		return 1 + n, last
+	})
 	return res
 }
 
@@ -141,43 +103,63 @@ func (r *Runner) rateLimited(ctx context.Context) Result {
 	return lostAnswer(res, last)
 }
 
-func (r *Runner) longPause(ctx context.Context) Result {
-	a := r.next()
-	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		_ = r.proxy.Next(Fault{Kind: Delay, Delay: 1500 * time.Millisecond})
-		short, cancel := context.WithTimeout(ctx, time.Second)
-		r.send(short, a) // the client gives up; the target applies it later
-		cancel()
-		time.Sleep(2500 * time.Millisecond) // a long pause: past a short lease
-		n, last := r.retry(ctx, a, 5)
-		return 1 + n, last
-	})
-	return res
-}
-
 func (r *Runner) businessKey(ctx context.Context) Result {
 	ptr := r.Scenario.BusinessKey
 	if ptr == "" {
-		return Result{Verdict: NotApplicable, Reason: "the scenario names no business_key"}
+		return notApplicable("the scenario names no business_key")
 	}
-	a, b := r.next(), r.next()
-	event := "drill-event-" + r.run + "-" + a.key
-	a.body, b.body = withKey(a.body, ptr, event), withKey(b.body, ptr, event)
+	a, b := r.sharing(ptr, "drill-event-")
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		r.retry(ctx, a, 5)
-		r.retry(ctx, b, 5)
-		return 2, answer{}
+		n, _ := r.retry(ctx, a, 5)
+		m, _ := r.retry(ctx, b, 5)
+		return n + m, answer{}
 	})
 	return res
 }
 
+// sharing is two new actions whose bodies hold one value at ptr.
+func (r *Runner) sharing(ptr, prefix string) (action, action) {
+	a, b := r.next(), r.next()
+	value := prefix + r.run + "-" + a.key
+	a.body, b.body = setPointer(a.body, ptr, value), setPointer(b.body, ptr, value)
+	return a, b
+}
+
+func (r *Runner) nextFails(context.Context) Result {
+	return notApplicable("needs a workflow of several effects: a scenario names one write " +
+		"(idemgate's workflows are drilled by e2e TestWorkflowStepFailsResumeRunsTheRest)")
+}
+
+// newKey: the same request again under a new key, on purpose: two
+// effects. Where the scenario names a business key, the new action is a
+// new event too (its own business key value): the operator asks for a new
+// action, not for the same event again.
 func (r *Runner) newKey(ctx context.Context) Result {
-	a := r.next()
-	again := action{key: r.next().key, body: a.body}
+	a, b := r.next(), r.next()
+	again := action{key: b.key, body: a.body}
+	if ptr := r.Scenario.BusinessKey; ptr != "" {
+		again.body = setPointer(a.body, ptr, "drill-event-"+r.run+"-"+b.key)
+	}
 	res, _ := r.judged(ctx, 2, func() (int, answer) {
-		r.retry(ctx, a, 5)
-		r.retry(ctx, again, 5)
-		return 2, answer{}
+		n, _ := r.retry(ctx, a, 5)
+		m, _ := r.retry(ctx, again, 5)
+		return n + m, answer{}
 	})
 	return res
+}
+
+// restarted: the agent's attempt is slow, the agent dies and a new process
+// (a new client, nothing but the key from its journal) retries at once,
+// while the first attempt is still on its way to the target.
+func (r *Runner) restarted(ctx context.Context) Result {
+	a := r.next()
+	res, last := r.judged(ctx, 1, func() (int, answer) {
+		_ = r.proxy.Next(Fault{Kind: Delay, Delay: 800 * time.Millisecond})
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		r.send(short, a) // the agent dies with the request in flight
+		cancel()
+		n, last := r.retryWith(ctx, r.newClient(), a, 5)
+		return 1 + n, last
+	})
+	return lostAnswer(res, last)
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/contract"
 )
 
 // FaultKind names what the proxy does to one request.
@@ -26,20 +28,23 @@ type FaultKind string
 // connection before the answer reaches the client: the write happened and
 // nobody told the caller. Reset cuts it before anything is forwarded:
 // nothing was delivered. Status answers in the target's place (429 with
-// Retry-After, 503, 500) without forwarding. Delay forwards after a pause.
+// Retry-After, 503, 500) without forwarding. Replaced forwards, lets the
+// target answer in full, and gives the client the status instead (a 500
+// after the write was applied). Delay forwards after a pause.
 const (
 	Pass         FaultKind = ""
 	LostResponse FaultKind = "lost_response"
 	Reset        FaultKind = "reset"
 	Status       FaultKind = "status"
+	Replaced     FaultKind = "replaced"
 	Delay        FaultKind = "delay"
 )
 
 // Fault is what happens to one request.
 type Fault struct {
 	Kind       FaultKind
-	Status     int           // Status: the code answered (429, 503, 500)
-	RetryAfter int           // Status: the Retry-After seconds, with 429 or 503
+	Status     int           // Status, Replaced: the code answered (429, 503, 500)
+	RetryAfter int           // Status, Replaced: the Retry-After seconds, with 429 or 503
 	Delay      time.Duration // Delay: the pause before forwarding
 }
 
@@ -48,7 +53,7 @@ func (f Fault) Validate() error {
 	switch f.Kind {
 	case Pass, LostResponse, Reset:
 		return nil
-	case Status:
+	case Status, Replaced:
 		if f.Status < 400 || f.Status > 599 {
 			return fmt.Errorf("fault status %d: want a 4xx or 5xx", f.Status)
 		}
@@ -59,7 +64,7 @@ func (f Fault) Validate() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("fault %q: want lost_response, reset, status or delay", f.Kind)
+	return fmt.Errorf("fault %q: want lost_response, reset, status, replaced or delay", f.Kind)
 }
 
 // Proxy stands between the drill and the target. Faults are queued: each
@@ -68,9 +73,10 @@ type Proxy struct {
 	target *url.URL
 	rp     *httputil.ReverseProxy
 
-	mu     sync.Mutex
-	queue  []Fault
-	counts Counts
+	mu       sync.Mutex
+	queue    []Fault
+	counts   Counts
+	inFlight atomic.Int64 // requests the proxy is still handling
 }
 
 // Counts is what the proxy did, for a check's report.
@@ -107,6 +113,19 @@ func (p *Proxy) Next(f Fault) error {
 	return nil
 }
 
+// Idle waits until the proxy handles no request: a delayed one has been
+// delivered and answered.
+func (p *Proxy) Idle(ctx context.Context) error {
+	for p.inFlight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // Counts returns what the proxy did so far.
 func (p *Proxy) Counts() Counts {
 	p.mu.Lock()
@@ -135,6 +154,8 @@ func (p *Proxy) count(forwarded, cut int) {
 
 // ServeHTTP applies the next fault to r.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
 	switch f := p.take(); f.Kind {
 	case Reset:
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -142,12 +163,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cut(w)
 	case Status:
 		_, _ = io.Copy(io.Discard, r.Body)
-		if f.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
-		}
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(f.Status)
-		fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d}`, http.StatusText(f.Status), f.Status)
+		answerStatus(w, f)
+	case Replaced:
+		p.count(1, 0)
+		p.rp.ServeHTTP(&discard{header: http.Header{}}, r.WithContext(context.WithoutCancel(r.Context())))
+		answerStatus(w, f)
 	case LostResponse:
 		p.lost(w, r)
 	case Delay:
@@ -160,6 +180,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.count(1, 0)
 		p.rp.ServeHTTP(w, r)
 	}
+}
+
+// answerStatus answers f's status in the target's place, as a problem.
+func answerStatus(w http.ResponseWriter, f Fault) {
+	if f.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
+	}
+	w.Header().Set("Content-Type", contract.MediaProblem)
+	w.WriteHeader(f.Status)
+	fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d}`, http.StatusText(f.Status), f.Status)
 }
 
 // lost forwards r, lets the target answer in full (so whatever it does is

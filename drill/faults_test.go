@@ -1,6 +1,9 @@
 package drill
 
 import (
+	"cmp"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,19 +13,28 @@ import (
 	"time"
 )
 
-// target is a write endpoint that counts the effects it applied.
-func target(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	var effects atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		n := effects.Add(1)
-		w.WriteHeader(201)
-		_, _ = io.WriteString(w, `{"n":`+string(rune('0'+n))+`,"got":"`+string(body)+`","path":"`+r.URL.Path+`"}`)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, &effects
+// target is a write endpoint that counts the effects it applied, and
+// when it applied the last one.
+type testTarget struct {
+	srv     *httptest.Server
+	effects atomic.Int64
+	last    atomic.Int64 // unix nanoseconds of the last effect
 }
 
+func newTarget(t *testing.T) *testTarget {
+	tt := &testTarget{}
+	tt.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := tt.effects.Add(1)
+		tt.last.Store(time.Now().UnixNano())
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"n":%d,"got":%q,"path":%q}`, n, body, r.URL.Path)
+	}))
+	t.Cleanup(tt.srv.Close)
+	return tt
+}
+
+// through sends one write through p, as the drill does.
 func through(t *testing.T, p *Proxy) func() (*http.Response, string, error) {
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
@@ -41,44 +53,77 @@ func through(t *testing.T, p *Proxy) func() (*http.Response, string, error) {
 // TestFaults: each fault does what it says, on its own, judged by what the
 // target applied and what the client saw.
 func TestFaults(t *testing.T) {
-	srv, effects := target(t)
-	p, err := NewProxy(srv.URL + "/base")
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		fault   Fault
+		applied int64 // effects at the target once the client has its answer
+		cut     bool  // the client saw the connection cut
+		status  int   // else the status it got
+		retry   string
+		counts  Counts
+	}{
+		{Fault{}, 1, false, 201, "", Counts{1, 1, 0}},
+		{Fault{Kind: LostResponse}, 1, true, 0, "", Counts{1, 1, 1}},
+		{Fault{Kind: Reset}, 0, true, 0, "", Counts{1, 0, 1}},
+		{Fault{Kind: Status, Status: 429, RetryAfter: 2}, 0, false, 429, "2", Counts{1, 0, 0}},
+		{Fault{Kind: Status, Status: 503, RetryAfter: 1}, 0, false, 503, "1", Counts{1, 0, 0}},
+		{Fault{Kind: Status, Status: 500}, 0, false, 500, "", Counts{1, 0, 0}},
+		{Fault{Kind: Replaced, Status: 500}, 1, false, 500, "", Counts{1, 1, 0}},
+		{Fault{Kind: Delay, Delay: 150 * time.Millisecond}, 1, false, 201, "", Counts{1, 1, 0}},
 	}
-	send := through(t, p)
+	for _, c := range cases {
+		t.Run(cmp.Or(string(c.fault.Kind), "pass"), func(t *testing.T) {
+			tgt := newTarget(t)
+			p, err := NewProxy(tgt.srv.URL + "/base")
+			must(t, err)
+			send := through(t, p)
+			must(t, p.Next(c.fault))
+			began := time.Now()
+			resp, body, err := send()
+			switch {
+			case c.cut && err == nil:
+				t.Fatalf("the client got an answer: %d %s", resp.StatusCode, body)
+			case !c.cut && (err != nil || resp.StatusCode != c.status || resp.Header.Get("Retry-After") != c.retry):
+				t.Fatalf("want %d (Retry-After %q), got %v %v %s", c.status, c.retry, resp, err, body)
+			case c.status == 201 && !strings.Contains(body, `"path":"/base/v1/tickets"`):
+				t.Fatalf("not forwarded to the base path: %s", body)
+			}
+			if got := tgt.effects.Load(); got != c.applied {
+				t.Fatalf("the target applied %d, want %d", got, c.applied)
+			}
+			if c.fault.Kind == Delay && time.Unix(0, tgt.last.Load()).Sub(began) < c.fault.Delay {
+				t.Fatalf("delivered %v after the send, before the delay", time.Unix(0, tgt.last.Load()).Sub(began))
+			}
+			must(t, p.Idle(context.Background()))
+			if got := p.Counts(); got != c.counts {
+				t.Fatalf("counts %+v, want %+v", got, c.counts)
+			}
+		})
+	}
+}
 
-	resp, body, err := send() // no fault: passes through, to the base path
-	if err != nil || resp.StatusCode != 201 || !strings.Contains(body, `"path":"/base/v1/tickets"`) || effects.Load() != 1 {
-		t.Fatalf("pass: %v %v %s", resp, err, body)
+// TestDelayOutlivesTheClient: a client that gives up on a delayed request
+// does not stop it: the target applies it late, and Idle waits for it.
+func TestDelayOutlivesTheClient(t *testing.T) {
+	tgt := newTarget(t)
+	p, err := NewProxy(tgt.srv.URL)
+	must(t, err)
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	must(t, p.Next(Fault{Kind: Delay, Delay: 300 * time.Millisecond}))
+	client := &http.Client{Timeout: 50 * time.Millisecond}
+	if _, err := client.Post(front.URL+"/w", "application/json", strings.NewReader(`x`)); err == nil {
+		t.Fatal("the client should have given up")
 	}
-	must(t, p.Next(Fault{Kind: LostResponse}))
-	if _, _, err := send(); err == nil || effects.Load() != 2 {
-		t.Fatalf("lost response: the client got an answer (%v), or the target did not apply it (%d)", err, effects.Load())
+	must(t, p.Idle(context.Background()))
+	if n := tgt.effects.Load(); n != 1 {
+		t.Fatalf("the target applied %d, want the late one", n)
 	}
-	must(t, p.Next(Fault{Kind: Reset}))
-	if _, _, err := send(); err == nil || effects.Load() != 2 {
-		t.Fatalf("reset: the client got an answer (%v), or the target applied it (%d)", err, effects.Load())
-	}
-	must(t, p.Next(Fault{Kind: Status, Status: 429, RetryAfter: 2}))
-	resp, _, err = send()
-	if err != nil || resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "2" || effects.Load() != 2 {
-		t.Fatalf("429: %v %v, target %d", resp, err, effects.Load())
-	}
-	must(t, p.Next(Fault{Kind: Status, Status: 503}))
-	if resp, _, _ = send(); resp.StatusCode != 503 || effects.Load() != 2 {
-		t.Fatalf("503: %v", resp)
-	}
-	must(t, p.Next(Fault{Kind: Delay, Delay: 150 * time.Millisecond}))
-	began := time.Now()
-	if resp, _, err = send(); err != nil || resp.StatusCode != 201 || time.Since(began) < 150*time.Millisecond ||
-		effects.Load() != 3 {
-		t.Fatalf("delay: %v %v after %v", resp, err, time.Since(began))
-	}
-	if c := p.Counts(); c != (Counts{Requests: 6, Forwarded: 3, Cut: 2}) {
-		t.Fatalf("counts %+v", c)
-	}
-	for _, bad := range []Fault{{Kind: Status, Status: 200}, {Kind: Delay}, {Kind: "explode"}} {
+}
+
+func TestBadFaults(t *testing.T) {
+	p, err := NewProxy("http://127.0.0.1:1")
+	must(t, err)
+	for _, bad := range []Fault{{Kind: Status, Status: 200}, {Kind: Replaced}, {Kind: Delay}, {Kind: "explode"}} {
 		if err := p.Next(bad); err == nil {
 			t.Errorf("%+v queued", bad)
 		}

@@ -8,8 +8,9 @@ import (
 	"text/tabwriter"
 )
 
-// Failed reports whether the exit status must say so: a check found a
-// duplicate effect, a lost answer or a silent replay of a changed payload.
+// Failed reports whether the exit status must say so: a check failed (it
+// found a duplicate effect, a lost answer, a silent replay of a changed
+// payload, or another of the findings).
 func Failed(results []Result) bool {
 	for _, r := range results {
 		if r.Serious() {
@@ -23,7 +24,7 @@ func Failed(results []Result) bool {
 // verdict, and why.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECK\tREQUESTS\tEFFECTS\tEXPECTED\tVERDICT\tWHY")
+	fmt.Fprintln(tw, "ID\tCHECK\tREQUESTS\tEFFECTS\tEXPECTED\tVERDICT\tWHY")
 	for _, r := range results {
 		effects, expected := fmt.Sprint(r.Effects), fmt.Sprint(r.Expected)
 		if r.Verdict == NotApplicable {
@@ -33,13 +34,18 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.Finding != "" {
 			verdict += " (" + r.Finding + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Check, r.Requests, effects, expected, verdict, r.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Check, r.Requests, effects, expected, verdict, r.Reason)
 	}
 	return tw.Flush()
 }
 
+// ReportVersion is the version of the --json shape; it changes only when
+// a member changes meaning or goes away.
+const ReportVersion = 1
+
 // Report is the --json output: stable, documented in README.md.
 type Report struct {
+	Version int      `json:"version"`
 	Target  string   `json:"target"`
 	Passed  int      `json:"passed"`
 	Failed  int      `json:"failed"`
@@ -50,7 +56,7 @@ type Report struct {
 
 // WriteJSON writes the report as one JSON object.
 func WriteJSON(w io.Writer, target string, results []Result) error {
-	rep := Report{Target: target, Serious: Failed(results), Checks: results}
+	rep := Report{Version: ReportVersion, Target: target, Serious: Failed(results), Checks: results}
 	for _, r := range results {
 		switch r.Verdict {
 		case Passed:
@@ -92,7 +98,7 @@ type junitMessage struct {
 func WriteJUnit(w io.Writer, target string, results []Result) error {
 	s := junitSuite{Name: "idemgate drill " + target, Tests: len(results)}
 	for _, r := range results {
-		c := junitCase{Name: r.Check, Class: "idemgate.drill"}
+		c := junitCase{Name: r.ID + ": " + r.Check, Class: "idemgate.drill"}
 		text := fmt.Sprintf("%d requests, %d effects, %d expected: %s", r.Requests, r.Effects, r.Expected, r.Reason)
 		switch r.Verdict {
 		case FailedCheck:

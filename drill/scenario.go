@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/template"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types/ref"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/internal/jsonptr"
@@ -41,17 +43,24 @@ type Scenario struct {
 		Get   string `yaml:"get"`   // e.g. /v1/effects
 		Count string `yaml:"count"` // CEL over status, headers, body: e.g. body.tickets_created
 	} `yaml:"effects"`
-	// Status, if set, reads an operation's status: a path template over
-	// .key (e.g. /_idem/v1/operations?key={{.key}}).
-	Status         string `yaml:"status"`
+	// Status, if set, reads an operation's status by its key.
+	Status struct {
+		// Get is a path on the target (or a URL) as a template over .key,
+		// e.g. /_idem/v1/operations?key={{.key}}.
+		Get string `yaml:"get"`
+		// State is CEL over status, headers, body giving the state's name
+		// (succeeded, unknown, …); body.state by default.
+		State string `yaml:"state"`
+	} `yaml:"status"`
 	BusinessKey    string `yaml:"business_key"`    // a JSON Pointer into the body
 	ConcurrencyKey string `yaml:"concurrency_key"` // a JSON Pointer into the body
 
 	file  string
-	lines map[string]int // each top-level key's line
+	lines map[string]int // each setting's line, by its dotted path (write.method)
 	body  *template.Template
 	count cel.Program
-	state *template.Template
+	where *template.Template // Status.Get
+	state cel.Program
 }
 
 // LoadScenario reads and checks a scenario file; every mistake is an
@@ -71,26 +80,38 @@ func ParseScenario(name string, data []byte) (*Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := root.Content[0]
-	for i := 0; i+1 < len(doc.Content); i += 2 {
-		s.lines[doc.Content[i].Value] = keyLine(doc.Content[i], doc.Content[i+1])
-	}
+	noteLines(s.lines, "", root.Content[0])
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// keyLine is where a setting is written: its value's line for a scalar.
-func keyLine(key, val *yaml.Node) int {
-	if val.Kind == yaml.ScalarNode {
-		return val.Line
+// noteLines records where each setting of the mapping n is written, by
+// its dotted path: its value's line for a scalar, its key's otherwise.
+func noteLines(lines map[string]int, prefix string, n *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		return
 	}
-	return key.Line
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		path := prefix + key.Value
+		lines[path] = key.Line
+		if val.Kind == yaml.ScalarNode {
+			lines[path] = val.Line
+		}
+		noteLines(lines, path+".", val)
+	}
 }
 
+// errorf is an error at the line of the setting key (a dotted path), or
+// of the nearest setting around it that is written.
 func (s *Scenario) errorf(key, format string, args ...any) error {
 	line := s.lines[key]
+	for line == 0 && strings.Contains(key, ".") {
+		key = key[:strings.LastIndex(key, ".")]
+		line = s.lines[key]
+	}
 	if line == 0 {
 		line = 1
 	}
@@ -105,27 +126,17 @@ func (s *Scenario) check() error {
 	}
 	for name, v := range s.Headers {
 		if !validHeader(name, v) {
-			return s.errorf("headers", "header %q: not a valid HTTP field (a name token; a value without CR, LF, NUL)", name)
+			return s.errorf("headers."+name, "header %q: not a valid HTTP field (a name token; a value without CR, LF, NUL)", name)
 		}
 	}
-	if err := s.checkWrite(); err != nil {
-		return err
-	}
-	if err := s.checkIdempotency(); err != nil {
-		return err
-	}
-	if err := s.checkEffects(); err != nil {
-		return err
+	for _, step := range []func() error{s.checkWrite, s.checkIdempotency, s.checkEffects, s.checkStatus} {
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	for key, ptr := range map[string]string{"business_key": s.BusinessKey, "concurrency_key": s.ConcurrencyKey} {
 		if toks, err := jsonptr.Parse(ptr); ptr != "" && (err != nil || len(toks) == 0) {
 			return s.errorf(key, "%s %q: want a JSON Pointer into the body, /field", key, ptr)
-		}
-	}
-	if s.Status != "" {
-		if s.state, err = template.New("status").Option("missingkey=error").Parse(s.Status); err != nil ||
-			!strings.HasPrefix(s.Status, "/") {
-			return s.errorf("status", "status %q: want a path template over .key: %v", s.Status, err)
 		}
 	}
 	return nil
@@ -148,13 +159,13 @@ func (s *Scenario) checkWrite() error {
 	switch {
 	case w.Method != http.MethodPost && w.Method != http.MethodPut && w.Method != http.MethodPatch &&
 		w.Method != http.MethodDelete:
-		return s.errorf("write", "write.method %q: want POST, PUT, PATCH or DELETE", w.Method)
+		return s.errorf("write.method", "write.method %q: want POST, PUT, PATCH or DELETE", w.Method)
 	case !strings.HasPrefix(w.Path, "/"):
-		return s.errorf("write", "write.path %q: want a path, /v1/…", w.Path)
+		return s.errorf("write.path", "write.path %q: want a path, /v1/…", w.Path)
 	}
 	t, err := template.New("body").Option("missingkey=error").Parse(w.Body)
 	if err != nil {
-		return s.errorf("write", "write.body: %v", err)
+		return s.errorf("write.body", "write.body: %v", err)
 	}
 	s.body = t
 	// Two distinct actions must differ, or the checks cannot tell them
@@ -164,10 +175,12 @@ func (s *Scenario) checkWrite() error {
 		var two []byte
 		if two, err = s.Body(2, "r"); err == nil && bytes.Equal(one, two) {
 			err = fmt.Errorf("it renders the same for two actions: name {{.n}} in it")
+		} else if err == nil && !json.Valid(one) {
+			err = fmt.Errorf("it does not render JSON: %.60s", one)
 		}
 	}
 	if err != nil {
-		return s.errorf("write", "write.body: %v", err)
+		return s.errorf("write.body", "write.body: %v", err)
 	}
 	return nil
 }
@@ -184,39 +197,84 @@ func (s *Scenario) checkIdempotency() error {
 	case set != 1:
 		return s.errorf("idempotency", "idempotency: name exactly one of header, body or none: true")
 	case i.Header != "" && !validHeader(i.Header, ""):
-		return s.errorf("idempotency", "idempotency.header %q: not a header name", i.Header)
+		return s.errorf("idempotency.header", "idempotency.header %q: not a header name", i.Header)
 	case i.Body != "":
 		if toks, err := jsonptr.Parse(i.Body); err != nil || len(toks) == 0 {
-			return s.errorf("idempotency", "idempotency.body %q: want a JSON Pointer, /field", i.Body)
+			return s.errorf("idempotency.body", "idempotency.body %q: want a JSON Pointer, /field", i.Body)
 		}
 	}
 	return nil
 }
 
-func (s *Scenario) checkEffects() error {
-	g := s.Effects.Get
-	if !strings.HasPrefix(g, "/") && !strings.HasPrefix(g, "http://") && !strings.HasPrefix(g, "https://") ||
-		s.Effects.Count == "" {
-		return s.errorf("effects", "effects: want get: /path (or a URL) and count: a CEL expression over its answer")
-	}
-	env, err := cel.NewEnv(cel.Variable("status", cel.IntType),
+// answerEnv is the CEL environment of expressions over an answer.
+func answerEnv() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("status", cel.IntType),
 		cel.Variable("headers", cel.MapType(cel.StringType, cel.ListType(cel.StringType))),
 		cel.Variable("body", cel.DynType))
+}
+
+// compile compiles expr (the setting key) over an answer, to one of want.
+func (s *Scenario) compile(key, expr string, want ...*cel.Type) (cel.Program, error) {
+	env, err := answerEnv()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ast, iss := env.Compile(s.Effects.Count)
+	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {
-		return s.errorf("effects", "effects.count: %v", iss.Err())
+		return nil, s.errorf(key, "%s: %v", key, iss.Err())
 	}
-	if t := ast.OutputType(); !t.IsExactType(cel.IntType) && !t.IsExactType(cel.DoubleType) &&
-		!t.IsExactType(cel.DynType) && !t.IsExactType(cel.UintType) {
-		return s.errorf("effects", "effects.count: must be a number, not %s", t)
+	if t := ast.OutputType(); !slices.ContainsFunc(want, t.IsExactType) && !t.IsExactType(cel.DynType) {
+		return nil, s.errorf(key, "%s: must be a %s, not %s", key, want[0], t)
 	}
-	if s.count, err = env.Program(ast, cel.CostLimit(1_000_000)); err != nil {
-		return s.errorf("effects", "effects.count: %v", err)
+	prg, err := env.Program(ast, cel.CostLimit(1_000_000))
+	if err != nil {
+		return nil, s.errorf(key, "%s: %v", key, err)
 	}
-	return nil
+	return prg, nil
+}
+
+func isURLOrPath(g string) bool {
+	return strings.HasPrefix(g, "/") || strings.HasPrefix(g, "http://") || strings.HasPrefix(g, "https://")
+}
+
+func (s *Scenario) checkEffects() error {
+	if !isURLOrPath(s.Effects.Get) {
+		return s.errorf("effects.get", "effects.get %q: want a path on the target, /v1/effects (or a URL)", s.Effects.Get)
+	}
+	if s.Effects.Count == "" {
+		return s.errorf("effects", "effects.count: want a CEL expression over the answer, e.g. size(body) or body.count")
+	}
+	var err error
+	s.count, err = s.compile("effects.count", s.Effects.Count, cel.IntType, cel.DoubleType, cel.UintType)
+	return err
+}
+
+func (s *Scenario) checkStatus() error {
+	st := &s.Status
+	if st.Get == "" && st.State == "" {
+		return nil
+	}
+	t, err := template.New("status").Option("missingkey=error").Parse(st.Get)
+	if err == nil && !isURLOrPath(st.Get) {
+		err = fmt.Errorf("want a path on the target (or a URL)")
+	}
+	if err == nil {
+		s.where = t
+		var one, two string
+		if one, err = s.StatusURL("k1"); err == nil {
+			if two, err = s.StatusURL("k2"); err == nil && one == two {
+				err = fmt.Errorf("it renders the same for two keys: name {{.key}} in it")
+			}
+		}
+	}
+	if err != nil {
+		return s.errorf("status.get", "status.get %q: %v", st.Get, err)
+	}
+	if st.State == "" {
+		st.State = "body.state"
+	}
+	s.state, err = s.compile("status.state", st.State, cel.StringType)
+	return err
 }
 
 // Body renders the write's body for the n-th distinct action of run.
@@ -228,15 +286,31 @@ func (s *Scenario) Body(n int, run string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// Count reads the effect count from the effects resource's answer.
-func (s *Scenario) Count(status int, header http.Header, body []byte) (int64, error) {
+// StatusURL renders where the status of key's operation is read, the key
+// escaped as a URL's query or path needs it.
+func (s *Scenario) StatusURL(key string) (string, error) {
+	var b bytes.Buffer
+	if err := s.where.Execute(&b, map[string]any{"key": url.QueryEscape(key)}); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// eval runs prg over an answer.
+func eval(prg cel.Program, status int, header http.Header, body []byte) (ref.Val, error) {
 	var doc any
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &doc); err != nil {
-			return 0, fmt.Errorf("effects: the answer is not JSON: %w", err)
+			return nil, fmt.Errorf("the answer is not JSON: %w", err)
 		}
 	}
-	out, _, err := s.count.Eval(map[string]any{"status": status, "headers": map[string][]string(header), "body": doc})
+	out, _, err := prg.Eval(map[string]any{"status": status, "headers": map[string][]string(header), "body": doc})
+	return out, err
+}
+
+// Count reads the effect count from the effects resource's answer.
+func (s *Scenario) Count(status int, header http.Header, body []byte) (int64, error) {
+	out, err := eval(s.count, status, header, body)
 	if err != nil {
 		return 0, fmt.Errorf("effects.count: %w", err)
 	}
@@ -251,4 +325,17 @@ func (s *Scenario) Count(status int, header http.Header, body []byte) (int64, er
 		}
 	}
 	return 0, fmt.Errorf("effects.count: %v is not a whole number", out.Value())
+}
+
+// State reads an operation's state from the status resource's answer.
+func (s *Scenario) State(status int, header http.Header, body []byte) (string, error) {
+	out, err := eval(s.state, status, header, body)
+	if err != nil {
+		return "", fmt.Errorf("status.state: %w", err)
+	}
+	v, ok := out.Value().(string)
+	if !ok {
+		return "", fmt.Errorf("status.state: %v is not a string", out.Value())
+	}
+	return v, nil
 }

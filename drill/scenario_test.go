@@ -6,16 +6,25 @@ import (
 	"testing"
 )
 
+// goodScenario has every setting on its own line, so that each mistake's
+// line is its own.
 const goodScenario = `target: http://127.0.0.1:8080
-headers: {Authorization: "Bearer ${DRILL_TOKEN}"}
+headers:
+  Authorization: "Bearer ${DRILL_TOKEN}"
 write:
   method: POST
   path: /v1/tickets
   body: '{"project":"OPS","title":"drill {{.run}} {{.n}}","priority":2}'
-idempotency: {header: Idempotency-Key}
-effects: {get: /v1/effects, count: 'body.tickets_created'}
-status: /_idem/v1/operations?key={{.key}}
+idempotency:
+  header: Idempotency-Key
+effects:
+  get: /v1/effects
+  count: 'body.tickets_created'
+status:
+  get: /_idem/v1/operations?key={{.key}}
+  state: body.state
 business_key: /source_event_id
+concurrency_key: /meta/environment
 `
 
 func TestScenario(t *testing.T) {
@@ -38,24 +47,51 @@ func TestScenario(t *testing.T) {
 	if _, err := s.Count(200, http.Header{}, []byte(`{"tickets_created":1.5}`)); err == nil {
 		t.Fatal("a fraction of an effect")
 	}
+	if u, err := s.StatusURL("a b&c"); err != nil || u != "/_idem/v1/operations?key=a+b%26c" {
+		t.Fatalf("status url %q %v", u, err)
+	}
+	if st, err := s.State(200, http.Header{}, []byte(`{"state":"unknown"}`)); err != nil || st != "unknown" {
+		t.Fatalf("state %q %v", st, err)
+	}
+	if _, err := s.State(200, http.Header{}, []byte(`{"state":3}`)); err == nil {
+		t.Fatal("a state that is not a string")
+	}
+	if got := setPointer([]byte(`{"a":1}`), "/meta/environment", "g"); string(got) != `{"a":1,"meta":{"environment":"g"}}` {
+		t.Fatalf("set pointer: %s", got)
+	}
 }
 
-// TestBadScenarios: each kind of mistake is an error naming its line.
+// TestBadScenarios: each kind of mistake is an error naming the file and
+// the line where it is written.
 func TestBadScenarios(t *testing.T) {
 	t.Setenv("DRILL_TOKEN", "x")
 	for name, c := range map[string]struct{ from, to, want string }{
-		"unknown key":      {"idempotency:", "idempotence:", `drill.yaml:7: unknown key "idempotence"`},
-		"unset variable":   {"${DRILL_TOKEN}", "${NOPE}", "drill.yaml:2: ${NOPE} is not set"},
-		"bad target":       {"http://127.0.0.1:8080", "ftp://x", "drill.yaml:1: target"},
-		"read as a write":  {"method: POST", "method: GET", "drill.yaml:3: write.method"},
-		"no n in the body": {"{{.run}} {{.n}}", "{{.run}}", "drill.yaml:3: write.body: it renders the same"},
-		"bad template":     {"{{.n}}", "{{.n", "drill.yaml:3: write.body"},
-		"two idempotency":  {"{header: Idempotency-Key}", "{header: Idempotency-Key, none: true}", "drill.yaml:7: idempotency"},
-		"bad count":        {"body.tickets_created'", "body.tickets_created +'", "drill.yaml:8: effects.count"},
-		"count not number": {"body.tickets_created'", "\"x\"'", "drill.yaml:8: effects.count: must be a number"},
-		"bad pointer":      {"/source_event_id", "source_event_id", "drill.yaml:10: business_key"},
-		"bad header":       {"Authorization:", "\"Bad Name\":", "drill.yaml:2: header"},
-		"a string as int":  {"business_key: /source_event_id", "write: 3", "drill.yaml:10:"},
+		"not yaml":             {"write:\n", "write: [\n", "drill.yaml:"},
+		"unknown key":          {"idempotency:", "idempotence:", `drill.yaml:8: unknown key "idempotence"`},
+		"unknown nested key":   {"  count:", "  cuont:", `drill.yaml:12: unknown key "cuont"`},
+		"unset variable":       {"${DRILL_TOKEN}", "${NOPE}", "drill.yaml:3: ${NOPE} is not set"},
+		"bad target":           {"http://127.0.0.1:8080", "ftp://x", "drill.yaml:1: target"},
+		"bad header":           {"  Authorization:", `  "Bad Name":`, `drill.yaml:3: header "Bad Name"`},
+		"read as a write":      {"method: POST", "method: GET", "drill.yaml:5: write.method"},
+		"path not a path":      {"path: /v1/tickets", "path: v1/tickets", "drill.yaml:6: write.path"},
+		"bad template":         {"{{.n}}", "{{.n", "drill.yaml:7: write.body"},
+		"no n in the body":     {"{{.run}} {{.n}}", "{{.run}}", "drill.yaml:7: write.body: it renders the same"},
+		"body not json":        {`"priority":2}`, `"priority":2`, "drill.yaml:7: write.body: it does not render JSON"},
+		"two idempotency":      {"  header: Idempotency-Key", "  header: Idempotency-Key\n  none: true", "drill.yaml:8: idempotency"},
+		"bad key header":       {"header: Idempotency-Key", "header: Idempotency Key", "drill.yaml:9: idempotency.header"},
+		"bad key pointer":      {"  header: Idempotency-Key", "  body: key", "drill.yaml:9: idempotency.body"},
+		"bad effects get":      {"get: /v1/effects", "get: v1/effects", "drill.yaml:11: effects.get"},
+		"no count":             {"  count: 'body.tickets_created'\n", "", "drill.yaml:10: effects.count"},
+		"bad count":            {"body.tickets_created'", "body.tickets_created +'", "drill.yaml:12: effects.count"},
+		"count not number":     {"body.tickets_created'", "\"x\"'", "drill.yaml:12: effects.count: must be a"},
+		"status without key":   {"?key={{.key}}", "?key=1", "drill.yaml:14: status.get"},
+		"status not a path":    {"get: /_idem", "get: _idem", "drill.yaml:14: status.get"},
+		"bad status state":     {"state: body.state", "state: body.state +", "drill.yaml:15: status.state"},
+		"state not a string":   {"state: body.state", "state: 1 + 2", "drill.yaml:15: status.state: must be a"},
+		"bad business key":     {"/source_event_id", "source_event_id", "drill.yaml:16: business_key"},
+		"bad concurrency key":  {"/meta/environment", "meta", "drill.yaml:17: concurrency_key"},
+		"a list for a string":  {"business_key: /source_event_id", "business_key: [a]", "drill.yaml:16:"},
+		"a mapping for a list": {"target: http://127.0.0.1:8080", "target: {a: b}", "drill.yaml:1:"},
 	} {
 		text := strings.Replace(goodScenario, c.from, c.to, 1)
 		if text == goodScenario {
@@ -65,4 +101,28 @@ func TestBadScenarios(t *testing.T) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
 	}
+}
+
+// FuzzParseScenario: no scenario file makes the parser panic, and one it
+// accepts can render its bodies and status URLs.
+func FuzzParseScenario(f *testing.F) {
+	f.Add([]byte(goodScenario))
+	f.Add([]byte("target: http://x\nwrite: {method: POST, path: /, body: '{\"n\":{{.n}}}'}\nidempotency: {none: true}\n" +
+		"effects: {get: /e, count: size(body)}\n"))
+	f.Add([]byte("a: [&x b, *x]\n"))
+	f.Setenv("DRILL_TOKEN", "x")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseScenario("fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		if _, err := s.Body(1, "r"); err != nil {
+			t.Fatalf("accepted, but the body does not render: %v", err)
+		}
+		if s.Status.Get != "" {
+			if _, err := s.StatusURL("k"); err != nil {
+				t.Fatalf("accepted, but the status does not render: %v", err)
+			}
+		}
+	})
 }

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The approval drills: production deployments wait for a human, on real
@@ -44,10 +46,10 @@ func (d *drill) as(who, method, path, body string) reply {
 }
 
 // view reads the operation under key through the control API.
-func (d *drill) view(key string) ledger.View {
+func (d *drill) view(key string) contract.View {
 	d.t.Helper()
 	r := d.control("GET", "/operations?key="+key, "")
-	var v ledger.View
+	var v contract.View
 	if r.status != 200 || json.Unmarshal([]byte(r.body), &v) != nil {
 		d.t.Fatalf("operation %s: %+v", key, r)
 	}
@@ -69,7 +71,7 @@ func waiting(t *testing.T, r reply, code string) httpidem.Accepted {
 func (d *drill) decide(who, verb, id, fp string) reply {
 	d.t.Helper()
 	if fp == "" {
-		var v ledger.ApprovalView
+		var v contract.ApprovalView
 		if r := d.as("alice", "GET", "/approvals/"+id, ""); json.Unmarshal([]byte(r.body), &v) != nil {
 			d.t.Fatalf("approval %s: %+v", id, r)
 		}
@@ -120,51 +122,29 @@ func TestDrillApprovalBadDecisions(t *testing.T) {
 	})
 }
 
-// A production deploy waits, an approver approves it, the agent's retry
-// deploys it once, retries replay, a changed artifact (or query) under the
-// key is refused, and a new key with the changed artifact opens a new
-// approval. The approval record binds the operation, key, fingerprint and
-// expiry, and names its decider.
+// The demo's production deploy, on both stores: it waits for alice's
+// approval, nothing deployed meanwhile; the agent's retry deploys it once;
+// another artifact under the key is refused, and under a new key asks
+// again (denied). Then the view: the approval is used, bound to the
+// operation, its fingerprint and its command, decided by alice; the query
+// is part of what the key is bound to; a retry now replays.
 func TestDrillApprovalProductionDeploy(t *testing.T) {
 	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
-		acc := waiting(t, d.keyed("/v1/deployments", "dep-1", prodDeploy), "approval_required")
-		if acc.Approval.Summary != "Deploy "+digest+" to production (billing)" {
-			t.Fatalf("summary %q", acc.Approval.Summary)
-		}
-		for range 3 {
-			if again := waiting(t, d.keyed("/v1/deployments", "dep-1", prodDeploy), "approval_required"); again.Approval.ID != acc.Approval.ID {
-				t.Fatalf("an identical retry opened approval %s", again.Approval.ID)
-			}
-		}
-		d.wantEffects("deployments_started", 0)
-		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 200 {
-			t.Fatalf("approve: %+v", r)
-		}
-		d.wantEffects("deployments_started", 0)
-		run := d.keyed("/v1/deployments", "dep-1", prodDeploy)
-		if run.status != 201 || run.header.Get("Idempotent-Replayed") != "" {
-			t.Fatalf("retry after approval: %+v", run)
-		}
-		if r := d.keyed("/v1/deployments", "dep-1", prodDeploy); r.status != 201 || r.body != run.body ||
-			r.header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("replay: %+v", r)
-		}
-		want(t, d.keyed("/v1/deployments", "dep-1", deployment("production", otherDigest)), 422, "fingerprint_mismatch")
-		want(t, d.keyed("/v1/deployments?dry_run=true", "dep-1", prodDeploy), 422, "fingerprint_mismatch")
-		d.wantEffects("deployments_started", 1)
-		v := d.view("dep-1")
+		s, _ := d.play(scenarios.ActApprovedDeploy)
+		key, prod := s.Key("deploy-prod"), deployment("production", scenarios.DigestProd)
+		v := d.view(key)
 		a := v.Approval
-		if v.State != ledger.Succeeded || a == nil || a.ID != acc.Approval.ID || a.OperationID != v.ID || a.Key != "dep-1" ||
+		if v.State != ledger.Succeeded || a == nil || a.OperationID != v.ID || a.Key != key ||
 			a.Fingerprint != v.Fingerprint || a.Status != ledger.ApprovalUsed || a.DecidedBy != "alice" ||
 			a.RequestedBy != "agent" || a.Target != "POST /v1/deployments" || a.Reversible == nil || *a.Reversible ||
-			!strings.Contains(string(a.Command), digest) {
+			!strings.Contains(string(a.Command), scenarios.DigestProd) ||
+			a.Summary != "Deploy "+scenarios.DigestProd+" to production (billing)" {
 			t.Fatalf("operation view %+v, approval %+v", v, a)
 		}
-		// The changed artifact under a new key is a new action: a new approval.
-		next := waiting(t, d.keyed("/v1/deployments", "dep-2", deployment("production", otherDigest)), "approval_required")
-		if next.Approval.ID == acc.Approval.ID {
-			t.Fatal("a new key reused the approval")
+		if r := d.keyed("/v1/deployments", key, prod); r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay: %+v", r)
 		}
+		want(t, d.keyed("/v1/deployments?dry_run=true", key, prod), 422, "fingerprint_mismatch")
 		d.wantEffects("deployments_started", 1)
 	})
 }

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The domain drills: tickets, deployments, payments.
@@ -18,13 +21,8 @@ import (
 // from the API's own uniqueness rule.
 func TestDrillDuplicateAlertOneTicket(t *testing.T) {
 	t.Run("gateway business key", func(t *testing.T) {
-		d := newDrill(t, setup{})
-		first := d.keyed("/v1/tickets", "alert-a", ticket("evt-42", "DB primary down"))
-		dup := d.keyed("/v1/tickets", "alert-b", ticket("evt-42", "Database primary is down!"))
-		if first.status != 201 || dup.body != first.body ||
-			dup.header.Get("Idempotency-Duplicate-Of") != first.header.Get("Idempotency-Operation") {
-			t.Fatalf("first %+v\nduplicate %+v", first, dup)
-		}
+		d := newDrill(t, setup{}) // the demo's act: the second gets the first one's answer
+		d.play(scenarios.ActDuplicateAlert)
 		d.wantEffects("tickets_created", 1)
 	})
 	t.Run("api uniqueness", func(t *testing.T) {
@@ -44,11 +42,9 @@ func TestDrillDuplicateAlertOneTicket(t *testing.T) {
 	})
 }
 
-func deployment(env, artifact string) string {
-	return fmt.Sprintf(`{"service":"billing","environment":%q,"artifact":%q}`, env, artifact)
-}
+func deployment(env, artifact string) string { return scenarios.Deployment(env, artifact) }
 
-const digest = "sha256:4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33b"
+const digest = scenarios.DigestStaging
 
 // Two concurrent deployments to one environment: one runs, the other gets
 // 409, from the gateway's concurrency_key and from the API's own lock.
@@ -86,50 +82,45 @@ func TestDrillConcurrentDeployments(t *testing.T) {
 	})
 }
 
-// A mutable ref is refused, with a reason, and nothing is deployed.
+// A mutable ref is refused, with a reason, and nothing is deployed: the
+// demo's act (main refused, a digest deployed), then two more tags.
 func TestDrillMutableRefRefused(t *testing.T) {
 	d := newDrill(t, setup{})
-	for i, ref := range []string{"main", "latest", "v1.2.3"} {
+	s, _ := d.play(scenarios.ActMutableRef)
+	wantState(t, d.operation(s.Key("deploy-main")), ledger.Failed)
+	for i, ref := range []string{"latest", "v1.2.3"} {
 		r := d.keyed("/v1/deployments", fmt.Sprintf("ref-%d", i), deployment("staging", ref))
 		if r.status != 422 || !strings.Contains(r.body, "immutable") {
 			t.Fatalf("artifact %q: %+v", ref, r)
 		}
 		wantState(t, d.operation(fmt.Sprintf("ref-%d", i)), ledger.Failed)
 	}
-	d.wantEffects("deployments_started", 0)
+	d.wantEffects("deployments_started", 1)
 }
 
 // A payment capture that times out leaves its operation unknown, and
-// nothing is charged twice, however often the agent retries; an operator
-// reconciles it from the API's records.
+// nothing is charged twice, however often the agent retries, even past
+// its lease; an operator reconciles it from the API's records with the
+// CLI (the demo's act, with these checks in its middle).
 func TestDrillCaptureTimeoutUnknown(t *testing.T) {
 	d := newDrill(t, setup{})
-	intent := d.keyed("/v1/payment-intents", "pi-1",
-		`{"order_id":"ord-9","amount_minor":12900,"currency":"EUR","payee":"ACME SAS","invoice_ref":"INV-9"}`)
-	var in struct{ ID int64 }
-	if err := json.Unmarshal([]byte(intent.body), &in); err != nil || intent.status != 201 {
-		t.Fatalf("intent: %+v", intent)
+	e, s := d.scenarioEnv(&bytes.Buffer{}), scenarios.NewState("cap")
+	ctx := context.Background()
+	c, err := scenarios.CaptureUnknown(ctx, e, s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	d.fault(`{"delay_ms":2500}`) // longer than the upstream's 2s timeout
-	path := fmt.Sprintf("/v1/payment-intents/%d/capture", in.ID)
-	want(t, d.keyed(path, "cap-1", `{}`), 504, "outcome_unknown")
-	d.fault(`{"delay_ms":0}`)
 	waitFor(t, "the late capture", func() bool { return d.effects()["captures"] == 1 })
 	for range 3 {
-		want(t, d.keyed(path, "cap-1", `{}`), 409, "outcome_unknown")
+		want(t, d.keyed(c.Path, c.Key, `{}`), 409, "outcome_unknown")
 	}
-	op := d.operation("cap-1")
-	wantState(t, op, ledger.Unknown)
+	wantState(t, d.operation(c.Key), ledger.Unknown)
 	time.Sleep(1200 * time.Millisecond) // past the lease: still nothing re-sent
-	want(t, d.keyed(path, "cap-1", `{}`), 409, "outcome_unknown")
+	want(t, d.keyed(c.Path, c.Key, `{}`), 409, "outcome_unknown")
 	d.wantEffects("captures", 1)
-
-	if r := d.control("POST", "/operations/"+op.ID+"/resolve",
-		`{"state":"succeeded","note":"capture found for ord-9"}`); r.status != 200 {
-		t.Fatalf("resolve: %+v", r)
+	if err := scenarios.ResolveCapture(ctx, e, s, c); err != nil {
+		t.Fatal(err)
 	}
-	if r := d.keyed(path, "cap-1", `{}`); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("after resolution: %+v", r)
-	}
+	wantState(t, d.operation(c.Key), ledger.Succeeded)
 	d.wantEffects("captures", 1)
 }

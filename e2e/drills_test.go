@@ -5,23 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The drills of the workflow article's checklist, of the API article, and
 // of the three domains. Each counts effects at the ops API.
 
-func ticket(event, title string) string {
-	src := ""
-	if event != "" {
-		src = fmt.Sprintf(`,"source_event_id":%q`, event)
-	}
-	return fmt.Sprintf(`{"project":"OPS","title":%q,"priority":2,"description":"from the drill"%s}`, title, src)
-}
+func ticket(event, title string) string { return scenarios.Ticket(title, event) }
 
 func want(t *testing.T, r reply, status int, code string) {
 	t.Helper()
@@ -73,22 +67,11 @@ func TestDrillTwoWorkersSameKey(t *testing.T) {
 	if codes[0] != "" || codes[1] != "in_progress" {
 		t.Fatalf("want one answer and one in_progress: %+v", replies)
 	}
-	// With Prefer: wait, every worker gets the one answer.
-	var created atomic.Int32
-	var answers [8]reply
-	concurrently(8, func(i int) {
-		answers[i] = d.keyed("/v1/tickets", "k-2b", ticket("", "Queue backlog"), "Prefer", "wait=10")
-		if answers[i].header.Get("Idempotent-Replayed") != "true" {
-			created.Add(1)
-		}
-	})
-	for _, a := range answers {
-		if a.status != 201 || a.body != answers[0].body {
-			t.Fatalf("waiting workers: %+v", answers)
-		}
-	}
-	if created.Load() != 1 {
-		t.Fatalf("%d answers were not replays, want 1", created.Load())
+	// With Prefer: wait, every worker gets the one answer: the demo's 50
+	// concurrent copies.
+	_, story := d.play(scenarios.ActConcurrent)
+	if !strings.Contains(story, "1 executed, 49 replayed") {
+		t.Fatalf("want one executed, the others its replay:\n%s", story)
 	}
 	d.wantEffects("tickets_created", 2)
 }
@@ -173,18 +156,18 @@ func TestDrillResponseLost(t *testing.T) {
 	wantState(t, d.operation("k-5"), ledger.Unknown)
 }
 
-// 6. The payload changes under the same key.
+// 6. The payload changes under the same key: the demo's first two acts
+// (a lost answer, then its key reused for another ticket, refused without
+// revealing the stored request). The first request stays the operation's.
 func TestDrillPayloadChanged(t *testing.T) {
 	d := newDrill(t, setup{})
-	if r := d.keyed("/v1/tickets", "k-6", ticket("", "Secret project Falcon is down")); r.status != 201 {
-		t.Fatal(r)
-	}
-	r := d.keyed("/v1/tickets", "k-6", ticket("", "Another title"))
-	want(t, r, 422, "fingerprint_mismatch")
-	if strings.Contains(r.body, "Falcon") {
-		t.Fatalf("the refusal reveals the stored request: %s", r.body)
-	}
+	s, _ := d.play(scenarios.ActLostAnswer, scenarios.ActChangedPayload)
 	d.wantEffects("tickets_created", 1)
+	op := d.operation(s.Key("ticket"))
+	wantState(t, op, ledger.Succeeded)
+	if got := d.history(op); !slices.Equal(got, []string{"none>executing", "executing>succeeded"}) {
+		t.Fatalf("history %v", got)
+	}
 }
 
 // 7. A retry arrives after the lease has expired. The owner's heartbeats

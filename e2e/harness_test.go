@@ -17,11 +17,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/together"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
@@ -352,20 +352,7 @@ func problemCode(r reply) string {
 }
 
 // concurrently runs n copies of fn at the same moment.
-func concurrently(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
+func concurrently(n int, fn func(i int)) { together.At(n, fn) }
 
 // captureProbe is the capture route's reconcile block, when asked for.
 func captureProbe(on bool) string {

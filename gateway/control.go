@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -56,7 +57,7 @@ func (g *Gateway) writeView(w http.ResponseWriter, r *http.Request, op *ledger.O
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	view := ledger.NewView(op, history)
+	view := contract.NewView(op, history)
 	if op.Approval != nil {
 		a, err := g.store.GetApproval(r.Context(), op.Approval.ID)
 		if err != nil {
@@ -101,7 +102,7 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	httpidem.WriteJSON(w, http.StatusOK, ledger.NewListView(page))
+	httpidem.WriteJSON(w, http.StatusOK, contract.NewListView(page))
 }
 
 // resolveRequest is the body of POST …/resolve.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
@@ -19,7 +20,7 @@ import (
 )
 
 // ControlPrefix is where the control API lives, on the same listener.
-const ControlPrefix = "/_idem/v1"
+const ControlPrefix = contract.ControlPrefix
 
 // Gateway serves one configuration over one store.
 type Gateway struct {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -487,7 +488,7 @@ func TestControlAPI(t *testing.T) {
 		lost, _ := e.store.GetByKey(context.Background(), "acme", "lost-1")
 
 		r := e.do("GET", "/_idem/v1/operations/"+lost.ID, "agent-token", "")
-		var v ledger.View
+		var v contract.View
 		if err := json.Unmarshal([]byte(r.body), &v); err != nil || r.status != 200 || v.State != ledger.Unknown ||
 			len(v.History) != 2 || strings.Contains(r.body, "amount") {
 			t.Fatalf("get: %d %s", r.status, r.body)
@@ -499,7 +500,7 @@ func TestControlAPI(t *testing.T) {
 			t.Fatalf("another tenant's key: %d", r.status)
 		}
 		r = e.do("GET", "/_idem/v1/operations?state=unknown", "agent-token", "")
-		var lv ledger.ListView
+		var lv contract.ListView
 		if json.Unmarshal([]byte(r.body), &lv); len(lv.Operations) != 1 || lv.Operations[0].ID != lost.ID {
 			t.Fatalf("list unknown: %s", r.body)
 		}
@@ -681,7 +682,7 @@ func TestControlAPIPagingIsTenantScoped(t *testing.T) {
 			if next != "" {
 				path += "&after=" + next
 			}
-			var lv ledger.ListView
+			var lv contract.ListView
 			r := e.do("GET", path, "agent-token", "")
 			if err := json.Unmarshal([]byte(r.body), &lv); err != nil || r.status != 200 {
 				t.Fatalf("page %d: %d %s", page, r.status, r.body)

@@ -69,7 +69,7 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 	if key != "" && uc.cfg.ForwardKey {
 		// Written under a lower-case name on purpose: Go's transport treats a
-		// request with an "Idempotency-Key" header as replayable and re-sends
+		// request with an Idempotency-Key header as replayable and re-sends
 		// it by itself when a reused connection fails after writing it. That
 		// is exactly the blind retry this gateway exists to prevent. Header
 		// names are case-insensitive, so the upstream reads the same key.

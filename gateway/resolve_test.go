@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -39,7 +40,7 @@ func TestResolveWithTheUpstreamsAnswer(t *testing.T) {
 			t.Fatalf("an agent's resolution: %d %s", r.status, r.body)
 		}
 		r := e.do("POST", "/_idem/v1/operations/"+op.ID+"/resolve", "alice-token", resolve)
-		var v ledger.View
+		var v contract.View
 		if err := json.Unmarshal([]byte(r.body), &v); err != nil || r.status != 200 || v.State != ledger.Succeeded ||
 			v.Response == nil || v.Response.Status != 201 || v.ResultRef != "ch_9" || strings.Contains(r.body, "captured") {
 			t.Fatalf("resolve: %d %s", r.status, r.body)
@@ -123,7 +124,7 @@ func TestResolveWithoutAnAnswerSaysSo(t *testing.T) {
 			}
 			r := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", key)
 			var got struct {
-				ledger.Summary
+				contract.Summary
 				Resolution httpidem.Resolution `json:"resolution"`
 				StatusURL  string              `json:"status_url"`
 			}

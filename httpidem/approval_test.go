@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -126,7 +127,7 @@ func (a *deployApp) decide(verb, principal, id, fp string) reply {
 	a.t.Helper()
 	if fp == "" {
 		got := a.do("GET", "/_idem/v1/approvals/"+id, principal, "", "")
-		var v ledger.ApprovalView
+		var v contract.ApprovalView
 		if err := json.Unmarshal([]byte(got.body), &v); err != nil {
 			a.t.Fatalf("approval %s: %d %s", id, got.status, got.body)
 		}
@@ -158,7 +159,7 @@ func TestApprovalLifecycle(t *testing.T) {
 			}
 		}
 		got := a.do("GET", "/_idem/v1/approvals/"+acc.Approval.ID, alice, "", "")
-		var v ledger.ApprovalView
+		var v contract.ApprovalView
 		if err := json.Unmarshal([]byte(got.body), &v); err != nil || v.OperationID != acc.OperationID ||
 			v.Key != "dep-1" || v.Target != "POST /v1/services/api/deployments" || v.RequestedBy != "bot" ||
 			string(v.Command) != `{"artifact":"api@sha256:aaaa","environment":"production"}` || !ledger.ValidFingerprint(v.Fingerprint) {

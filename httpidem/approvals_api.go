@@ -58,7 +58,7 @@ func (m *Middleware) getApproval(w http.ResponseWriter, r *http.Request) {
 		approvalProblem(err).Write(w)
 		return
 	}
-	WriteJSON(w, http.StatusOK, ledger.NewApprovalView(a))
+	WriteJSON(w, http.StatusOK, contract.NewApprovalView(a))
 }
 
 func (m *Middleware) listApprovals(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +89,7 @@ func (m *Middleware) listApprovals(w http.ResponseWriter, r *http.Request) {
 		ProblemFor(err).Write(w)
 		return
 	}
-	WriteJSON(w, http.StatusOK, ledger.NewApprovalListView(page))
+	WriteJSON(w, http.StatusOK, contract.NewApprovalListView(page))
 }
 
 // decide approves or denies an approval on the caller's word.
@@ -120,7 +120,7 @@ func (m *Middleware) decide(approve bool) http.HandlerFunc {
 			return
 		}
 		m.waiters.signal(a.OpID)
-		WriteJSON(w, http.StatusOK, ledger.NewApprovalView(a))
+		WriteJSON(w, http.StatusOK, contract.NewApprovalView(a))
 	}
 }
 

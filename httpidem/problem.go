@@ -43,47 +43,11 @@ const (
 	CodeInternal             = contract.CodeInternal
 )
 
-// problemKinds is the one map from a problem code to its status and title.
-var problemKinds = map[string]struct {
-	status int
-	title  string
-}{
-	CodeMissingKey:           {http.StatusBadRequest, "Idempotency-Key required"},
-	CodeInvalidKey:           {http.StatusBadRequest, "Invalid Idempotency-Key"},
-	CodeInvalidCommand:       {http.StatusUnprocessableEntity, "Invalid command"},
-	CodeFingerprintMismatch:  {http.StatusUnprocessableEntity, "Idempotency-Key reused with a different request"},
-	CodeInProgress:           {http.StatusConflict, "Operation in progress"},
-	CodeOutcomeUnknown:       {http.StatusConflict, "Outcome unknown"},
-	CodeConcurrencyLocked:    {http.StatusConflict, "Concurrency group locked"},
-	CodeApprovalDenied:       {http.StatusForbidden, "Approval denied"},
-	CodeApprovalRequired:     {http.StatusAccepted, "Approval required"},
-	CodeApprovalExpired:      {http.StatusAccepted, "Approval expired; a new one was requested"},
-	CodeApprovalMismatch:     {http.StatusConflict, "Decision for another request"},
-	CodeApprovalClosed:       {http.StatusConflict, "Approval no longer pending"},
-	CodeUnauthorized:         {http.StatusUnauthorized, "Unauthorized"},
-	CodeForbidden:            {http.StatusForbidden, "Forbidden"},
-	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
-	CodeUpstreamUnavailable:  {http.StatusBadGateway, "Upstream unavailable"},
-	CodeStoreUnavailable:     {http.StatusServiceUnavailable, "Idempotency store unavailable"},
-	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
-	CodeInvalidRequest:       {http.StatusBadRequest, "Invalid request"},
-	CodeIllegalTransition:    {http.StatusConflict, "Not allowed in the operation's state"},
-	CodeNotFound:             {http.StatusNotFound, "Not found"},
-	CodeInternal:             {http.StatusInternalServerError, "Internal error"},
-}
-
-// Problem is an RFC 9457 problem detail with idemgate's members.
+// Problem is a problem the middleware sends: the wire body (package
+// contract's) and how to send it.
 type Problem struct {
-	Type        string       `json:"type"`
-	Title       string       `json:"title"`
-	Status      int          `json:"status"`
-	Detail      string       `json:"detail"`
-	Code        string       `json:"code"`
-	OperationID string       `json:"operation_id,omitempty"`
-	State       ledger.State `json:"state,omitempty"`
-	StatusURL   string       `json:"status_url,omitempty"`
-	RetryAfter  int          `json:"-"` // seconds; sent as Retry-After when set
+	contract.Problem
+	RetryAfter int `json:"-"` // seconds; sent as Retry-After when set
 	// OtherOperation marks operation_id as another key's operation (a
 	// concurrency holder): it is named in the body, and the
 	// Idempotency-Operation header, which is this key's, is left out.
@@ -92,11 +56,7 @@ type Problem struct {
 
 // NewProblem returns the problem for code, with its status and title.
 func NewProblem(code, detail string) *Problem {
-	k, ok := problemKinds[code]
-	if !ok {
-		k = problemKinds[CodeInternal]
-	}
-	return &Problem{Type: "urn:idemgate:problem:" + code, Title: k.title, Status: k.status, Detail: detail, Code: code}
+	return &Problem{Problem: contract.NewProblem(code, detail)}
 }
 
 // Error makes a Problem an error.
@@ -124,7 +84,7 @@ func (p *Problem) WithStatus(status int) *Problem {
 func (p *Problem) Write(w http.ResponseWriter) {
 	answered(w, p.Code)
 	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Type", contract.MediaProblem)
 	h.Set("Cache-Control", "no-store")
 	if p.OperationID != "" && !p.OtherOperation {
 		h.Set(HeaderOperation, p.OperationID)

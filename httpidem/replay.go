@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -34,7 +35,7 @@ func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledg
 // latter is the operation's summary with its resolution, so that the agent
 // cannot take the body for the upstream's.
 func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
-	if op.State == ledger.Failed && op.LastError == "approval_denied" {
+	if op.State == ledger.Failed && op.LastError == contract.CodeApprovalDenied {
 		m.problem(w, NewProblem(CodeApprovalDenied, "the approval for this operation was denied"), op)
 		return
 	}
@@ -42,7 +43,7 @@ func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseW
 	if op.State == ledger.Failed {
 		status = http.StatusUnprocessableEntity
 	}
-	body := resolvedBody{Summary: ledger.NewSummary(op), Resolution: m.resolution(ctx, op)}
+	body := resolvedBody{Summary: contract.NewSummary(op), Resolution: m.resolution(ctx, op)}
 	if m.opts.StatusBase != "" {
 		body.StatusURL = m.opts.StatusBase + "/operations/" + op.ID
 	}
@@ -56,7 +57,7 @@ func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseW
 // resolvedBody is the replay of an operation resolved without the
 // upstream's answer.
 type resolvedBody struct {
-	ledger.Summary
+	contract.Summary
 	Resolution Resolution `json:"resolution"`
 	StatusURL  string     `json:"status_url,omitempty"`
 }

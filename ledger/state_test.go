@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -119,16 +118,5 @@ func TestOwnerError(t *testing.T) {
 		if !errors.Is(err, ledger.ErrStaleOwner) || errors.Is(err, ledger.ErrIllegalTransition) != c.illegal {
 			t.Errorf("%+v: %v", c.current, err)
 		}
-	}
-}
-
-func TestView(t *testing.T) {
-	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	op := &ledger.Operation{ID: "op_1", State: ledger.Succeeded, CreatedAt: now, UpdatedAt: now, ExpiresAt: now,
-		Response: &ledger.Response{Status: 201, Body: []byte("secret")}}
-	v := ledger.NewView(op, []ledger.Event{{To: ledger.Executing, At: now, Actor: "gw"},
-		{From: ledger.Executing, To: ledger.Succeeded, At: now, Actor: "gw"}})
-	if v.Response.Status != 201 || v.LeaseUntil != nil || v.History[0].From != nil || *v.History[1].From != ledger.Executing {
-		t.Errorf("view %+v", v)
 	}
 }

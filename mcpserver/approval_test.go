@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/mcpserver"
@@ -26,10 +27,10 @@ func approvalGateway(t *testing.T, exp time.Time, sends *atomic.Int32) *httptest
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/_idem/v1/operations" {
 			created := exp.Add(-15 * time.Minute)
-			json.NewEncoder(w).Encode(ledger.View{Summary: ledger.Summary{ID: "op_5", Key: r.URL.Query().Get("key"),
-				State: ledger.Prepared, Approval: &ledger.ApprovalView{ID: "apr_5", OperationID: "op_5",
+			json.NewEncoder(w).Encode(contract.View{Summary: contract.Summary{ID: "op_5", Key: r.URL.Query().Get("key"),
+				State: ledger.Prepared, Approval: &contract.ApprovalView{ID: "apr_5", OperationID: "op_5",
 					Status: ledger.ApprovalPending, Summary: "Deploy web 1.4.2 to production", CreatedAt: &created,
-					ExpiresAt: exp, Target: "POST /v1/services/web/deployments"}}, History: []ledger.HistoryEntry{}})
+					ExpiresAt: exp, Target: "POST /v1/services/web/deployments"}}, History: []contract.HistoryEntry{}})
 			return
 		}
 		sends.Add(1)

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
@@ -264,10 +265,10 @@ func newApprovalsClient(gw string) (*approvalsClient, error) {
 }
 
 // list reads one page of approvals, or every page from q's cursor on.
-func (c *approvalsClient) list(ctx context.Context, q url.Values, all bool) (ledger.ApprovalListView, error) {
-	var lv ledger.ApprovalListView
+func (c *approvalsClient) list(ctx context.Context, q url.Values, all bool) (contract.ApprovalListView, error) {
+	var lv contract.ApprovalListView
 	for {
-		var page ledger.ApprovalListView
+		var page contract.ApprovalListView
 		if err := c.do(ctx, http.MethodGet, "/approvals?"+q.Encode(), nil, &page); err != nil {
 			return lv, err
 		}
@@ -281,14 +282,14 @@ func (c *approvalsClient) list(ctx context.Context, q url.Values, all bool) (led
 		q.Set("after", *page.Next)
 	}
 	if lv.Approvals == nil {
-		lv.Approvals = []*ledger.ApprovalView{}
+		lv.Approvals = []*contract.ApprovalView{}
 	}
 	return lv, nil
 }
 
 // get reads one approval.
-func (c *approvalsClient) get(ctx context.Context, id string) (*ledger.ApprovalView, error) {
-	var v ledger.ApprovalView
+func (c *approvalsClient) get(ctx context.Context, id string) (*contract.ApprovalView, error) {
+	var v contract.ApprovalView
 	if err := c.do(ctx, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, &v); err != nil {
 		return nil, err
 	}
@@ -296,8 +297,8 @@ func (c *approvalsClient) get(ctx context.Context, id string) (*ledger.ApprovalV
 }
 
 // decide posts verb ("approve" or "deny") for one approval.
-func (c *approvalsClient) decide(ctx context.Context, id, verb string, d httpidem.Decision) (*ledger.ApprovalView, error) {
-	var v ledger.ApprovalView
+func (c *approvalsClient) decide(ctx context.Context, id, verb string, d httpidem.Decision) (*contract.ApprovalView, error) {
+	var v contract.ApprovalView
 	if err := c.do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id)+"/"+verb, d, &v); err != nil {
 		return nil, err
 	}
@@ -358,7 +359,7 @@ func problemOf(resp *http.Response, data []byte) error {
 }
 
 // writeApprovalTable prints a page of approvals, and the cursor of the next.
-func writeApprovalTable(w io.Writer, lv ledger.ApprovalListView, now time.Time) error {
+func writeApprovalTable(w io.Writer, lv contract.ApprovalListView, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOPERATION\tTARGET\tSUMMARY\tREQUESTED BY\tSTATUS\tTIME LEFT")
 	for _, a := range lv.Approvals {
@@ -376,7 +377,7 @@ func writeApprovalTable(w io.Writer, lv ledger.ApprovalListView, now time.Time) 
 }
 
 // writeApproval prints what an approver must see before deciding.
-func writeApproval(w io.Writer, v *ledger.ApprovalView, now time.Time) error {
+func writeApproval(w io.Writer, v *contract.ApprovalView, now time.Time) error {
 	var b strings.Builder
 	row := func(k, v string) { fmt.Fprintf(&b, "%-13s %s\n", k+":", v) }
 	row("approval", safe(v.ID))
@@ -434,7 +435,7 @@ func commandText(raw json.RawMessage) string {
 
 // timeLeftOf is how long until an approval expires, "expired" past it, and
 // "-" once it was denied or used.
-func timeLeftOf(a *ledger.ApprovalView, now time.Time) string {
+func timeLeftOf(a *contract.ApprovalView, now time.Time) string {
 	switch a.Status {
 	case ledger.ApprovalDenied, ledger.ApprovalUsed:
 		return "-"

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
@@ -95,10 +96,10 @@ func (g *approvalGateway) as(t *testing.T, who string, args ...string) result {
 }
 
 // approval reads an approval's view, as alice.
-func (g *approvalGateway) approval(t *testing.T, id string) ledger.ApprovalView {
+func (g *approvalGateway) approval(t *testing.T, id string) contract.ApprovalView {
 	t.Helper()
 	r := g.as(t, "alice", "show", id, "--json")
-	var v ledger.ApprovalView
+	var v contract.ApprovalView
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
 		t.Fatalf("show --json: %v %+v", err, r)
 	}
@@ -124,7 +125,7 @@ func TestApprovalsListShowApprove(t *testing.T) {
 		t.Fatalf("list: %+v", r)
 	}
 	r = g.as(t, "alice", "list", "--json", "--all-pages")
-	var lv ledger.ApprovalListView
+	var lv contract.ApprovalListView
 	if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || len(lv.Approvals) != 1 || lv.Approvals[0].ID != id {
 		t.Fatalf("list --json: %v %+v", err, r)
 	}
@@ -195,7 +196,7 @@ func TestApprovalsDeny(t *testing.T) {
 	_, acc := g.deploy(t, "deploy-2", "api:2.0.0")
 	fp := g.approval(t, acc.Approval.ID).Fingerprint
 	r := g.as(t, "alice", "deny", acc.Approval.ID, "--fingerprint", fp, "--note", "not during the freeze", "--json")
-	var v ledger.ApprovalView
+	var v contract.ApprovalView
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.Status != ledger.ApprovalDenied ||
 		v.DecidedBy != "alice" || v.Note != "not during the freeze" {
 		t.Fatalf("deny --json: %v %+v", err, r)

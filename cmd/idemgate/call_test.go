@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/agent"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -191,9 +192,9 @@ func TestCallNeedsApproval(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/_idem/v1/operations" {
-			json.NewEncoder(w).Encode(ledger.View{Summary: ledger.Summary{ID: "op_3", State: ledger.Prepared,
-				Approval: &ledger.ApprovalView{ID: "apr_3", Status: ledger.ApprovalPending, Summary: "Deploy web to production",
-					ExpiresAt: exp}}, History: []ledger.HistoryEntry{}})
+			json.NewEncoder(w).Encode(contract.View{Summary: contract.Summary{ID: "op_3", State: ledger.Prepared,
+				Approval: &contract.ApprovalView{ID: "apr_3", Status: ledger.ApprovalPending, Summary: "Deploy web to production",
+					ExpiresAt: exp}}, History: []contract.HistoryEntry{}})
 			return
 		}
 		key := r.Header.Get("Idempotency-Key")

@@ -18,8 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/examples/opsapi"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/scenarios"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -57,7 +59,7 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 		return err
 	}
 	env.out, env.tty = out, isTerminal(out)
-	failed := env.play(ctx, demoScenario())
+	failed := env.play(ctx, scenarios.Demo())
 	if keep {
 		env.printNext()
 		<-ctx.Done()
@@ -90,7 +92,6 @@ type demoEnv struct {
 	dir, apiURL, gwURL, storeDSN string
 	out                          io.Writer
 	tty                          bool
-	agentRun                     string // the Idempotency-Run the agent sends
 	stop                         func()
 }
 
@@ -207,15 +208,16 @@ func isTerminal(w io.Writer) bool {
 // printNext says what to try once the scenario is over (--keep).
 func (e *demoEnv) printNext() {
 	fmt.Fprintf(e.out, `
-Both servers keep running until Ctrl-C. Their files (config, stores, logs) stay in %s
-Send a ticket twice; the second answer carries Idempotent-Replayed: true:
-  curl -i %s/v1/tickets -H 'Authorization: Bearer %s' -H 'Idempotency-Key: try-1' \
+Both servers keep running until Ctrl-C. Their files (config, stores, logs) stay in %[1]s
+Send a ticket twice; the second answer carries %[7]s: true:
+  curl -i %[2]s/v1/tickets -H 'Authorization: Bearer %[3]s' -H '%[8]s: try-1' \
     -H 'Content-Type: application/json' -d '{"project":"OPS","title":"Try me","priority":3}'
-Change the title and send it again with the same key: 422 fingerprint_mismatch.
+Change the title and send it again with the same key: 422 %[9]s.
 Look at the operations (the control API, as the operator):
-  curl -s '%s/_idem/v1/operations?limit=20' -H 'Authorization: Bearer %s'
-  go run ./cmd/idemgate ops list --store %s
+  curl -s '%[2]s%[10]s/operations?limit=20' -H 'Authorization: Bearer %[4]s'
+  go run ./cmd/idemgate ops list --store %[5]s
 Count what the ops API really did:
-  curl -s %s/v1/effects
-`, e.dir, e.gwURL, demoAgentToken, e.gwURL, demoOperatorToken, e.storeDSN, e.apiURL)
+  curl -s %[6]s/v1/effects
+`, e.dir, e.gwURL, demoAgentToken, demoOperatorToken, e.storeDSN, e.apiURL, contract.HeaderReplayed,
+		contract.HeaderKey, contract.CodeFingerprintMismatch, contract.ControlPrefix)
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/scenarios"
 )
 
 // TestDemo runs idemgate demo as a process: every act performs the effects
@@ -14,8 +16,8 @@ func TestDemo(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo exited %d:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if n := strings.Count(r.stdout, "  ok\n"); n != len(demoScenario()) || strings.Contains(r.stdout, "WRONG") {
-		t.Fatalf("want %d acts ok:\n%s", len(demoScenario()), r.stdout)
+	if n := strings.Count(r.stdout, "  ok\n"); n != len(scenarios.Demo()) || strings.Contains(r.stdout, "WRONG") {
+		t.Fatalf("want %d acts ok:\n%s", len(scenarios.Demo()), r.stdout)
 	}
 	for _, want := range []string{"Idempotent-Replayed: true", "fingerprint_mismatch", "1 executed, 49 replayed",
 		"Idempotency-Duplicate-Of", "is not immutable", "504 outcome_unknown", "$ idemgate ops resolve op_",
@@ -41,8 +43,8 @@ func TestDemoCountsWrongEffects(t *testing.T) {
 	defer e.stop()
 	var out bytes.Buffer
 	e.out = &out
-	steps := demoScenario()[:1]
-	steps[0].expected = 2 // it creates one ticket
+	steps := scenarios.Demo()[:1]
+	steps[0].Expected = 2 // it creates one ticket
 	if failed := e.play(context.Background(), steps); failed != 1 || !strings.Contains(out.String(), "WRONG") {
 		t.Fatalf("%d failed:\n%s", failed, out.String())
 	}

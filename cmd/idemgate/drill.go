@@ -12,24 +12,28 @@ import (
 	"github.com/idemgate/idemgate/drill"
 )
 
-// exitFound is the exit status of a drill that found a duplicate effect,
-// a lost answer or a silent replay of a changed payload.
+// exitFound is the exit status of a drill whose check failed: it found a
+// duplicate effect, a lost answer, a silent replay of a changed payload or
+// another finding.
 const exitFound = exitCode(1)
 
 func newDrillCmd() *cobra.Command {
 	var scenario, target, junit string
+	var only []string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "drill --scenario FILE [--target URL] [--json] [--junit FILE]",
+		Use:   "drill --scenario FILE [--target URL] [--only ID,...] [--json] [--junit FILE]",
 		Short: "Grade any HTTP API's retry safety with the articles' production checks",
 		Long: `drill runs the disputed-write checks against the target a scenario file names (or
 --target), with or without idemgate in front of it, through a built-in fault proxy that
-loses answers after the write was applied, resets before anything is delivered, answers 429
-with Retry-After, and delays. Each check is judged by the effects the target performed,
-counted by the scenario's GET and CEL expression, not by the HTTP answers. A check that
-cannot apply is reported as not applicable, with the reason; it is never passed. It prints a
-table (or, with --json, one JSON object), writes JUnit XML with --junit, and exits 1 when a
-check found a duplicate effect, a lost answer or a silent replay of a changed payload.`,
+loses answers after the write was applied, replaces them with a 500, resets before anything
+is delivered, answers 429 with Retry-After, and delays. Each check (the workflow article's
+12 tests, wf-1 to wf-12, the agent article's 5, and a status and a concurrency check) is
+judged by the effects the target performed, counted by the scenario's GET and CEL
+expression, not by the HTTP answers. A check that cannot apply is reported as not
+applicable, with the reason; it is never passed. It prints a table (or, with --json, one
+JSON object), writes JUnit XML with --junit, and exits 1 when a check failed: a duplicate
+effect, a lost answer, a silent replay of a changed payload, or another finding.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := drill.LoadScenario(scenario)
@@ -39,21 +43,23 @@ check found a duplicate effect, a lost answer or a silent replay of a changed pa
 			if target != "" {
 				s.Target = target
 			}
-			return runDrill(cmd, s, asJSON, junit)
+			return runDrill(cmd, &drill.Runner{Scenario: s, Only: only}, asJSON, junit)
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "", "the scenario file (required)")
 	cmd.Flags().StringVar(&target, "target", "", "the target's base URL, instead of the scenario's")
+	cmd.Flags().StringSliceVar(&only, "only", nil, "run only these checks, by id (wf-5,status)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	cmd.Flags().StringVar(&junit, "junit", "", "also write the report as JUnit XML to this file")
 	_ = cmd.MarkFlagRequired("scenario")
 	return cmd
 }
 
-func runDrill(cmd *cobra.Command, s *drill.Scenario, asJSON bool, junit string) error {
+func runDrill(cmd *cobra.Command, r *drill.Runner, asJSON bool, junit string) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
 	defer cancel()
-	results, err := (&drill.Runner{Scenario: s}).Run(ctx)
+	s := r.Scenario
+	results, err := r.Run(ctx)
 	if err != nil {
 		return err
 	}

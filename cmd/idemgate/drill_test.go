@@ -8,15 +8,20 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/drill"
 	"github.com/idemgate/idemgate/examples/opsapi"
 )
 
 // opsAPI serves the reference API, naive or idempotent, in this process.
+// A rollout holds its environment for 2s: the window in which the
+// concurrency check's two deployments must both arrive, wide under load.
 func opsAPI(t *testing.T, naive bool) string {
-	api, err := opsapi.New(context.Background(), opsapi.Options{Path: filepath.Join(t.TempDir(), "ops.db"), Naive: naive})
+	api, err := opsapi.New(context.Background(), opsapi.Options{Path: filepath.Join(t.TempDir(), "ops.db"), Naive: naive,
+		DeployDuration: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,9 +35,10 @@ func opsAPI(t *testing.T, naive bool) string {
 	return srv.URL
 }
 
-func scenarioFile(t *testing.T, target string) string {
-	path := filepath.Join(t.TempDir(), "drill.yaml")
-	text := fmt.Sprintf(`target: %s
+// drillScenarios are the reference API's two writes as scenarios: tickets
+// (a business key) and deployments (a concurrency group).
+var drillScenarios = map[string]string{
+	"tickets": `target: %s
 write:
   method: POST
   path: /v1/tickets
@@ -40,54 +46,141 @@ write:
 idempotency: {header: Idempotency-Key}
 effects: {get: /v1/effects, count: 'body.tickets_created'}
 business_key: /source_event_id
-`, target)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+`,
+	"deployments": `target: %s
+write:
+  method: POST
+  path: /v1/deployments
+  body: '{"service":"billing","environment":"staging","artifact":"sha256:{{printf "%%056d" .n}}{{.run}}"}'
+idempotency: {header: Idempotency-Key}
+effects: {get: /v1/effects, count: 'body.deployments_started'}
+concurrency_key: /environment
+`,
+}
+
+func scenarioFile(t *testing.T, write, target string) string {
+	path := filepath.Join(t.TempDir(), "drill.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(drillScenarios[write], target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// TestDrillGrades: against the naive reference API the drill finds the
-// duplicate effects where they happen and exits 1; against the idempotent
-// one every check passes and it exits 0. The JSON is the documented
-// report, and the JUnit parses as JUnit XML.
+// drillVerdicts is what the drill must say of the naive reference API, by
+// check id: the duplicate effects where they happen; the checks a naive
+// API survives (nothing delivered, a 429, a new key on purpose) pass.
+var drillVerdicts = map[string]map[string]string{
+	"tickets": {"wf-1": "failed duplicate_effect", "wf-2": "failed duplicate_effect", "wf-3": "passed",
+		"wf-4": "failed duplicate_effect", "wf-5": "failed duplicate_effect", "wf-6": "failed duplicate_effect",
+		"wf-7": "not_applicable", "wf-8": "failed duplicate_effect", "wf-9": "passed",
+		"wf-10": "failed duplicate_effect", "wf-11": "not_applicable", "wf-12": "passed",
+		"agent-3": "failed duplicate_effect", "status": "not_applicable", "concurrency": "not_applicable"},
+	"deployments": {"wf-1": "failed duplicate_effect", "wf-2": "failed duplicate_effect", "wf-3": "passed",
+		"wf-4": "failed duplicate_effect", "wf-5": "failed duplicate_effect", "wf-6": "failed duplicate_effect",
+		"wf-7": "not_applicable", "wf-8": "failed duplicate_effect", "wf-9": "passed",
+		"wf-10": "not_applicable", "wf-11": "not_applicable", "wf-12": "passed",
+		"agent-3": "failed duplicate_effect", "status": "not_applicable", "concurrency": "failed group_overlap"},
+}
+
+// TestDrillGrades: against the naive reference API the drill finds exactly
+// the failures above and exits 1; against the idempotent one every
+// applicable check passes and it exits 0. The JUnit parses as JUnit XML
+// with the report's counts.
 func TestDrillGrades(t *testing.T) {
-	want := map[bool]map[string]drill.Verdict{
-		true: {"same request twice": drill.FailedCheck, "concurrent copies, one key": drill.FailedCheck,
-			"lost response, then a retry": drill.FailedCheck, "payload changed under one key": drill.FailedCheck,
-			"429 and its Retry-After": drill.Passed, "retry after a long pause": drill.FailedCheck,
-			"the same webhook several times (business key)": drill.FailedCheck,
-			"a new, identical action on purpose (new key)":  drill.Passed},
-		false: {},
+	for _, write := range []string{"tickets", "deployments"} {
+		for _, naive := range []bool{true, false} {
+			name := write + map[bool]string{true: "/naive", false: "/idempotent"}[naive]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				junit := filepath.Join(t.TempDir(), "drill.xml")
+				r := run(t, "", "drill", "--scenario", scenarioFile(t, write, opsAPI(t, naive)), "--json", "--junit", junit)
+				rep := drillReport(t, r)
+				if wantCode := map[bool]int{true: 1, false: 0}[naive]; r.code != wantCode || rep.Serious != naive {
+					t.Fatalf("exit %d (serious %t), want %d:\n%s", r.code, rep.Serious, wantCode, r.stdout)
+				}
+				got := verdicts(rep)
+				for id, v := range drillVerdicts[write] {
+					if !naive && strings.HasPrefix(v, "failed") {
+						v = "passed"
+					}
+					if got[id] != v {
+						t.Errorf("%s: %s, want %s", id, got[id], v)
+					}
+				}
+				if len(got) != len(drillVerdicts[write]) {
+					t.Errorf("checks %v, want %d", got, len(drillVerdicts[write]))
+				}
+				wantJUnit(t, junit, rep)
+			})
+		}
 	}
-	for _, naive := range []bool{true, false} {
-		t.Run(map[bool]string{true: "naive", false: "idempotent"}[naive], func(t *testing.T) {
-			junit := filepath.Join(t.TempDir(), "drill.xml")
-			r := run(t, "", "drill", "--scenario", scenarioFile(t, opsAPI(t, naive)), "--json", "--junit", junit)
-			var rep drill.Report
-			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-				t.Fatalf("report: %v\n%s\n%s", err, r.stdout, r.stderr)
-			}
-			if wantCode := map[bool]int{true: 1, false: 0}[naive]; r.code != wantCode || rep.Serious != naive {
-				t.Fatalf("exit %d (serious %t), want %d:\n%s", r.code, rep.Serious, wantCode, r.stdout)
-			}
-			for _, c := range rep.Checks {
-				v, ok := want[naive][c.Check]
-				if !ok {
-					v = drill.Passed
-				}
-				if c.Verdict != v {
-					t.Errorf("%s: %s (%s), want %s", c.Check, c.Verdict, c.Reason, v)
-				}
-			}
-			var suite struct {
-				Tests    int `xml:"tests,attr"`
-				Failures int `xml:"failures,attr"`
-			}
-			b, err := os.ReadFile(junit)
-			if err != nil || xml.Unmarshal(b, &suite) != nil || suite.Tests != len(rep.Checks) || suite.Failures != rep.Failed {
-				t.Fatalf("junit %+v %v:\n%s", suite, err, b)
-			}
-		})
+}
+
+func drillReport(t *testing.T, r result) drill.Report {
+	t.Helper()
+	var rep drill.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("report: %v\n%s\n%s", err, r.stdout, r.stderr)
+	}
+	return rep
+}
+
+// verdicts maps each check's id to "verdict[ finding]".
+func verdicts(rep drill.Report) map[string]string {
+	out := map[string]string{}
+	for _, c := range rep.Checks {
+		out[c.ID] = strings.TrimSpace(string(c.Verdict) + " " + c.Finding)
+	}
+	return out
+}
+
+// wantJUnit parses the JUnit file with encoding/xml and compares its
+// counts and case names with the report.
+func wantJUnit(t *testing.T, path string, rep drill.Report) {
+	t.Helper()
+	var suite struct {
+		XMLName  xml.Name `xml:"testsuite"`
+		Tests    int      `xml:"tests,attr"`
+		Failures int      `xml:"failures,attr"`
+		Skipped  int      `xml:"skipped,attr"`
+		Cases    []struct {
+			Name    string    `xml:"name,attr"`
+			Failure *struct{} `xml:"failure"`
+			Skipped *struct{} `xml:"skipped"`
+		} `xml:"testcase"`
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || xml.Unmarshal(b, &suite) != nil {
+		t.Fatalf("junit %v:\n%s", err, b)
+	}
+	failed, skipped := 0, 0
+	var names []string
+	for _, c := range suite.Cases {
+		names = append(names, c.Name)
+		if c.Failure != nil {
+			failed++
+		}
+		if c.Skipped != nil {
+			skipped++
+		}
+	}
+	if suite.Tests != len(rep.Checks) || suite.Failures != rep.Failed || suite.Skipped != rep.NA ||
+		failed != rep.Failed || skipped != rep.NA || len(names) != len(rep.Checks) ||
+		names[0] != rep.Checks[0].ID+": "+rep.Checks[0].Check {
+		t.Fatalf("junit %+v, report passed %d failed %d n/a %d:\n%s", suite, rep.Passed, rep.Failed, rep.NA, b)
+	}
+}
+
+// TestDrillBadScenario: a scenario that does not load is exit 1, its
+// error naming the file and the line, and nothing is sent.
+func TestDrillBadScenario(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	text := strings.Replace(fmt.Sprintf(drillScenarios["tickets"], "http://127.0.0.1:1"), "method: POST", "method: GET", 1)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "drill", "--scenario", path)
+	if r.code != 1 || !strings.Contains(r.stderr, path+":3: write.method") || r.stdout != "" {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }

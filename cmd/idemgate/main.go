@@ -14,7 +14,7 @@ import (
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "idemgate",
-		Short: "Idempotency for API writes made by AI agents and other retrying clients",
+		Short: "Safe retries for API writes made by AI agents and other retrying clients",
 		Long: `idemgate gives every intended write one identity (an Idempotency-Key), reserves it
 atomically before any side effect, binds it to a fingerprint of the request,
 replays the stored answer to retries and keeps an honest "unknown" state when

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -244,7 +245,7 @@ func TestOps(t *testing.T) {
 				t.Fatalf("ops list --tenant acme: %+v", r)
 			}
 			r = run(t, "", "ops", "list", "--store", dsn, "--limit", "2", "--json")
-			var lv ledger.ListView
+			var lv contract.ListView
 			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || r.code != 0 {
 				t.Fatalf("ops list --json: %v %+v", err, r)
 			}
@@ -252,7 +253,7 @@ func TestOps(t *testing.T) {
 				t.Fatalf("first page: %+v", lv)
 			}
 			r = run(t, "", "ops", "list", "--store", dsn, "--after", *lv.Next, "--json", "--state", "executing")
-			lv = ledger.ListView{}
+			lv = contract.ListView{}
 			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || len(lv.Operations) != 1 ||
 				lv.Operations[0].ID != ops[2].ID || lv.Next != nil {
 				t.Fatalf("second page: %+v %v", lv, err)
@@ -311,7 +312,7 @@ func testResolve(t *testing.T, s ledger.Store, dsn string, op *ledger.Operation,
 	}
 	r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "capture found",
 		"--actor", "alice", "--json")
-	var v ledger.View
+	var v contract.View
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded {
 		t.Fatalf("ops resolve: %v %+v", err, r)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -49,7 +50,7 @@ func newOpsListCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), ledger.NewListView(page))
+				return writeJSON(cmd.OutOrStdout(), contract.NewListView(page))
 			}
 			return writeTable(cmd.OutOrStdout(), page)
 		},
@@ -87,7 +88,7 @@ func newOpsShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := ledger.NewView(op, history)
+			v := contract.NewView(op, history)
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), v)
 			}
@@ -124,7 +125,7 @@ func writeTable(w io.Writer, page ledger.Page) error {
 	return nil
 }
 
-func writeDetail(w io.Writer, v ledger.View) error {
+func writeDetail(w io.Writer, v contract.View) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("id", v.ID)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/size"
 	"github.com/idemgate/idemgate/ledger"
@@ -89,9 +90,9 @@ reference for the effect (a ticket's id, a payment's).`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), ledger.NewView(op, history))
+				return writeJSON(cmd.OutOrStdout(), contract.NewView(op, history))
 			}
-			return writeDetail(cmd.OutOrStdout(), ledger.NewView(op, history))
+			return writeDetail(cmd.OutOrStdout(), contract.NewView(op, history))
 		},
 	}
 	storeFlag(cmd, &dsn)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -55,7 +56,7 @@ func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
 			r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "charge ch_1 found",
 				"--status", "201", "--header", "content-type: application/json", "--header", "Set-Cookie: a=1",
 				"--header", "Set-Cookie:b=2", "--body-file", file, "--result-ref", "ch_1", "--json")
-			var v ledger.View
+			var v contract.View
 			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded ||
 				v.Response == nil || v.Response.Status != 201 || v.ResultRef != "ch_1" {
 				t.Fatalf("ops resolve with an answer: %v %+v", err, r)

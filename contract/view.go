@@ -1,12 +1,16 @@
-package ledger
+package contract
 
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // View is an operation as the control API and the CLI render it (DESIGN.md,
-// "The HTTP contract"), with its history. It leaves out the stored body and
+// "The web page"), with its history. (A member rendered for every
+// operation, such as its effects, is one more field here, filled by
+// NewView.) It leaves out the stored body and
 // headers (they may hold personal data; the replay is the way to get them)
 // and the owner token.
 type View struct {
@@ -22,7 +26,7 @@ type Summary struct {
 	Route       string        `json:"route"`
 	Target      string        `json:"target"`    // method and concrete path
 	Principal   string        `json:"principal"` // who reserved it
-	State       State         `json:"state"`
+	State       ledger.State  `json:"state"`
 	Fingerprint string        `json:"fingerprint"`
 	Attempts    int           `json:"attempts"`
 	CreatedAt   time.Time     `json:"created_at"`
@@ -45,24 +49,24 @@ type ResponseView struct {
 // operations only id, status and expires_at are known, and only they are
 // rendered (see NewSummary).
 type ApprovalView struct {
-	ID          string          `json:"id"`
-	OperationID string          `json:"operation_id"`
-	Key         string          `json:"key"`
-	Tenant      string          `json:"tenant"`
-	Route       string          `json:"route"`
-	Target      string          `json:"target"`
-	Fingerprint string          `json:"fingerprint"`
-	Summary     string          `json:"summary"`
-	Command     json.RawMessage `json:"command"`
-	Reversible  *bool           `json:"reversible"`
-	RequestedBy string          `json:"requested_by"`
-	Approvers   []string        `json:"approvers"`
-	Status      ApprovalStatus  `json:"status"`
-	CreatedAt   *time.Time      `json:"created_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	DecidedBy   string          `json:"decided_by"`
-	DecidedAt   *time.Time      `json:"decided_at"`
-	Note        string          `json:"note"`
+	ID          string                `json:"id"`
+	OperationID string                `json:"operation_id"`
+	Key         string                `json:"key"`
+	Tenant      string                `json:"tenant"`
+	Route       string                `json:"route"`
+	Target      string                `json:"target"`
+	Fingerprint string                `json:"fingerprint"`
+	Summary     string                `json:"summary"`
+	Command     json.RawMessage       `json:"command"`
+	Reversible  *bool                 `json:"reversible"`
+	RequestedBy string                `json:"requested_by"`
+	Approvers   []string              `json:"approvers"`
+	Status      ledger.ApprovalStatus `json:"status"`
+	CreatedAt   *time.Time            `json:"created_at"`
+	ExpiresAt   time.Time             `json:"expires_at"`
+	DecidedBy   string                `json:"decided_by"`
+	DecidedAt   *time.Time            `json:"decided_at"`
+	Note        string                `json:"note"`
 
 	ref bool // only id, status and expires_at are known
 }
@@ -72,9 +76,9 @@ type ApprovalView struct {
 func (v ApprovalView) MarshalJSON() ([]byte, error) {
 	if v.ref {
 		return json.Marshal(struct {
-			ID        string         `json:"id"`
-			Status    ApprovalStatus `json:"status"`
-			ExpiresAt time.Time      `json:"expires_at"`
+			ID        string                `json:"id"`
+			Status    ledger.ApprovalStatus `json:"status"`
+			ExpiresAt time.Time             `json:"expires_at"`
 		}{v.ID, v.Status, v.ExpiresAt})
 	}
 	type whole ApprovalView
@@ -82,7 +86,7 @@ func (v ApprovalView) MarshalJSON() ([]byte, error) {
 }
 
 // NewApprovalView renders a whole approval.
-func NewApprovalView(a *Approval) *ApprovalView {
+func NewApprovalView(a *ledger.Approval) *ApprovalView {
 	created, reversible := a.CreatedAt.UTC(), a.Reversible
 	v := &ApprovalView{ID: a.ID, OperationID: a.OpID, Key: a.Key, Tenant: a.Tenant, Route: a.Route, Target: a.Target,
 		Fingerprint: a.Fingerprint, Summary: a.Summary, Reversible: &reversible, RequestedBy: a.RequestedBy,
@@ -105,7 +109,7 @@ type ApprovalListView struct {
 }
 
 // NewApprovalListView renders a page of approvals.
-func NewApprovalListView(p ApprovalPage) ApprovalListView {
+func NewApprovalListView(p ledger.ApprovalPage) ApprovalListView {
 	lv := ApprovalListView{Approvals: make([]*ApprovalView, 0, len(p.Approvals))}
 	for _, a := range p.Approvals {
 		lv.Approvals = append(lv.Approvals, NewApprovalView(a))
@@ -119,11 +123,11 @@ func NewApprovalListView(p ApprovalPage) ApprovalListView {
 
 // HistoryEntry is one transition in a view.
 type HistoryEntry struct {
-	From   *State    `json:"from"`
-	To     State     `json:"to"`
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Reason string    `json:"reason"`
+	From   *ledger.State `json:"from"`
+	To     ledger.State  `json:"to"`
+	At     time.Time     `json:"at"`
+	Actor  string        `json:"actor"`
+	Reason string        `json:"reason"`
 }
 
 // ListView is a page of operations in a view.
@@ -133,11 +137,11 @@ type ListView struct {
 }
 
 // NewView renders op with its history.
-func NewView(op *Operation, history []Event) View {
+func NewView(op *ledger.Operation, history []ledger.Event) View {
 	v := View{Summary: NewSummary(op), History: []HistoryEntry{}}
 	for _, e := range history {
 		h := HistoryEntry{To: e.To, At: e.At.UTC(), Actor: e.Actor, Reason: e.Reason}
-		if e.From != None {
+		if e.From != ledger.None {
 			from := e.From
 			h.From = &from
 		}
@@ -148,7 +152,7 @@ func NewView(op *Operation, history []Event) View {
 
 // WithApproval shows the operation's current approval whole (a is nil,
 // or the approval op.Approval names).
-func (v View) WithApproval(a *Approval) View {
+func (v View) WithApproval(a *ledger.Approval) View {
 	if a != nil && v.Approval != nil && a.ID == v.Approval.ID {
 		v.Approval = NewApprovalView(a)
 	}
@@ -156,7 +160,7 @@ func (v View) WithApproval(a *Approval) View {
 }
 
 // NewSummary renders op without its history.
-func NewSummary(op *Operation) Summary {
+func NewSummary(op *ledger.Operation) Summary {
 	v := Summary{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, Target: op.Target,
 		Principal: op.Principal, ResultRef: op.ResultRef, State: op.State,
 		Fingerprint: op.Fingerprint, Attempts: op.Attempts, CreatedAt: op.CreatedAt.UTC(),
@@ -176,7 +180,7 @@ func NewSummary(op *Operation) Summary {
 }
 
 // NewListView renders a page.
-func NewListView(p Page) ListView {
+func NewListView(p ledger.Page) ListView {
 	lv := ListView{Operations: make([]Summary, 0, len(p.Operations))}
 	for _, op := range p.Operations {
 		lv.Operations = append(lv.Operations, NewSummary(op))
