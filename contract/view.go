@@ -8,14 +8,14 @@ import (
 )
 
 // View is an operation as the control API and the CLI render it (DESIGN.md,
-// "The web page"), with its history. (A member rendered for every
-// operation, such as its effects, is one more field here, filled by
-// NewView.) It leaves out the stored body and
-// headers (they may hold personal data; the replay is the way to get them)
-// and the owner token.
+// "The web page"), with its history and its effects (an empty list when it
+// has none; see WithEffects). It leaves out the stored body and headers
+// (they may hold personal data; the replay is the way to get them) and the
+// owner token.
 type View struct {
 	Summary
 	History []HistoryEntry `json:"history"`
+	Effects []EffectView   `json:"effects"`
 }
 
 // Summary is an operation without its history, as lists render it.
@@ -138,7 +138,7 @@ type ListView struct {
 
 // NewView renders op with its history.
 func NewView(op *ledger.Operation, history []ledger.Event) View {
-	v := View{Summary: NewSummary(op), History: []HistoryEntry{}}
+	v := View{Summary: NewSummary(op), History: []HistoryEntry{}, Effects: []EffectView{}}
 	for _, e := range history {
 		h := HistoryEntry{To: e.To, At: e.At.UTC(), Actor: e.Actor, Reason: e.Reason}
 		if e.From != ledger.None {

@@ -57,7 +57,12 @@ func (g *Gateway) writeView(w http.ResponseWriter, r *http.Request, op *ledger.O
 		httpidem.ProblemFor(err).Write(w)
 		return
 	}
-	view := contract.NewView(op, history)
+	effects, err := g.store.Effects(r.Context(), op.Tenant, op.Key)
+	if err != nil {
+		httpidem.ProblemFor(err).Write(w)
+		return
+	}
+	view := contract.NewView(op, history).WithEffects(effects)
 	if op.Approval != nil {
 		a, err := g.store.GetApproval(r.Context(), op.Approval.ID)
 		if err != nil {

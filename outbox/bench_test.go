@@ -121,4 +121,3 @@ func benchPostgres(b *testing.B) ledger.Store {
 	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
 	return migrated(b, s, err)
 }
-

@@ -100,3 +100,29 @@ func TestDashboardWithoutHistory(t *testing.T) {
 		t.Fatalf("dashboard without a history: %d %s", r.status, r.body)
 	}
 }
+
+// TestOperationEffects: an operation's page lists its effects in their
+// order, with their state and attempts; a name or error is text, never
+// markup; an operation without effects shows no such section.
+func TestOperationEffects(t *testing.T) {
+	fx := newFixture(t)
+	c := context.Background()
+	r := fx.reserve("dossier_42:v5", "/v1/dossiers", time.Hour)
+	plain := fx.reserve("plain", "/v1/tickets", time.Hour)
+	if _, err := fx.store.Enqueue(c, []ledger.EffectParams{
+		{Tenant: "acme", OperationKey: "dossier_42:v5", Name: "make-pdf", Target: "docs", Path: "/v1/pdfs"},
+		{Tenant: "acme", OperationKey: "dossier_42:v5", Name: "send-link", Target: "<b>mail</b>", Path: "/v1/mail"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	alice := fx.signIn(t, "alice")
+	page := alice.get("/ui/operations/" + r.Op.ID)
+	first, second := strings.Index(page.body, "make-pdf"), strings.Index(page.body, "send-link")
+	if page.status != http.StatusOK || first < 0 || second < first || !strings.Contains(page.body, `id="effects"`) ||
+		strings.Contains(page.body, "<b>mail</b>") || !strings.Contains(page.body, "&lt;b&gt;mail&lt;/b&gt;") {
+		t.Fatalf("effects on the page: %d\n%s", page.status, page.body)
+	}
+	if other := alice.get("/ui/operations/" + plain.Op.ID); strings.Contains(other.body, `id="effects"`) {
+		t.Fatal("an operation without effects shows an effects section")
+	}
+}

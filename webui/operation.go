@@ -18,6 +18,7 @@ type operationData struct {
 	Row      row
 	Approval *approvalItem // its current approval, whole; nil when none
 	History  []ledger.Event
+	Effects  []*ledger.Effect // in their order
 	Timeline []moment
 	// Checkpoint is the size of the tenant's latest signed checkpoint (0
 	// before the first); ProofError says why proofs could not be read.
@@ -55,6 +56,10 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 	data := operationData{Row: u.rowOf(op, u.opts.Now()), CanResolve: u.isAdmin(s.principal),
 		Resolvable: op.State == ledger.Unknown}
 	if data.History, err = u.opts.Store.History(r.Context(), op.ID); err != nil {
+		u.storeFail(w, r, s, err, "operations")
+		return
+	}
+	if data.Effects, err = u.opts.Store.Effects(r.Context(), op.Tenant, op.Key); err != nil {
 		u.storeFail(w, r, s, err, "operations")
 		return
 	}

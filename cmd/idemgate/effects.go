@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -38,7 +39,7 @@ func newEffectsListCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), ledger.NewEffectViews(es))
+				return writeJSON(cmd.OutOrStdout(), contract.NewEffectViews(es))
 			}
 			return writeEffects(cmd.OutOrStdout(), es)
 		},

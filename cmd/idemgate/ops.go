@@ -84,20 +84,29 @@ func newOpsShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			history, err := s.History(cmd.Context(), op.ID)
-			if err != nil {
-				return err
-			}
-			v := contract.NewView(op, history)
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), v)
-			}
-			return writeDetail(cmd.OutOrStdout(), v)
+			return showOperation(cmd, s, op, asJSON)
 		},
 	}
 	storeFlag(cmd, &dsn)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
 	return cmd
+}
+
+// showOperation prints op's view: its history and its effects.
+func showOperation(cmd *cobra.Command, s ledger.Store, op *ledger.Operation, asJSON bool) error {
+	history, err := s.History(cmd.Context(), op.ID)
+	if err != nil {
+		return err
+	}
+	effects, err := s.Effects(cmd.Context(), op.Tenant, op.Key)
+	if err != nil {
+		return err
+	}
+	v := contract.NewView(op, history).WithEffects(effects)
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), v)
+	}
+	return writeDetail(cmd.OutOrStdout(), v)
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -154,6 +163,12 @@ func writeDetail(w io.Writer, v contract.View) error {
 			from = string(*h.From)
 		}
 		fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s\n", stamp(h.At), from, h.To, h.Actor, h.Reason)
+	}
+	if len(v.Effects) > 0 {
+		fmt.Fprintln(tw, "\neffects:\tNAME\tTARGET\tSTATE\tATTEMPTS\tRESULT_REF\tLAST_ERROR")
+		for _, e := range v.Effects {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Name, e.Target, e.State, e.Attempts, e.ResultRef, e.LastError)
+		}
 	}
 	return tw.Flush()
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/size"
 	"github.com/idemgate/idemgate/ledger"
@@ -85,14 +84,7 @@ reference for the effect (a ticket's id, a payment's).`,
 			if err != nil {
 				return fmt.Errorf("resolve %s: %w", args[0], err)
 			}
-			history, err := s.History(cmd.Context(), op.ID)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), contract.NewView(op, history))
-			}
-			return writeDetail(cmd.OutOrStdout(), contract.NewView(op, history))
+			return showOperation(cmd, s, op, asJSON)
 		},
 	}
 	storeFlag(cmd, &dsn)

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -68,9 +70,9 @@ func (f *relayFixture) enqueue(t *testing.T, opKey string, names ...string) {
 	}
 }
 
-func (f *relayFixture) effects(t *testing.T, opKey string) []ledger.EffectView {
+func (f *relayFixture) effects(t *testing.T, opKey string) []contract.EffectView {
 	r := run(t, "", "effects", "list", opKey, "--tenant", "acme", "--store", f.dsn, "--json")
-	var out []ledger.EffectView
+	var out []contract.EffectView
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
 		t.Fatalf("effects list: %+v", r)
 	}
@@ -102,6 +104,22 @@ func TestRelayCommand(t *testing.T) {
 	table := run(t, "", "effects", "list", "dossier_42:v5", "--tenant", "acme", "--store", f.dsn)
 	if table.code != 0 || !strings.Contains(table.stdout, "make-pdf") || strings.Contains(table.stdout, "crm-secret") {
 		t.Fatalf("effects table: %+v", table)
+	}
+	// The operation the effects belong to shows them in its view.
+	res, err := f.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "dossier_42:v5",
+		Route: "POST /v1/dossiers", Fingerprint: "sha256:ab", Retention: time.Hour, Actor: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := run(t, "", "ops", "show", res.Op.ID, "--store", f.dsn, "--json")
+	var v contract.View
+	if show.code != 0 || json.Unmarshal([]byte(show.stdout), &v) != nil || len(v.Effects) != 2 ||
+		v.Effects[1].Name != "send-link" || v.Effects[1].State != ledger.Succeeded {
+		t.Fatalf("ops show: %+v", show)
+	}
+	if text := run(t, "", "ops", "show", res.Op.ID, "--store", f.dsn); !strings.Contains(text.stdout, "effects:") ||
+		!strings.Contains(text.stdout, "send-link") {
+		t.Fatalf("ops show, text: %+v", text)
 	}
 }
 
