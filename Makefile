@@ -44,3 +44,5 @@ bench:
 	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
 	go test -run '^$$' -bench . -benchtime 20000x -count 5 ./approval
 	go test -run '^$$' -bench Retries -benchtime 3000x -count 5 ./httpidem
+	go test -run '^$$' -bench 'ByHand|Relay' -benchtime 3000x -count 5 ./outbox
+	go test -run '^$$' -bench Reconcile -benchtime 2000x -count 5 ./reconcile
