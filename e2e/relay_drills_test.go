@@ -189,8 +189,8 @@ func TestDrillTwoRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			startRelay(t, s.dsn, target.URL, "--concurrency", "8", "--batch", "8")
-			startRelay(t, s.dsn, target.URL, "--concurrency", "8", "--batch", "8")
+			startRelay(t, s.dsn, target.URL, "--concurrency", "8")
+			startRelay(t, s.dsn, target.URL, "--concurrency", "8")
 			for i := range ops {
 				waitEffects(t, s, fmt.Sprintf("dossier_%d:v5", i), ledger.Succeeded)
 			}

@@ -93,7 +93,7 @@ func BenchmarkRelay(b *testing.B) {
 				}
 			}
 			r := &outbox.Relay{Store: s, Targets: map[string]outbox.Target{"crm": {URL: url, ResultRef: "body:/id"}},
-				Batch: 64, Concurrency: benchConcurrency, Client: benchClient}
+				Concurrency: benchConcurrency, Client: benchClient}
 			b.StartTimer()
 			delivered := 0
 			for delivered < b.N {

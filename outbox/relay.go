@@ -53,9 +53,11 @@ type Relay struct {
 	Lease time.Duration
 	// Every is how long the relay waits when nothing was due (1s).
 	Every time.Duration
-	// Batch bounds the claims of a round (32); Concurrency, the deliveries
-	// of a round at once (8).
-	Batch, Concurrency int
+	// Concurrency is how many deliveries run at once (8), and so how many
+	// effects a round claims: every claimed delivery starts at once, none
+	// waits in a queue while its lease runs out (a lease that lapsed
+	// before its delivery began would let another relay deliver it too).
+	Concurrency int
 	// MaxAttempts bounds the deliveries of one effect (10); 0 takes the
 	// default, a negative value means no bound.
 	MaxAttempts int
@@ -138,7 +140,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			failures++
 			wait = min(wait<<min(failures, 6), time.Minute)
 			r.log().Error("relay round failed", "err", err, "retry_in", wait)
-		case round.Claimed == cmpOr(r.Batch, 32):
+		case round.Claimed == r.concurrency():
 			failures, wait = 0, 0 // more may be due at once
 		default:
 			failures = 0
@@ -151,13 +153,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// Once claims the effects due and delivers each, Concurrency at a time,
+// Once claims up to Concurrency effects due, delivers them all at once,
 // and returns what the round did.
 func (r *Relay) Once(ctx context.Context) (Round, error) {
 	if err := r.compile(); err != nil {
 		return Round{}, err
 	}
-	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: cmpOr(r.Batch, 32),
+	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: r.concurrency(),
 		Lease: r.lease(), MaxAttempts: r.maxAttempts()})
 	if err != nil {
 		return Round{}, fmt.Errorf("claim effects: %w", err)
@@ -165,12 +167,10 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 	round := Round{Claimed: len(claims)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, cmpOr(r.Concurrency, 8))
 	for _, c := range claims {
-		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer func() { <-slots; wg.Done() }()
+			defer wg.Done()
 			// Detached: a relay that is stopping still records what it
 			// sent, or the effect waits for its lease to lapse.
 			o, recorded := r.handle(context.WithoutCancel(ctx), c)
@@ -190,7 +190,11 @@ func (r *Relay) handle(ctx context.Context, c ledger.EffectClaim) (ledger.Effect
 	if !o.State.Final() {
 		o.Next = r.next(c.Effect.Attempts, o.Next)
 	}
-	_, err := r.Store.EffectResult(ctx, c.Lease, o)
+	// Past the lease the result would be refused anyway: another relay
+	// may hold the effect by then.
+	rctx, cancel := context.WithTimeout(ctx, r.lease())
+	defer cancel()
+	_, err := r.Store.EffectResult(rctx, c.Lease, o)
 	switch {
 	case errors.Is(err, ledger.ErrStaleOwner), errors.Is(err, ledger.ErrIllegalTransition):
 		r.log().Warn("delivery fenced: another claim took the effect", "effect", c.Effect.ID, "err", err)
@@ -250,6 +254,8 @@ func (r *Relay) compile() error {
 }
 
 func (r *Relay) lease() time.Duration { return cmpOr(r.Lease, 30*time.Second) }
+
+func (r *Relay) concurrency() int { return max(cmpOr(r.Concurrency, 8), 1) }
 
 func (r *Relay) maxAttempts() int {
 	switch {

@@ -188,7 +188,7 @@ func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := relay(h, url)
-				r.Concurrency, r.Batch = 8, 8
+				r.Concurrency = 8
 				drain(t, r)
 			}()
 		}
@@ -231,6 +231,61 @@ func TestRelayStopsCleanly(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("Run did not return when its context ended")
+		}
+	})
+}
+
+// TestRelayNeverDeliversPastItsLease: a relay claims only what it can
+// deliver at once, so no claim waits in a queue while its lease runs
+// out. Two relays, two deliveries each at a time, a slow target and a
+// short lease: were the second relay to claim effects whose lease lapsed
+// before the first sent them, both would deliver them. Each is delivered
+// once.
+func TestRelayNeverDeliversPastItsLease(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+		s := open(t)
+		for i := range 20 {
+			if _, err := outbox.Enqueue(context.Background(), s, effects("slow-"+string(rune('a'+i)), 1)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		target := newHonouring()
+		target.hold = 200 * time.Millisecond
+		url := serve(t, target)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, h := range []ledger.Store{s, open(t)} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := relay(h, url)
+				r.Concurrency, r.Lease = 2, 1500*time.Millisecond
+				r.Targets["crm"] = outbox.Target{URL: url, Timeout: time.Second}
+				if err := r.Run(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for done := 0; done < 20 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			done = 0
+			for i := range 20 {
+				if es := effectsOf(t, s, "slow-"+string(rune('a'+i))); es[0].State == ledger.Succeeded {
+					done++
+				}
+			}
+		}
+		time.Sleep(1600 * time.Millisecond) // a lease's length: a lapsed claim would be taken again by now
+		cancel()
+		wg.Wait()
+		applied, delivered := target.counts()
+		if len(applied) != 20 || target.maxFlight != 1 {
+			t.Fatalf("%d applied, at most %d of one key in flight", len(applied), target.maxFlight)
+		}
+		for key, n := range delivered {
+			if n != 1 {
+				t.Fatalf("%s delivered %d times", key, n)
+			}
 		}
 	})
 }

@@ -18,8 +18,8 @@ import (
 
 // relayFlags are the relay's tuning, on the command line.
 type relayFlags struct {
-	lease, every             time.Duration
-	batch, conc, maxAttempts int
+	lease, every      time.Duration
+	conc, maxAttempts int
 }
 
 func newRelayCmd() *cobra.Command {
@@ -56,8 +56,7 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 	cmd.Flags().BoolVar(&once, "once", false, "deliver what is due, then exit")
 	cmd.Flags().DurationVar(&f.lease, "lease", 30*time.Second, "how long a delivery is this relay's alone; longer than every upstream's timeout")
 	cmd.Flags().DurationVar(&f.every, "every", time.Second, "how long to wait when nothing is due")
-	cmd.Flags().IntVar(&f.batch, "batch", 32, "effects claimed per round")
-	cmd.Flags().IntVar(&f.conc, "concurrency", 8, "deliveries at once")
+	cmd.Flags().IntVar(&f.conc, "concurrency", 8, "deliveries at once (and effects claimed per round)")
 	cmd.Flags().IntVar(&f.maxAttempts, "max-attempts", 10, "deliveries of one effect before it waits for an operator (-1: no bound)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
@@ -75,8 +74,7 @@ func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) 
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-	r := &outbox.Relay{Store: store, Targets: relayTargets(cfg), Lease: f.lease, Every: f.every, Batch: f.batch,
-		Concurrency: f.conc, MaxAttempts: f.maxAttempts, Logger: log}
+	r := &outbox.Relay{Store: store, Targets: relayTargets(cfg), Lease: f.lease, Every: f.every, Concurrency: f.conc, MaxAttempts: f.maxAttempts, Logger: log}
 	if once {
 		return relayOnce(ctx, cmd, r)
 	}

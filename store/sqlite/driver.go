@@ -244,7 +244,7 @@ func (x txExec) Exec(ctx context.Context, k steps.Kind, fn func(context.Context,
 	if err := x.s.checkFile(); err != nil {
 		return err
 	}
-	return fn(ctx, driver{s: x.s, q: x.tx, low: k == steps.Reserving && x.s.belowFloor()})
+	return fn(ctx, driver{s: x.s, q: x.tx, low: (k == steps.Reserving || k == steps.Enqueuing) && x.s.belowFloor()})
 }
 
 // Tx is the ledger's steps in the caller's transaction tx, on a handle of
