@@ -53,7 +53,7 @@ type Relay struct {
 	Lease time.Duration
 	// Every is how long the relay waits when nothing was due (1s).
 	Every time.Duration
-	// Concurrency is how many deliveries run at once (8), and so how many
+	// Concurrency is how many deliveries run at once (16), and so how many
 	// effects a round claims: every claimed delivery starts at once, none
 	// waits in a queue while its lease runs out (a lease that lapsed
 	// before its delivery began would let another relay deliver it too).
@@ -124,33 +124,82 @@ func (r *Round) add(o ledger.EffectOutcome, recorded error) {
 }
 
 // Run delivers until ctx ends; deliveries in flight then finish (each is
-// bounded by its target's timeout) and are recorded.
+// bounded by its target's timeout) and are recorded. It keeps up to
+// Concurrency deliveries going: as each ends it claims what is due for
+// the free places, never more, so a claimed delivery always starts at
+// once; it claims once half the places are free (or when none is busy). An ended delivery may make its
+// operation's next effect due, so the relay asks again at once; when
+// nothing is due it waits Every.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.compile(); err != nil {
 		return err
 	}
-	failures := 0
-	for {
-		round, err := r.Once(ctx)
-		wait := cmpOr(r.Every, time.Second)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			failures++
-			wait = min(wait<<min(failures, 6), time.Minute)
-			r.log().Error("relay round failed", "err", err, "retry_in", wait)
-		case round.Claimed == r.concurrency():
-			failures, wait = 0, 0 // more may be due at once
-		default:
-			failures = 0
+	ended := make(chan struct{}, r.concurrency())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	inFlight, failures := 0, 0
+	for ctx.Err() == nil {
+		// A claim is a commit: one for half the places at least (or any,
+		// when none is busy) keeps them few.
+		if free := r.concurrency() - inFlight; free > 0 && (2*free >= r.concurrency() || inFlight == 0) {
+			claims, err := r.claim(ctx, free)
+			switch {
+			case err == nil:
+				failures = 0
+			case ctx.Err() == nil:
+				failures++
+				r.log().Error("relay claim failed", "err", err, "retry_in", r.wait(failures))
+			}
+			for _, c := range claims {
+				inFlight++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = r.handle(context.WithoutCancel(ctx), c)
+					ended <- struct{}{}
+				}()
+			}
+			if err == nil && len(claims) == free {
+				continue // more may be due at once
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
+		case <-ended:
+			inFlight -= 1 + drain(ended)
+		case <-time.After(r.wait(failures)):
 		}
 	}
+	return nil
+}
+
+// drain takes what else is waiting on c, and says how much: the places
+// freed meanwhile are claimed for together.
+func drain(c chan struct{}) int {
+	for n := 0; ; n++ {
+		select {
+		case <-c:
+		default:
+			return n
+		}
+	}
+}
+
+// wait is how long Run waits for a place or for work: Every, doubled after
+// each failed claim up to a minute.
+func (r *Relay) wait(failures int) time.Duration {
+	every := cmpOr(r.Every, time.Second)
+	return min(every<<min(failures, 6), max(every, time.Minute))
+}
+
+// claim claims up to n effects due.
+func (r *Relay) claim(ctx context.Context, n int) ([]ledger.EffectClaim, error) {
+	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: n, Lease: r.lease(),
+		MaxAttempts: r.maxAttempts()})
+	if err != nil {
+		return nil, fmt.Errorf("claim effects: %w", err)
+	}
+	return claims, nil
 }
 
 // Once claims up to Concurrency effects due, delivers them all at once,
@@ -159,10 +208,9 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 	if err := r.compile(); err != nil {
 		return Round{}, err
 	}
-	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: r.concurrency(),
-		Lease: r.lease(), MaxAttempts: r.maxAttempts()})
+	claims, err := r.claim(ctx, r.concurrency())
 	if err != nil {
-		return Round{}, fmt.Errorf("claim effects: %w", err)
+		return Round{}, err
 	}
 	round := Round{Claimed: len(claims)}
 	var mu sync.Mutex
@@ -255,7 +303,7 @@ func (r *Relay) compile() error {
 
 func (r *Relay) lease() time.Duration { return cmpOr(r.Lease, 30*time.Second) }
 
-func (r *Relay) concurrency() int { return max(cmpOr(r.Concurrency, 8), 1) }
+func (r *Relay) concurrency() int { return max(cmpOr(r.Concurrency, 16), 1) }
 
 func (r *Relay) maxAttempts() int {
 	switch {

@@ -56,7 +56,7 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 	cmd.Flags().BoolVar(&once, "once", false, "deliver what is due, then exit")
 	cmd.Flags().DurationVar(&f.lease, "lease", 30*time.Second, "how long a delivery is this relay's alone; longer than every upstream's timeout")
 	cmd.Flags().DurationVar(&f.every, "every", time.Second, "how long to wait when nothing is due")
-	cmd.Flags().IntVar(&f.conc, "concurrency", 8, "deliveries at once (and effects claimed per round)")
+	cmd.Flags().IntVar(&f.conc, "concurrency", 16, "deliveries at once (and the most effects one claim takes)")
 	cmd.Flags().IntVar(&f.maxAttempts, "max-attempts", 10, "deliveries of one effect before it waits for an operator (-1: no bound)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd

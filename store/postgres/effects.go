@@ -56,13 +56,15 @@ func (s *Store) enqueue(ctx context.Context, fn func(context.Context, steps.Driv
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, driver{s: s, tx: tx}) })
 }
 
-// The two statements of a claim. lapseEffectsSQL makes the deliveries
+// The two statements of a claim, sent together: one round trip, one
+// implicit transaction, one commit. lapseEffectsSQL makes the deliveries
 // whose lease lapsed unknown: sent, maybe delivered; due again at once,
 // or parked once they used their last attempt ($1, 0 for no bound).
-// claimEffectsSQL then takes the due effects of the targets ($3) whose
-// operation's earlier effects all succeeded, oldest due first: a token
-// ($1 and the id), a larger fence, a lease of $2. SKIP LOCKED lets relays
-// claim at once, each effect once.
+// claimEffectsSQL then (a statement of its own, so it sees them) takes
+// the due effects of the targets ($3) whose operation's earlier effects
+// all succeeded, oldest due first: a token ($1 and the id), a larger
+// fence, a lease of $2. SKIP LOCKED lets relays claim at once, each
+// effect once.
 var (
 	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, last_error = 'lease_expired',
 	updated_at = now(), next_at = CASE WHEN $1 > 0 AND attempts >= $1 THEN NULL ELSE now() END
@@ -90,14 +92,32 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := s.pool.Exec(ctx, lapseEffectsSQL, p.MaxAttempts); err != nil {
-		return nil, mapErr("claim effects: lapsed leases", err)
+	b := &pgx.Batch{}
+	b.Queue(lapseEffectsSQL, p.MaxAttempts)
+	b.Queue(claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
+	br := s.pool.SendBatch(ctx, b)
+	out, err := claimed(br)
+	// The batch's implicit transaction commits at its end: its error, if
+	// any, comes with Close.
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	rows, err := s.pool.Query(ctx, claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
 	if err != nil {
 		return nil, mapErr("claim effects", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.EffectClaim, error) {
+	return out, nil
+}
+
+// claimed reads a claim's two results: the lapsed leases, then the claims.
+func claimed(br pgx.BatchResults) ([]ledger.EffectClaim, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.EffectClaim, error) {
 		var c ledger.EffectClaim
 		e, err := scanEffect(scanMore{r, []any{&c.Lease.Token, &c.Lease.Until}})
 		if err != nil {
@@ -106,7 +126,6 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 		c.Effect, c.Lease.EffectID, c.Lease.Fence = e, e.ID, e.Fence
 		return c, nil
 	})
-	return out, mapErr("claim effects", err)
 }
 
 // effectResultSQL ends a delivery under its claim. The owner token stays,

@@ -42,7 +42,7 @@ CREATE TABLE idem_effects (
 
 -- What a relay's claim reads: the due effects, and the deliveries whose
 -- lease may have lapsed.
-CREATE INDEX idem_effects_due ON idem_effects (next_at) WHERE state IN ('prepared', 'unknown') AND next_at IS NOT NULL;
+CREATE INDEX idem_effects_due ON idem_effects (next_at, seq) WHERE state IN ('prepared', 'unknown') AND next_at IS NOT NULL;
 CREATE INDEX idem_effects_executing ON idem_effects (lease_until) WHERE state = 'executing';
 -- An operation's effects, in order: its view, and the claim's check that
 -- every earlier effect succeeded.
