@@ -91,6 +91,10 @@ func UpstreamKey(tenant, key string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// MaxEffectBody bounds an effect's body, as a route's max_body bounds a
+// request's: an effect is a call to make, not a file to store.
+const MaxEffectBody = 1 << 20
+
 // MaxEffectName bounds an effect's name, which its derived key carries.
 const MaxEffectName = 64
 
@@ -132,6 +136,8 @@ func (p EffectParams) Validate() error {
 		return invalid("effect path %q: want an absolute path (and query), /v1/…", p.Path)
 	case p.Retention < 0:
 		return invalid("effect retention %v: want 0 (the default) or more", p.Retention)
+	case len(p.Body) > MaxEffectBody:
+		return invalid("effect body of %d bytes: at most %d", len(p.Body), MaxEffectBody)
 	}
 	for name, vs := range p.Header {
 		if name == "" || strings.ContainsAny(name, " \t\r\n:\x00") {
@@ -241,16 +247,17 @@ type EffectClaim struct {
 
 // EffectOutcome is how a delivery ended, by error family (DESIGN.md's
 // outcome mapping): succeeded or failed on an answer; prepared when
-// nothing was delivered (unreachable, 429, 503 before sending); unknown
-// when it was sent and no answer came, or a 5xx. A prepared or unknown
-// effect is due again at Next, or parked (Next zero): it waits for an
-// operator.
+// nothing was delivered (unreachable, 429); unknown when it was sent and
+// no answer came, or a 5xx. A prepared or unknown effect is due again
+// RetryIn after the store's now (its clock, as every time it keeps), or
+// parked: it waits for an operator.
 type EffectOutcome struct {
 	State     State
 	Status    int
 	ResultRef string
 	ErrorCode string
-	Next      time.Time
+	RetryIn   time.Duration
+	Park      bool
 }
 
 // Validate refuses an outcome a store cannot record as it stands.
@@ -258,8 +265,10 @@ func (o EffectOutcome) Validate() error {
 	switch {
 	case o.State != Succeeded && o.State != Failed && o.State != Prepared && o.State != Unknown:
 		return invalid("an effect's delivery ends succeeded, failed, prepared or unknown, not %s", o.State)
-	case o.State.Final() && !o.Next.IsZero():
-		return invalid("a final effect is due never")
+	case o.State.Final() && (o.RetryIn != 0 || o.Park):
+		return invalid("a final effect is due never, nor parked")
+	case o.RetryIn < 0:
+		return invalid("retry in %v: want 0 (now) or more", o.RetryIn)
 	case o.Status < 0 || o.Status > 999:
 		return invalid("status %d: want three digits, or 0 for none", o.Status)
 	case !cleanText(o.ResultRef) || !cleanText(o.ErrorCode):
@@ -271,7 +280,9 @@ func (o EffectOutcome) Validate() error {
 // EffectResolveParams is an operator's decision about an effect that is
 // not final and not executing (a parked one, or one whose delivery is
 // unknown): succeeded or failed (with what the operator found at the
-// target), or prepared to deliver it again now.
+// target), or prepared to deliver it again now. A failed effect may be
+// made prepared too, once its cause is mended: a definite refusal holds
+// the effects behind it, and this is how its operation resumes.
 type EffectResolveParams struct {
 	ID        string
 	Tenant    string // the effect's: another tenant's is not found

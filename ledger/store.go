@@ -19,7 +19,8 @@ import (
 // that a Go service reserves, enqueues effects and completes in its own
 // business transaction, and they commit with its writes or not at all.
 // Times for leases and retention come from the store's own clock (the
-// database's now() on PostgreSQL) so that gateways with skewed clocks agree.
+// statement's start on PostgreSQL, statement_timestamp(), which in a caller's
+// long transaction is not its start) so that gateways with skewed clocks agree.
 type Steps interface {
 	// Reserve registers (Tenant, Key) atomically, guarded by a unique
 	// constraint. A new operation goes to executing with a lease when
@@ -139,16 +140,21 @@ type Store interface {
 	// relays claim each effect once.
 	ClaimEffects(ctx context.Context, p EffectClaimParams) ([]EffectClaim, error)
 	// EffectResult records a delivery's outcome under its claim, and ends
-	// it. ErrStaleOwner if a later claim fenced this one (its lease
-	// lapsed), ErrIllegalTransition if an operator settled it meanwhile.
+	// it. ErrStaleOwner once the claim's lease has lapsed (by the store's
+	// clock, swept or not) or a later claim fenced it; ErrIllegalTransition
+	// if an operator settled it meanwhile. The same result recorded again
+	// (a retry after a lost reply) is no error.
 	EffectResult(ctx context.Context, l EffectLease, o EffectOutcome) (*Effect, error)
 	// Effects reads the effects of a tenant's operation (by its key), in
 	// their order.
 	Effects(ctx context.Context, tenant, operationKey string) ([]*Effect, error)
-	// GetEffect reads one effect.
+	// GetEffect reads one effect, of whichever tenant: a caller serving
+	// a tenant checks the effect's.
 	GetEffect(ctx context.Context, id string) (*Effect, error)
 	// ResolveEffect settles, on an operator's word, an effect that is
-	// neither final nor executing: ErrIllegalTransition otherwise.
+	// neither final nor executing, or makes a failed one prepared (to be
+	// delivered again, once its cause is mended): ErrIllegalTransition
+	// otherwise.
 	ResolveEffect(ctx context.Context, p EffectResolveParams) (*Effect, error)
 
 	// Stats reads what the metrics' gauges show, per tenant: operations by
@@ -162,7 +168,8 @@ type Store interface {
 	// to limit final effects past theirs, and returns how many. Executing
 	// and unknown operations are never purged: forgetting them would let a
 	// retry repeat an effect that may have happened; nor are effects that
-	// are not final.
+	// are not final, nor a final one that an effect of its operation not
+	// yet final follows (a purged failure would release what it holds).
 	Purge(ctx context.Context, limit int) (int, error)
 
 	// AuditEvents reads the audit events of one operation (or of a

@@ -96,16 +96,22 @@ func insertEffect(ctx context.Context, d Driver, p ledger.EffectParams, fingerpr
 }
 
 // EffectRefusal says why a delivery's result was refused by its guard,
-// given the effect as it stands and its owner token. When this very result
-// was recorded already (the same claim, and the effect in the outcome's
-// state: a retry after a lost reply) it is no refusal: the effect is
-// returned as it stands.
+// given the effect as it stands and its owner token (a lapse, or an
+// operator, ends a claim's token). When this very result was recorded
+// already (the same claim, and the effect in the outcome's state: a retry
+// after a lost reply) it is no refusal: the effect is returned as it
+// stands.
 func EffectRefusal(e *ledger.Effect, token string, l ledger.EffectLease, to ledger.State) (*ledger.Effect, error) {
-	same := e.Fence == l.Fence && subtle.ConstantTimeCompare([]byte(token), []byte(l.Token)) == 1
+	same := e.Fence == l.Fence && token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(l.Token)) == 1
 	switch {
 	case same && e.State == to:
 		return e, nil
-	case !same || e.State == ledger.Unknown && e.LastError == "lease_expired":
+	case same && e.State == ledger.Executing:
+		return nil, fmt.Errorf("effect result %s: %w: its lease lapsed", e.ID, ledger.ErrStaleOwner)
+	case same:
+		return nil, fmt.Errorf("effect result %s: %w: its result is recorded already, as %s", e.ID,
+			ledger.ErrIllegalTransition, e.State)
+	case e.Fence != l.Fence || e.State == ledger.Unknown && e.LastError == "lease_expired":
 		return nil, fmt.Errorf("effect result %s: %w: its lease lapsed, or a later claim took it", e.ID,
 			ledger.ErrStaleOwner)
 	}

@@ -20,6 +20,9 @@ func runEffects(t *testing.T, b Backend) {
 	t.Run("EffectsParked", func(t *testing.T) { testEffectsParked(t, b) })
 	t.Run("EffectsTargets", func(t *testing.T) { testEffectsTargets(t, b) })
 	t.Run("EffectsPurge", func(t *testing.T) { testEffectsPurge(t, b) })
+	t.Run("EffectsLateResult", func(t *testing.T) { testEffectsLateResult(t, b) })
+	t.Run("EffectsFailedResumes", func(t *testing.T) { testEffectsFailedResumes(t, b) })
+	t.Run("EffectsEnqueuedAtOnce", func(t *testing.T) { testEffectsEnqueuedAtOnce(t, b) })
 	t.Run("RaceEffectClaims", func(t *testing.T) { testRaceEffectClaims(t, b) })
 }
 
@@ -86,6 +89,7 @@ func testEffectsEnqueue(t *testing.T, b Backend) {
 		"a bad path":    func(p *ledger.EffectParams) { p.Path = "v1/x" },
 		"a bad header":  func(p *ledger.EffectParams) { p.Header = map[string][]string{"X-A": {"a\r\nb"}} },
 		"a long key":    func(p *ledger.EffectParams) { p.OperationKey = string(bytes.Repeat([]byte("k"), 300)) },
+		"a large body":  func(p *ledger.EffectParams) { p.Body = make([]byte, ledger.MaxEffectBody+1) },
 	} {
 		p := effectsOf(1, "crm")[0]
 		bad(&p)
@@ -174,7 +178,7 @@ func testEffectsInOrder(t *testing.T, b Backend) {
 	if len(c) != 1 || c[0].Effect.ID != in[1].ID {
 		t.Fatalf("second claim: %+v", c)
 	}
-	result(t, s, c[0], ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: "target_timeout", Next: time.Now().Add(-time.Second)})
+	result(t, s, c[0], ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: "target_timeout"})
 	c = claimEffects(t, s, 10)
 	if len(c) != 1 || c[0].Effect.ID != in[1].ID || c[0].Effect.Attempts != 2 || c[0].Lease.Fence != 2 {
 		t.Fatalf("an unknown delivery is due again: %+v", c)
@@ -233,7 +237,7 @@ func testEffectsParked(t *testing.T, b Backend) {
 	s := b.Fresh(t)
 	in := enqueue(t, s, effectsOf(2, "crm"))
 	c := claimEffects(t, s, 1)
-	e := result(t, s, c[0], ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: "target_timeout"})
+	e := result(t, s, c[0], ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: "target_timeout", Park: true})
 	if !e.Parked() {
 		t.Fatalf("not parked: %+v", e)
 	}
@@ -283,15 +287,140 @@ func testEffectsPurge(t *testing.T, b Backend) {
 	for i := range in {
 		in[i].Retention = time.Millisecond
 	}
-	got := enqueue(t, s, in)
+	enqueue(t, s, in)
 	result(t, s, claimEffects(t, s, 1)[0], ledger.EffectOutcome{State: ledger.Succeeded, Status: 200})
+	time.Sleep(5 * time.Millisecond)
+	purge := func(want int) {
+		t.Helper()
+		if _, err := s.Purge(ctx(t), 100); err != nil {
+			t.Fatal(err)
+		}
+		if left, err := s.Effects(ctx(t), "acme", in[0].OperationKey); err != nil || len(left) != want {
+			t.Fatalf("after purge: %d effects (%v), want %d", len(left), err, want)
+		}
+	}
+	// Kept while an effect of its operation waits: were the operation's
+	// effects enqueued again (a business transaction repeated), it would
+	// otherwise come back behind the one that waits, and go out again.
+	purge(2)
+	result(t, s, claimEffects(t, s, 1)[0], ledger.EffectOutcome{State: ledger.Succeeded, Status: 200})
+	time.Sleep(5 * time.Millisecond)
+	purge(0)
+	// A failure past its retention holds the effects behind it still: it
+	// is not purged while they wait.
+	held := effectsOf(2, "crm")
+	held[0].Retention = time.Millisecond
+	enqueue(t, s, held)
+	result(t, s, claimEffects(t, s, 1)[0], ledger.EffectOutcome{State: ledger.Failed, Status: 422, ErrorCode: "http_422"})
 	time.Sleep(5 * time.Millisecond)
 	if _, err := s.Purge(ctx(t), 100); err != nil {
 		t.Fatal(err)
 	}
-	left, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
-	if err != nil || len(left) != 1 || left[0].ID != got[1].ID {
-		t.Fatalf("after purge: %+v %v", left, err)
+	if c := claimEffects(t, s, 10); len(c) != 0 {
+		t.Fatalf("the effect behind a purged failure was released: %s", c[0].Effect.Key)
+	}
+	if es, err := s.Effects(ctx(t), "acme", held[0].OperationKey); err != nil || len(es) != 2 {
+		t.Fatalf("a failure holding an effect back was purged: %v %v", es, err)
+	}
+}
+
+// testEffectsLateResult: a claim whose lease lapsed is void by the store's
+// clock, swept or not: its result is refused; and once a lapse or an
+// operator ended it, a stale relay's result is never taken for its own.
+func testEffectsLateResult(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	in := enqueue(t, s, effectsOf(1, "crm"))
+	lapsing := ledger.EffectClaimParams{Targets: []string{"crm"}, Limit: 1, Lease: Lapsing}
+	first, err := s.ClaimEffects(ctx(t), lapsing)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claim: %v %v", first, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	_, err = s.EffectResult(ctx(t), first[0].Lease, ledger.EffectOutcome{State: ledger.Succeeded, Status: 200})
+	wantErr(t, "a result past its lease, unswept", err, ledger.ErrStaleOwner)
+	// Another relay's claim (of another target) sweeps the lapse; then an
+	// operator makes the effect due again.
+	if _, err := s.ClaimEffects(ctx(t), ledger.EffectClaimParams{Targets: []string{"billing"}, Limit: 1, Lease: Long}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ResolveEffect(ctx(t), ledger.EffectResolveParams{ID: in[0].ID, Tenant: "acme", To: ledger.Prepared,
+		Actor: "alice", Note: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.EffectResult(ctx(t), first[0].Lease, ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "target_unreachable"})
+	if err == nil {
+		t.Fatal("a stale relay's result, matching the operator's, was taken for its own")
+	}
+}
+
+// testEffectsFailedResumes: a definite failure holds the effects behind
+// it; an operator who mended its cause makes it prepared, and the
+// operation resumes at it: test 11, "one effect succeeds and the next
+// fails".
+func testEffectsFailedResumes(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	in := enqueue(t, s, effectsOf(3, "crm"))
+	result(t, s, claimEffects(t, s, 1)[0], ledger.EffectOutcome{State: ledger.Succeeded, Status: 201})
+	result(t, s, claimEffects(t, s, 1)[0], ledger.EffectOutcome{State: ledger.Failed, Status: 422, ErrorCode: "http_422"})
+	_, err := s.ResolveEffect(ctx(t), ledger.EffectResolveParams{ID: in[1].ID, Tenant: "acme", To: ledger.Succeeded,
+		Actor: "alice", Note: "no"})
+	wantErr(t, "a failed effect resolved succeeded", err, ledger.ErrIllegalTransition)
+	e, err := s.ResolveEffect(ctx(t), ledger.EffectResolveParams{ID: in[1].ID, Tenant: "acme", To: ledger.Prepared,
+		Actor: "alice", Note: "the address is fixed at the CRM"})
+	if err != nil || e.State != ledger.Prepared || e.NextAt.IsZero() {
+		t.Fatalf("a failed effect made prepared: %+v %v", e, err)
+	}
+	for i := 1; i < 3; i++ {
+		c := claimEffects(t, s, 10)
+		if len(c) != 1 || c[0].Effect.ID != in[i].ID {
+			t.Fatalf("resume, step %d: %+v", i+1, c)
+		}
+		result(t, s, c[0], ledger.EffectOutcome{State: ledger.Succeeded, Status: 201})
+	}
+	es, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
+	if err != nil || es[0].Attempts != 1 || es[1].Attempts != 2 || es[2].Attempts != 1 {
+		t.Fatalf("attempts after the resume: %+v %v", es, err)
+	}
+}
+
+// testEffectsEnqueuedAtOnce: two business transactions enqueue effects of
+// one operation at once; the one enqueued first commits last. The later
+// effect never goes out before the earlier one exists: the second
+// transaction waits for the first (SQLite: one writer; PostgreSQL: the
+// operation's lock), so order is commit order.
+func testEffectsEnqueuedAtOnce(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	in := effectsOf(2, "crm")
+	t1 := b.Begin(t, s)
+	defer func() { _ = t1.Rollback() }() // after a failure: ends its locks (no-op once committed)
+	enqueue(t, t1.Steps, in[:1])
+	done := make(chan error, 1)
+	go func() {
+		t2 := b.Begin(t, s)
+		if _, err := t2.Steps.Enqueue(ctx(t), in[1:]); err != nil {
+			_ = t2.Rollback()
+			done <- err
+			return
+		}
+		done <- t2.Commit()
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the second transaction did not wait for the first (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if es, err := s.Effects(ctx(t), "acme", in[0].OperationKey); err != nil || len(es) != 0 {
+		t.Fatalf("effects seen before either transaction committed: %v %v", es, err)
+	}
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c := claimEffects(t, s, 10)
+	if len(c) != 1 || c[0].Effect.Name != "step-1" {
+		t.Fatalf("first claim after both commits: %+v", c)
 	}
 }
 

@@ -28,6 +28,57 @@ func runTx(t *testing.T, b Backend) {
 	t.Run("TxCompleteJoins", func(t *testing.T) { testTxCompleteJoins(t, b) })
 	t.Run("TxFenced", func(t *testing.T) { testTxFenced(t, b) })
 	t.Run("TxOneWinner", func(t *testing.T) { testTxOneWinner(t, b) })
+	t.Run("TxReadsItsWrites", func(t *testing.T) { testTxReadsItsWrites(t, b) })
+	t.Run("TxClockRuns", func(t *testing.T) { testTxClockRuns(t, b) })
+}
+
+// testTxClockRuns: in a caller's long transaction the store's clock is
+// the time each step runs, not the transaction's start: a lease taken
+// late in it is not short by the time already spent.
+func testTxClockRuns(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	tx := b.Begin(t, s)
+	defer tx.Rollback()
+	first, err := tx.Steps.Reserve(ctx(t), Params(Long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	second, err := tx.Steps.Reserve(ctx(t), Params(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gap := second.Op.CreatedAt.Sub(first.Op.CreatedAt); gap < 250*time.Millisecond {
+		t.Fatalf("two steps 300ms apart in one transaction are %v apart by the store's clock", gap)
+	}
+	if left := time.Until(second.Lease.Until); left < 50*time.Second {
+		t.Fatalf("a one-minute lease taken late in a transaction has %v left", left)
+	}
+}
+
+// testTxReadsItsWrites: the steps in a transaction read what it wrote,
+// not what others see: a reservation or an enqueue repeated in it finds
+// its own rows.
+func testTxReadsItsWrites(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	tx := b.Begin(t, s)
+	defer tx.Rollback()
+	in := effectsOf(2, "crm")
+	first := enqueue(t, tx.Steps, in)
+	again, err := tx.Steps.Enqueue(ctx(t), in)
+	if err != nil || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		t.Fatalf("enqueue repeated in one transaction: %v %v", again, err)
+	}
+	r, err := tx.Steps.Reserve(ctx(t), Params(Long))
+	if err != nil || !r.Created {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	p := Params(Long)
+	p.Key = r.Op.Key
+	r2, err := tx.Steps.Reserve(ctx(t), p)
+	if err != nil || r2.Created || r2.Op.ID != r.Op.ID {
+		t.Fatalf("reserve repeated in one transaction: %+v %v", r2, err)
+	}
 }
 
 var answer = &ledger.Response{Status: 201, Header: map[string][]string{"Content-Type": {"application/json"}},

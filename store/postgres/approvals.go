@@ -27,8 +27,8 @@ var reserveApprovalSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, fence, business_key,
 		concurrency_key, retention_us, created_at, updated_at, expires_at, approval_id, approval_status,
 		approval_expires_at, principal, target, run_id, trace_id, probe)
-	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, now(), now(), now() + ` + us("$8") + `,
-		$10, 'pending', now() + ` + us("$11") + `, $19, $20, $21, $22, $23)
+	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + ` + us("$8") + `,
+		$10, 'pending', statement_timestamp() + ` + us("$11") + `, $19, $20, $21, $22, $23)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -41,7 +41,7 @@ var reserveApprovalSQL = `WITH ins AS (
 )
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
-SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < now())
+SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
 	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // decideSQL decides a pending approval, guarded by everything a decision
@@ -49,17 +49,17 @@ SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < now())
 // clock restarts (valid_for); denied, the operation fails, with its
 // history row.
 var decideSQL = `WITH ap AS (
-	UPDATE idem_approvals SET status = $2, decided_by = $3, decided_at = now(), note = $4,
-		expires_at = CASE WHEN $2 = 'approved' THEN now() + valid_for_us * interval '1 microsecond' ELSE expires_at END
-	WHERE id = $1 AND tenant = $5 AND fingerprint = $6 AND status = 'pending' AND expires_at >= now()
+	UPDATE idem_approvals SET status = $2, decided_by = $3, decided_at = statement_timestamp(), note = $4,
+		expires_at = CASE WHEN $2 = 'approved' THEN statement_timestamp() + valid_for_us * interval '1 microsecond' ELSE expires_at END
+	WHERE id = $1 AND tenant = $5 AND fingerprint = $6 AND status = 'pending' AND expires_at >= statement_timestamp()
 		AND requested_by <> $3
 	RETURNING ` + approvalColumns + `
 ), up AS (
 	UPDATE idem_operations o SET approval_status = ap.status, approval_expires_at = ap.expires_at,
 		state = CASE WHEN ap.status = 'denied' THEN 'failed' ELSE o.state END,
 		last_error = CASE WHEN ap.status = 'denied' THEN 'approval_denied' ELSE o.last_error END,
-		updated_at = CASE WHEN ap.status = 'denied' THEN now() ELSE o.updated_at END,
-		expires_at = CASE WHEN ap.status = 'denied' THEN now() + o.retention_us * interval '1 microsecond'
+		updated_at = CASE WHEN ap.status = 'denied' THEN statement_timestamp() ELSE o.updated_at END,
+		expires_at = CASE WHEN ap.status = 'denied' THEN statement_timestamp() + o.retention_us * interval '1 microsecond'
 			ELSE o.expires_at END
 	FROM ap WHERE o.id = ap.op_id AND o.approval_id = ap.id AND o.state = 'prepared'
 	RETURNING o.id, o.state, o.updated_at, o.tenant, o.key, o.fingerprint, o.route, o.approval_id,
@@ -78,10 +78,10 @@ var reopenSQL = `WITH prev AS (
 	SELECT id FROM idem_approvals WHERE id = $2 FOR UPDATE
 ), up AS (
 	UPDATE idem_operations SET approval_id = $3, approval_status = 'pending',
-		approval_expires_at = now() + ` + us("$4") + `, updated_at = now()
+		approval_expires_at = statement_timestamp() + ` + us("$4") + `, updated_at = statement_timestamp()
 	WHERE id = $1 AND state = 'prepared' AND approval_id = $2 AND EXISTS (SELECT 1 FROM prev)
 		AND (approval_status = 'expired'
-		     OR (approval_status IN ('pending', 'approved', 'used') AND approval_expires_at < now()))
+		     OR (approval_status IN ('pending', 'approved', 'used') AND approval_expires_at < statement_timestamp()))
 	RETURNING ` + opColumnsNoBody + `
 ), old AS (
 	UPDATE idem_approvals SET status = 'expired'
@@ -99,14 +99,14 @@ SELECT ` + opColumns + ` FROM up`
 // sweep side by side.
 const expireApprovalsSQL = `WITH due AS (
 	SELECT id FROM idem_approvals
-	WHERE status IN ('pending', 'approved') AND expires_at < now()
+	WHERE status IN ('pending', 'approved') AND expires_at < statement_timestamp()
 	ORDER BY expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 )` + expireDueSQL
 
 // expireOneApprovalSQL expires one approval past its time.
 const expireOneApprovalSQL = `WITH due AS (
-	SELECT id FROM idem_approvals WHERE id = $1 AND status IN ('pending', 'approved') AND expires_at < now()
+	SELECT id FROM idem_approvals WHERE id = $1 AND status IN ('pending', 'approved') AND expires_at < statement_timestamp()
 	FOR UPDATE
 )` + expireDueSQL
 

@@ -25,8 +25,8 @@ var reserveSQL = `WITH ins AS (
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
 		principal, target, run_id, trace_id, probe)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
-		CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END,
-		$10, $11, $12::bigint, now(), now(), now() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19)
+		CASE WHEN $9::bigint > 0 THEN statement_timestamp() + $9::bigint * interval '1 microsecond' END,
+		$10, $11, $12::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -34,12 +34,12 @@ var reserveSQL = `WITH ins AS (
 )
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
-SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < now())
+SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
 	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the database's clock.
-const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < now())
+const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
 	FROM idem_operations WHERE tenant = $1 AND key = $2`
 
 // transitionSQL builds the one statement that makes a transition: a
@@ -49,9 +49,9 @@ const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_un
 // stored response is not read back: it is what the step wrote.
 func transitionSQL(set, guard string) string {
 	return `WITH up AS (
-	UPDATE idem_operations SET state = $3, updated_at = now(),
+	UPDATE idem_operations SET state = $3, updated_at = statement_timestamp(),
 		probe_token = NULL, probe_until = NULL, probe_next = NULL, -- a claim never outlives its unknown episode
-		expires_at = now() + retention_us * interval '1 microsecond', ` + set + `
+		expires_at = statement_timestamp() + retention_us * interval '1 microsecond', ` + set + `
 	WHERE id = $1 AND state = $2 ` + guard + `
 	RETURNING ` + opColumnsNoBody + `
 ), hist AS (
@@ -96,17 +96,17 @@ var (
 	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
 	resendSQL = transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
-		lease_until = now() + $7::bigint * interval '1 microsecond', `+runContext, ``)
+		lease_until = statement_timestamp() + $7::bigint * interval '1 microsecond', `+runContext, ``)
 	// acquireSQL is resendSQL for a prepared operation: one bound to an
 	// approval is taken only while the approval is granted and in time,
 	// and the approval is used by this very statement.
 	acquireSQL = withCTE(transitionSQL(`owner_token = $6, fence = fence + 1, attempts = attempts + 1,
-		lease_until = now() + $7::bigint * interval '1 microsecond',
+		lease_until = statement_timestamp() + $7::bigint * interval '1 microsecond',
 		approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END, `+runContext,
-		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= now()))`),
+		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= statement_timestamp()))`),
 		`used AS (UPDATE idem_approvals a SET status = 'used' FROM up WHERE a.id = up.approval_id AND a.status = 'approved')`)
 	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $6`,
-		`AND lease_until < now()`)
+		`AND lease_until < statement_timestamp()`)
 	resolveSQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
 		result_ref = coalesce($9, result_ref), response_sha256 = $10`, ``)
 	denySQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
@@ -114,8 +114,8 @@ var (
 	// heartbeatSQL extends a lease that has not lapsed: a lapsed one belongs
 	// to the expiry, whether or not a sweep has run yet.
 	heartbeatSQL = `UPDATE idem_operations
-		SET lease_until = now() + $4::bigint * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND owner_token = $2 AND fence = $3 AND state = 'executing' AND lease_until >= now()
+		SET lease_until = statement_timestamp() + $4::bigint * interval '1 microsecond', updated_at = statement_timestamp()
+		WHERE id = $1 AND owner_token = $2 AND fence = $3 AND state = 'executing' AND lease_until >= statement_timestamp()
 		RETURNING lease_until`
 )
 

@@ -23,7 +23,7 @@ const effectColumns = `seq, id, tenant, op_key, name, key, target, method, path,
 // one's end).
 const insertEffectSQL = `INSERT INTO idem_effects (id, tenant, op_key, name, key, target, method, path, headers,
 	body, fingerprint, state, retention_us, next_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'prepared', $12, now(), now(), now())
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'prepared', $12, statement_timestamp(), statement_timestamp(), statement_timestamp())
 ON CONFLICT (tenant, key) DO NOTHING
 RETURNING ` + effectColumns
 
@@ -35,6 +35,18 @@ func (d driver) InsertEffect(ctx context.Context, id string, p ledger.EffectPara
 	body := p.Body
 	if body == nil {
 		body = []byte{}
+	}
+	// seq is taken at the insert, not at the commit: were two transactions
+	// to enqueue effects of one operation at once, the later effect could
+	// commit, and go out, first. One operation's enqueues wait for each
+	// other until their transaction ends. (Enqueue always runs in one: the
+	// caller's, or its own.)
+	if d.tx == nil {
+		return nil, errors.New("insert effect: outside a transaction")
+	}
+	if _, err := d.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		p.Tenant+"\n"+p.OperationKey); err != nil {
+		return nil, mapErr("insert effect: lock its operation", err)
 	}
 	e, err := scanEffect(d.read(ctx, insertEffectSQL, id, p.Tenant, p.OperationKey, p.Name, p.Key(), p.Target, p.Method,
 		p.Path, headers, body, fingerprint, micros(p.Retention)))
@@ -66,20 +78,20 @@ func (s *Store) enqueue(ctx context.Context, fn func(context.Context, steps.Driv
 // fence, a lease of $2. SKIP LOCKED lets relays claim at once, each
 // effect once.
 var (
-	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, last_error = 'lease_expired',
-	updated_at = now(), next_at = CASE WHEN $1 > 0 AND attempts >= $1 THEN NULL ELSE now() END
-WHERE state = 'executing' AND lease_until < now()`
+	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, owner_token = NULL,
+	last_error = 'lease_expired', updated_at = statement_timestamp(), next_at = CASE WHEN $1 > 0 AND attempts >= $1 THEN NULL ELSE statement_timestamp() END
+WHERE state = 'executing' AND lease_until < statement_timestamp()`
 	claimEffectsSQL = `WITH due AS (
 	SELECT e.seq FROM idem_effects e
-	WHERE e.state IN ('prepared', 'unknown') AND e.next_at <= now() AND e.target = ANY($3)
+	WHERE e.state IN ('prepared', 'unknown') AND e.next_at <= statement_timestamp() AND e.target = ANY($3)
 		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
 			AND b.seq < e.seq AND b.state <> 'succeeded')
 	ORDER BY e.next_at, e.seq LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE idem_effects f SET state = 'executing', owner_token = $1 || f.id, fence = f.fence + 1,
-	attempts = f.attempts + 1, lease_until = now() + $2::bigint * interval '1 microsecond', next_at = NULL,
-	updated_at = now()
+	attempts = f.attempts + 1, lease_until = statement_timestamp() + $2::bigint * interval '1 microsecond', next_at = NULL,
+	updated_at = statement_timestamp()
 FROM due WHERE f.seq = due.seq AND f.state IN ('prepared', 'unknown')
 RETURNING ` + qualifiedEffect + `, f.owner_token, f.lease_until`
 )
@@ -128,13 +140,16 @@ func claimed(br pgx.BatchResults) ([]ledger.EffectClaim, error) {
 	})
 }
 
-// effectResultSQL ends a delivery under its claim. The owner token stays,
-// so that a relay whose reply was lost can record it again and be told it
-// is done.
-const effectResultSQL = `UPDATE idem_effects SET state = $4, lease_until = NULL, next_at = $5, status = $6,
-	result_ref = coalesce($7, result_ref), last_error = $8, updated_at = now(),
-	expires_at = CASE WHEN $4 IN ('succeeded', 'failed') THEN now() + retention_us * interval '1 microsecond' END
-WHERE id = $1 AND state = 'executing' AND owner_token = $2 AND fence = $3
+// effectResultSQL ends a delivery under its claim, while its lease holds
+// by the store's clock: past it the claim is void, swept or not. $5 is the
+// delay before it is due again, in microseconds (NULL: never). The owner
+// token stays, so that a relay whose reply was lost can record it again
+// and be told it is done.
+const effectResultSQL = `UPDATE idem_effects SET state = $4, lease_until = NULL,
+	next_at = statement_timestamp() + $5::bigint * interval '1 microsecond', status = $6,
+	result_ref = coalesce($7, result_ref), last_error = $8, updated_at = statement_timestamp(),
+	expires_at = CASE WHEN $4 IN ('succeeded', 'failed') THEN statement_timestamp() + retention_us * interval '1 microsecond' END
+WHERE id = $1 AND state = 'executing' AND owner_token = $2 AND fence = $3 AND lease_until >= statement_timestamp()
 RETURNING ` + effectColumns
 
 // EffectResult implements ledger.Store.
@@ -142,9 +157,10 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	var next *time.Time
-	if !o.Next.IsZero() {
-		next = &o.Next
+	var retry *int64
+	if !o.State.Final() && !o.Park {
+		us := o.RetryIn.Microseconds()
+		retry = &us
 	}
 	// Batched as an owner's step is: the results of concurrent deliveries
 	// share one transaction and one wait for the disk.
@@ -152,7 +168,7 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	err := s.batch.run(ctx, single, true, func(row pgx.Row) (err error) {
 		e, err = scanEffect(row)
 		return err
-	}, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), next, nullable(o.Status),
+	}, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), retry, nullable(o.Status),
 		nullable(o.ResultRef), nullable(o.ErrorCode))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return e, mapErr("effect result", err)
@@ -167,12 +183,13 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 }
 
 // resolveEffectSQL settles an effect that is neither final nor executing
-// on an operator's word; prepared makes it due now.
-const resolveEffectSQL = `UPDATE idem_effects SET state = $3, resolved_by = $4, note = $5,
-	result_ref = coalesce($6, result_ref), updated_at = now(),
-	next_at = CASE WHEN $3 = 'prepared' THEN now() END,
-	expires_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() + retention_us * interval '1 microsecond' END
-WHERE id = $1 AND tenant = $2 AND state IN ('prepared', 'unknown')
+// on an operator's word, or makes a failed one prepared; prepared makes it
+// due now. It ends any claim's hold on it.
+const resolveEffectSQL = `UPDATE idem_effects SET state = $3, resolved_by = $4, note = $5, owner_token = NULL,
+	result_ref = coalesce($6, result_ref), updated_at = statement_timestamp(),
+	next_at = CASE WHEN $3 = 'prepared' THEN statement_timestamp() END,
+	expires_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN statement_timestamp() + retention_us * interval '1 microsecond' END
+WHERE id = $1 AND tenant = $2 AND (state IN ('prepared', 'unknown') OR (state = 'failed' AND $3 = 'prepared'))
 RETURNING ` + effectColumns
 
 // ResolveEffect implements ledger.Store.
@@ -210,10 +227,14 @@ func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error
 	return e, mapErr("effect "+id, err)
 }
 
-// purgeEffectsSQL deletes a batch of final effects past their retention.
+// purgeEffectsSQL deletes a batch of final effects past their retention,
+// but none that an effect of its operation not yet final follows: a
+// purged failure would release the effects it holds back.
 const purgeEffectsSQL = `WITH due AS (
-	SELECT seq FROM idem_effects WHERE state IN ('succeeded', 'failed') AND expires_at < now()
-	ORDER BY expires_at LIMIT $1
+	SELECT e.seq FROM idem_effects e WHERE e.state IN ('succeeded', 'failed') AND e.expires_at < statement_timestamp()
+		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
+			AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
+	ORDER BY e.expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), gone AS (
 	DELETE FROM idem_effects e USING due WHERE e.seq = due.seq RETURNING e.seq

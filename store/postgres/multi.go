@@ -45,8 +45,8 @@ var multiReserveSQL = `WITH input AS (
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
 		principal, target, run_id, trace_id, probe)
 	SELECT id, tenant, key, route, fingerprint, state, attempts, owner_token, attempts,
-		CASE WHEN lease_us > 0 THEN now() + lease_us * interval '1 microsecond' END,
-		business_key, concurrency_key, retention_us, now(), now(), now() + retention_us * interval '1 microsecond',
+		CASE WHEN lease_us > 0 THEN statement_timestamp() + lease_us * interval '1 microsecond' END,
+		business_key, concurrency_key, retention_us, statement_timestamp(), statement_timestamp(), statement_timestamp() + retention_us * interval '1 microsecond',
 		principal, target, run_id, trace_id, probe
 	FROM input ORDER BY tenant, key
 	ON CONFLICT DO NOTHING
@@ -65,8 +65,8 @@ var multiCompleteSQL = `WITH input AS (
 		AS i(id, from_state, to_state, actor, reason, owner_token, fence, response_status, response_headers,
 			response_body, result_ref, last_error, response_sha256)
 ), up AS (
-	UPDATE idem_operations o SET state = i.to_state, updated_at = now(),
-		expires_at = now() + o.retention_us * interval '1 microsecond', lease_until = NULL,
+	UPDATE idem_operations o SET state = i.to_state, updated_at = statement_timestamp(),
+		expires_at = statement_timestamp() + o.retention_us * interval '1 microsecond', lease_until = NULL,
 		response_status = i.response_status, response_headers = i.response_headers, response_body = i.response_body,
 		result_ref = i.result_ref, last_error = i.last_error, response_sha256 = i.response_sha256
 	FROM input i

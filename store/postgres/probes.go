@@ -16,13 +16,13 @@ import (
 // transition.
 var claimProbesSQL = `WITH due AS (
 	SELECT id FROM idem_operations
-	WHERE state = 'unknown' AND route = ANY($3) AND coalesce(probe_next, '-infinity') <= now()
-		AND coalesce(probe_until, '-infinity') < now()
+	WHERE state = 'unknown' AND route = ANY($3) AND coalesce(probe_next, '-infinity') <= statement_timestamp()
+		AND coalesce(probe_until, '-infinity') < statement_timestamp()
 	ORDER BY probe_next NULLS FIRST, id LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE idem_operations o SET probe_token = $1 || o.id, probe_fence = o.probe_fence + 1,
-	probe_until = now() + $2::bigint * interval '1 microsecond', probes = o.probes + 1
+	probe_until = statement_timestamp() + $2::bigint * interval '1 microsecond', probes = o.probes + 1
 FROM due WHERE o.id = due.id AND o.state = 'unknown'
 RETURNING ` + qualified("o", opColumnsNoBody) + `, o.probe_token, o.probe_fence, o.probe_until, o.probes`
 
@@ -62,8 +62,8 @@ var (
 	// probeResolveSQL moves the operation on a probe's proof, with its
 	// history and audit event (resolved) in the same statement.
 	probeResolveSQL = `WITH up AS (
-	UPDATE idem_operations SET state = $4, updated_at = now(),
-		expires_at = now() + retention_us * interval '1 microsecond', response_status = $7, response_headers = $8,
+	UPDATE idem_operations SET state = $4, updated_at = statement_timestamp(),
+		expires_at = statement_timestamp() + retention_us * interval '1 microsecond', response_status = $7, response_headers = $8,
 		response_body = $9, response_sha256 = $10, result_ref = coalesce($11, result_ref),
 		last_error = CASE WHEN $4 = 'prepared' THEN 'reconciled_not_applied' ELSE last_error END,
 		probe_token = NULL, probe_until = NULL, probe_next = NULL

@@ -87,7 +87,7 @@ func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) 
 // and the audit heads, in one round trip. The first reads every operation
 // once; the metrics read it at most once per scrape interval.
 const statsSQL = `SELECT 's', tenant, state, count(*), min(updated_at),
-	count(*) FILTER (WHERE state = 'executing' AND lease_until < now())
+	count(*) FILTER (WHERE state = 'executing' AND lease_until < statement_timestamp())
 	FROM idem_operations GROUP BY tenant, state
 UNION ALL
 SELECT 'a', tenant, '', count(*), min(created_at), 0 FROM idem_approvals WHERE status = 'pending' GROUP BY tenant

@@ -12,14 +12,14 @@ import (
 // state guard in the UPDATE makes each expiry happen once.
 var expireSQL = `WITH due AS (
 	SELECT id FROM idem_operations
-	WHERE state = 'executing' AND lease_until < now()
+	WHERE state = 'executing' AND lease_until < statement_timestamp()
 	ORDER BY lease_until LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), up AS (
 	UPDATE idem_operations o SET state = 'unknown', owner_token = NULL, lease_until = NULL,
 		probe_token = NULL, probe_until = NULL, probe_next = NULL,
-		last_error = 'lease_expired', updated_at = now(),
-		expires_at = now() + o.retention_us * interval '1 microsecond'
+		last_error = 'lease_expired', updated_at = statement_timestamp(),
+		expires_at = statement_timestamp() + o.retention_us * interval '1 microsecond'
 	FROM due WHERE o.id = due.id AND o.state = 'executing'
 	RETURNING o.id, o.updated_at, o.tenant, o.key, o.fingerprint, o.route, o.approval_id, o.response_status,
 		o.result_ref, ` + eventContext + `
@@ -33,7 +33,7 @@ SELECT count(*) FROM up`
 // Only prepared and final operations qualify: see ledger.Store.Purge.
 var purgeSQL = `WITH due AS (
 	SELECT id FROM idem_operations
-	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < now()
+	WHERE state IN ('prepared', 'succeeded', 'failed') AND expires_at < statement_timestamp()
 	ORDER BY expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), approvals AS (

@@ -57,7 +57,8 @@ func (d driver) EffectByKey(ctx context.Context, tenant, key string) (*ledger.Ef
 // array) whose operation's earlier effects all succeeded, oldest due
 // first: a token (?1 and the id), a larger fence, a lease of ?2.
 const (
-	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, last_error = 'lease_expired',
+	lapseEffectsSQL = `UPDATE idem_effects SET state = 'unknown', lease_until = NULL, owner_token = NULL,
+	last_error = 'lease_expired',
 	updated_at = ` + nowUS + `, next_at = CASE WHEN ?1 > 0 AND attempts >= ?1 THEN NULL ELSE ` + nowUS + ` END
 WHERE state = 'executing' AND lease_until < ` + nowUS
 	claimEffectsSQL = `UPDATE idem_effects SET state = 'executing', owner_token = ?1 || id, fence = fence + 1,
@@ -102,13 +103,16 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 	})
 }
 
-// effectResultSQL ends a delivery under its claim. The owner token stays,
-// so that a relay whose reply was lost can record it again and be told it
-// is done.
-const effectResultSQL = `UPDATE idem_effects SET state = ?4, lease_until = NULL, next_at = ?5, status = ?6,
+// effectResultSQL ends a delivery under its claim, while its lease holds
+// by the store's clock: past it the claim is void, swept or not. ?5 is
+// the delay before it is due again, in microseconds (NULL: never). The
+// owner token stays, so that a relay whose reply was lost can record it
+// again and be told it is done.
+const effectResultSQL = `UPDATE idem_effects SET state = ?4, lease_until = NULL,
+	next_at = CASE WHEN ?5 IS NULL THEN NULL ELSE ` + nowUS + ` + ?5 END, status = ?6,
 	result_ref = coalesce(?7, result_ref), last_error = ?8, updated_at = ` + nowUS + `,
 	expires_at = CASE WHEN ?4 IN ('succeeded', 'failed') THEN ` + nowUS + ` + retention_us END
-WHERE id = ?1 AND state = 'executing' AND owner_token = ?2 AND fence = ?3
+WHERE id = ?1 AND state = 'executing' AND owner_token = ?2 AND fence = ?3 AND lease_until >= ` + nowUS + `
 RETURNING ` + effectColumns
 
 // EffectResult implements ledger.Store.
@@ -116,15 +120,15 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	var next, status any
-	if !o.Next.IsZero() {
-		next = o.Next.UnixMicro()
+	var retry, status any
+	if !o.State.Final() && !o.Park {
+		retry = o.RetryIn.Microseconds()
 	}
 	if o.Status != 0 {
 		status = o.Status
 	}
 	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Effect, error) {
-		e, err := scanEffect(queryRow(ctx, d.q, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), next,
+		e, err := scanEffect(queryRow(ctx, d.q, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), retry,
 			status, null(o.ResultRef), null(o.ErrorCode)))
 		if errors.Is(err, errNoRows) {
 			return d.effectRefused(ctx, l, o.State)
@@ -147,12 +151,13 @@ func (d driver) effectRefused(ctx context.Context, l ledger.EffectLease, to ledg
 }
 
 // resolveEffectSQL settles an effect that is neither final nor executing
-// on an operator's word; prepared makes it due now.
-const resolveEffectSQL = `UPDATE idem_effects SET state = ?3, resolved_by = ?4, note = ?5,
+// on an operator's word, or makes a failed one prepared; prepared makes it
+// due now. It ends any claim's hold on it.
+const resolveEffectSQL = `UPDATE idem_effects SET state = ?3, resolved_by = ?4, note = ?5, owner_token = NULL,
 	result_ref = coalesce(?6, result_ref), updated_at = ` + nowUS + `,
 	next_at = CASE WHEN ?3 = 'prepared' THEN ` + nowUS + ` END,
 	expires_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN ` + nowUS + ` + retention_us END
-WHERE id = ?1 AND tenant = ?2 AND state IN ('prepared', 'unknown')
+WHERE id = ?1 AND tenant = ?2 AND (state IN ('prepared', 'unknown') OR (state = 'failed' AND ?3 = 'prepared'))
 RETURNING ` + effectColumns
 
 // ResolveEffect implements ledger.Store.
@@ -193,9 +198,14 @@ func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error
 	return e, mapErr("effect "+id, err)
 }
 
-// purgeEffectsSQL deletes a batch of final effects past their retention.
-const purgeEffectsSQL = `DELETE FROM idem_effects WHERE seq IN (SELECT seq FROM idem_effects
-	WHERE state IN ('succeeded', 'failed') AND expires_at < ` + nowUS + ` ORDER BY expires_at LIMIT ?1)`
+// purgeEffectsSQL deletes a batch of final effects past their retention,
+// but none that an effect of its operation not yet final follows: a
+// purged failure would release the effects it holds back.
+const purgeEffectsSQL = `DELETE FROM idem_effects WHERE seq IN (SELECT e.seq FROM idem_effects e
+	WHERE e.state IN ('succeeded', 'failed') AND e.expires_at < ` + nowUS + `
+		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
+			AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
+	ORDER BY e.expires_at LIMIT ?1)`
 
 func scanEffect(r row) (*ledger.Effect, error) {
 	var (

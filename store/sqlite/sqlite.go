@@ -303,9 +303,14 @@ func (s *Store) belowFloor() bool {
 	return int64(st.Bavail)*int64(st.Bsize) < s.minFree
 }
 
+// errBelowFloor marks the refusal of a new operation or effect below the
+// free-space floor: made before anything is written, it is the step's own
+// answer, and the steps sharing its batch commit as if it were not there.
+var errBelowFloor = errors.New("below the free-space floor")
+
 func (s *Store) floorError() error {
-	return fmt.Errorf("%w: free space on the store's disk is below %d MiB; new operations are refused",
-		ledger.ErrUnavailable, s.minFree>>20)
+	return fmt.Errorf("%w: %w: free space on the store's disk is below %d MiB; new operations are refused",
+		ledger.ErrUnavailable, errBelowFloor, s.minFree>>20)
 }
 
 // mapErr turns driver errors into domain errors at the store boundary.

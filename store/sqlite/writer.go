@@ -247,9 +247,13 @@ func abort(batch []*job, err error) {
 }
 
 // refusal reports whether err is a step's own answer, which leaves the
-// transaction as it was: a guard that did not match, or a value the
-// database refused (its statement alone is rolled back).
+// transaction as it was: a guard that did not match, a value the
+// database refused (its statement alone is rolled back), or a new
+// operation refused below the free-space floor before it was written.
 func refusal(err error) bool {
+	if errors.Is(err, errBelowFloor) {
+		return true
+	}
 	for _, e := range []error{ledger.ErrNotFound, ledger.ErrStaleOwner, ledger.ErrIllegalTransition,
 		ledger.ErrFingerprintMismatch, ledger.ErrInvalid, ledger.ErrConcurrencyLocked, ledger.ErrApprovalRequired,
 		ledger.ErrApprovalMismatch, ledger.ErrApprovalClosed, ledger.ErrForbidden} {
