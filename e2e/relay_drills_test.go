@@ -126,7 +126,7 @@ func TestDrillRelayKilledAfterDelivery(t *testing.T) {
 			}))
 			t.Cleanup(proxy.Close)
 			mu.Lock()
-			first = startRelay(t, s.dsn, proxy.URL, "--lease", "2s")
+			first = startRelay(t, s.dsn, proxy.URL, "--lease", "3s")
 			mu.Unlock()
 			if _, err := outbox.Enqueue(context.Background(), s, ticketEffect("incident-7", "open-ticket")); err != nil {
 				t.Fatal(err)
@@ -136,7 +136,7 @@ func TestDrillRelayKilledAfterDelivery(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("the first relay never delivered")
 			}
-			startRelay(t, s.dsn, proxy.URL, "--lease", "2s")
+			startRelay(t, s.dsn, proxy.URL, "--lease", "3s")
 			es := waitEffects(t, s, "incident-7", ledger.Succeeded)
 			mu.Lock()
 			defer mu.Unlock()

@@ -81,19 +81,22 @@ func failed(err error, sent bool) ledger.EffectOutcome {
 }
 
 // answered maps an answer to its outcome, as the gateway maps an
-// upstream's (httpidem.DefaultClassify).
+// upstream's (httpidem.DefaultClassify), but for redirects: a 3xx is no
+// effect made (redirects are not followed), so it fails, definitely.
 func (t *target) answered(resp *http.Response, body []byte) ledger.EffectOutcome {
 	o := ledger.EffectOutcome{Status: resp.StatusCode}
 	code := "http_" + strconv.Itoa(resp.StatusCode)
-	switch httpidem.DefaultClassify(resp.StatusCode) {
-	case httpidem.FateSucceeded:
-		o.State, o.ResultRef = ledger.Succeeded, t.resultRef(resp.StatusCode, resp.Header, body)
-	case httpidem.FateFailed:
+	switch fate := httpidem.DefaultClassify(resp.StatusCode); {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		o.State, o.ErrorCode = ledger.Failed, code
-	case httpidem.FateReleased:
+	case fate == httpidem.FateSucceeded:
+		o.State, o.ResultRef = ledger.Succeeded, t.resultRef(resp.StatusCode, resp.Header, body)
+	case fate == httpidem.FateFailed:
+		o.State, o.ErrorCode = ledger.Failed, code
+	case fate == httpidem.FateReleased:
 		o.State, o.ErrorCode = ledger.Prepared, code
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			o.Next = time.Now().Add(time.Duration(min(s, 3600)) * time.Second)
+			o.RetryIn = time.Duration(min(s, 3600)) * time.Second
 		}
 	default:
 		o.State, o.ErrorCode = ledger.Unknown, code

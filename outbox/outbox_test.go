@@ -64,9 +64,13 @@ type honouring struct {
 	maxFlight int
 	order     []string // keys in the order first applied
 	header    []http.Header
-	behave    func(key string, n int) int // status for the n-th delivery of key (0: 201)
+	behave    func(key string, n int) int // status for the n-th delivery of key (0: 201; lost)
 	hold      time.Duration
 }
+
+// lost, as behave's status, applies the delivery and cuts the connection
+// before any answer.
+const lost = -1
 
 func newHonouring() *honouring {
 	return &honouring{applied: map[string]int{}, delivered: map[string]int{}, inFlight: map[string]int{}}
@@ -90,7 +94,7 @@ func (h *honouring) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inFlight[key]--
-	if status != 0 && status != 201 {
+	if status != 0 && status != 201 && status != lost {
 		w.WriteHeader(status)
 		return
 	}
@@ -98,6 +102,11 @@ func (h *honouring) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.order = append(h.order, key)
 	}
 	h.applied[key] = 1
+	if status == lost { // applied; the answer never reaches the relay
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(201)
 	fmt.Fprintf(w, `{"id":"ref-%d"}`, len(h.order))

@@ -39,8 +39,8 @@ type Target struct {
 // Relay delivers due effects to their targets, each claim leased and
 // fenced by the store: several relays, in several processes, share the
 // work and never deliver one effect at the same moment. A delivery's
-// outcome follows DESIGN.md's error families: 2xx succeeded; 4xx failed
-// (final), except 408, 409, 425 and 429, not applied (due again, after
+// outcome follows DESIGN.md's error families: 2xx succeeded; 3xx and 4xx
+// failed (final), except 408, 409, 425 and 429, not applied (due again, after
 // Retry-After if longer than the backoff); not reached, nothing sent: not
 // applied; sent and no answer (a timeout, a reset), or 5xx: unknown, sent
 // again with the same key after the backoff. After MaxAttempts a delivery
@@ -48,8 +48,12 @@ type Target struct {
 type Relay struct {
 	Store   ledger.Store
 	Targets map[string]Target
-	// Lease is how long a claim is the relay's alone (30s): a relay that
-	// dies holding one leaves the effect to another once it lapses.
+	// Lease is how long a claim is the relay's alone: a relay that dies
+	// holding one leaves the effect to another once it lapses. Default:
+	// 30s, or twice the longest target timeout if that is more. A
+	// delivery never runs past its claim's lease less a margin (a tenth of
+	// it, 1s at least), counted from before the claim was asked for: one
+	// that could not finish within it is not sent.
 	Lease time.Duration
 	// Every is how long the relay waits when nothing was due (1s).
 	Every time.Duration
@@ -64,18 +68,20 @@ type Relay struct {
 	// Backoff is how long after its attempt-th delivery an effect that is
 	// not final is due again (default: 1s doubling to 5 min, ±20%).
 	Backoff func(attempt int) time.Duration
-	// Client sends the deliveries (default: a client of its own). Its
-	// redirects are not followed: a redirect is an answer.
+	// Client sends the deliveries (default: a client of its own, which
+	// follows no redirect: a redirect is an answer, and a failure). One
+	// given here should not follow them either.
 	Client *http.Client
 	Logger *slog.Logger
 	// OnDelivery, if set, hears every delivery once it is recorded (for
 	// metrics, and for tests).
 	OnDelivery func(Delivery)
 
-	once    sync.Once
-	err     error
-	targets map[string]*target
-	names   []string
+	once      sync.Once
+	err       error
+	targets   map[string]*target
+	names     []string
+	leaseTime time.Duration
 }
 
 // Delivery is one delivery as OnDelivery hears it.
@@ -114,7 +120,7 @@ func (r *Round) add(o ledger.EffectOutcome, recorded error) {
 		r.Succeeded++
 	case o.State == ledger.Failed:
 		r.Failed++
-	case o.Next.IsZero():
+	case o.Park:
 		r.Parked++
 	case o.State == ledger.Prepared:
 		r.Released++
@@ -192,15 +198,32 @@ func (r *Relay) wait(failures int) time.Duration {
 	return min(every<<min(failures, 6), max(every, time.Minute))
 }
 
+// claimed is a claim and the moment its delivery must be over: the
+// lease, less the margin, from before the claim was asked for (the store
+// started the lease at some moment after that).
+type claimed struct {
+	ledger.EffectClaim
+	deadline time.Time
+}
+
 // claim claims up to n effects due.
-func (r *Relay) claim(ctx context.Context, n int) ([]ledger.EffectClaim, error) {
+func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
+	deadline := time.Now().Add(r.lease() - margin(r.lease()))
 	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: n, Lease: r.lease(),
 		MaxAttempts: r.maxAttempts()})
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", err)
 	}
-	return claims, nil
+	out := make([]claimed, len(claims))
+	for i, c := range claims {
+		out[i] = claimed{c, deadline}
+	}
+	return out, nil
 }
+
+// margin is what a delivery leaves of its claim's lease: time for its
+// result to be recorded, and for clocks to disagree.
+func margin(lease time.Duration) time.Duration { return max(time.Second, lease/10) }
 
 // Once claims up to Concurrency effects due, delivers them all at once,
 // and returns what the round did.
@@ -231,15 +254,25 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 	return round, nil
 }
 
-// handle delivers one claimed effect and records the outcome.
-func (r *Relay) handle(ctx context.Context, c ledger.EffectClaim) (ledger.EffectOutcome, error) {
+// handle delivers one claimed effect and records the outcome. One that
+// could not finish before its claim's deadline (the claim came back late)
+// is not sent: it is recorded not applied, due again at once.
+func (r *Relay) handle(ctx context.Context, c claimed) (ledger.EffectOutcome, error) {
 	start := time.Now()
-	o := r.targets[c.Effect.Target].deliver(ctx, r.client(), c.Effect)
-	if !o.State.Final() {
-		o.Next = r.next(c.Effect.Attempts, o.Next)
+	t := r.targets[c.Effect.Target]
+	var o ledger.EffectOutcome
+	if time.Until(c.deadline) < t.Timeout {
+		o = ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "lease_too_short"}
+	} else {
+		dctx, cancel := context.WithDeadline(ctx, c.deadline)
+		o = t.deliver(dctx, r.client(), c.Effect)
+		cancel()
+		if !o.State.Final() {
+			o.RetryIn, o.Park = r.retry(c.Effect.Attempts, o.RetryIn)
+		}
 	}
-	// Past the lease the result would be refused anyway: another relay
-	// may hold the effect by then.
+	// Past the lease the result is refused anyway: another relay may
+	// hold the effect by then.
 	rctx, cancel := context.WithTimeout(ctx, r.lease())
 	defer cancel()
 	_, err := r.Store.EffectResult(rctx, c.Lease, o)
@@ -256,22 +289,18 @@ func (r *Relay) handle(ctx context.Context, c ledger.EffectClaim) (ledger.Effect
 	return o, err
 }
 
-// next is when an effect whose attempt-th delivery was not final is due
-// again: after the backoff, or the target's Retry-After (after) if later;
-// never, once it used its attempts.
-func (r *Relay) next(attempt int, after time.Time) time.Time {
+// retry is when an effect whose attempt-th delivery was not final is due
+// again: after the backoff, or the target's Retry-After (after) if longer;
+// parked, once it used its attempts.
+func (r *Relay) retry(attempt int, after time.Duration) (time.Duration, bool) {
 	if max := r.maxAttempts(); max > 0 && attempt >= max {
-		return time.Time{}
+		return 0, true
 	}
 	backoff := r.Backoff
 	if backoff == nil {
 		backoff = DefaultBackoff
 	}
-	next := time.Now().Add(backoff(attempt))
-	if after.After(next) {
-		return after
-	}
-	return next
+	return max(backoff(attempt), after), false
 }
 
 // DefaultBackoff waits 1s after the first delivery, doubling to 5 min,
@@ -284,9 +313,14 @@ func DefaultBackoff(attempt int) time.Duration {
 // compile checks the relay's settings once, before its first round.
 func (r *Relay) compile() error {
 	r.once.Do(func() {
+		longest := time.Duration(0)
+		for _, t := range r.Targets {
+			longest = max(longest, cmpOr(t.Timeout, defaultTimeout))
+		}
+		r.leaseTime = cmpOr(r.Lease, max(30*time.Second, 2*longest))
 		r.targets = map[string]*target{}
 		for name, t := range r.Targets {
-			ct, err := compileTarget(name, t, r.lease())
+			ct, err := compileTarget(name, t, r.leaseTime)
 			if err != nil {
 				r.err = err
 				return
@@ -301,7 +335,7 @@ func (r *Relay) compile() error {
 	return r.err
 }
 
-func (r *Relay) lease() time.Duration { return cmpOr(r.Lease, 30*time.Second) }
+func (r *Relay) lease() time.Duration { return r.leaseTime }
 
 func (r *Relay) concurrency() int { return max(cmpOr(r.Concurrency, 16), 1) }
 
@@ -333,6 +367,9 @@ func (r *Relay) log() *slog.Logger {
 	return r.Logger
 }
 
+// defaultTimeout bounds a delivery whose target sets no timeout.
+const defaultTimeout = 10 * time.Second
+
 // target is a Target checked and ready.
 type target struct {
 	Target
@@ -346,9 +383,12 @@ func compileTarget(name string, t Target, lease time.Duration) (*target, error) 
 		return nil, fmt.Errorf("outbox target %q: url %q: want http(s)://host[:port][/base]", name, t.URL)
 	}
 	ct := &target{Target: t, base: strings.TrimSuffix(t.URL, "/")}
-	ct.Timeout = cmpOr(t.Timeout, 10*time.Second)
-	if ct.Timeout >= lease {
-		return nil, fmt.Errorf("outbox target %q: timeout %v must be shorter than the lease %v", name, ct.Timeout, lease)
+	ct.Timeout = cmpOr(t.Timeout, defaultTimeout)
+	// A delivery must fit in the lease with its margin, and with as much
+	// again for the claim to come back.
+	if ct.Timeout+2*margin(lease) > lease {
+		return nil, fmt.Errorf("outbox target %q: timeout %v and twice a margin of %v do not fit in the lease %v",
+			name, ct.Timeout, margin(lease), lease)
 	}
 	ct.KeyHeader = cmpOr(t.KeyHeader, contract.HeaderKey)
 	if ct.resultRef, err = httpidem.ResultRefReader(t.ResultRef); err != nil {

@@ -35,7 +35,7 @@ store of a gateway configuration: it claims the effects due for the configuratio
 are the target's, so credentials stay in the configuration), one relay per effect at a time,
 leased and fenced, and delivers each with its derived key (<tenant>:<operation key>/<name>) in
 Idempotency-Key. An operation's effects go out in order, each once every earlier one
-succeeded. 2xx succeeds; 4xx fails (408, 409, 425 and 429 are tried again); unreachable is
+succeeded. 2xx succeeds; 3xx and 4xx fail (408, 409, 425 and 429 are tried again); unreachable is
 tried again; sent without an answer, or 5xx, is unknown and sent again with the same key
 after a backoff: delivery is AT LEAST ONCE, so targets must deduplicate by that key. After
 --max-attempts an effect waits for an operator (idemgate effects resolve).
@@ -54,7 +54,7 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 	}
 	cmd.Flags().StringVar(&path, "config", "", "a configuration file: its store and upstreams, as the gateway's (required; routes optional)")
 	cmd.Flags().BoolVar(&once, "once", false, "deliver what is due, then exit")
-	cmd.Flags().DurationVar(&f.lease, "lease", 30*time.Second, "how long a delivery is this relay's alone; longer than every upstream's timeout")
+	cmd.Flags().DurationVar(&f.lease, "lease", 0, "how long a claim is this relay's alone (default: 30s, or twice the longest upstream timeout); a delivery ends a tenth of it (1s at least) before it lapses")
 	cmd.Flags().DurationVar(&f.every, "every", time.Second, "how long to wait when nothing is due")
 	cmd.Flags().IntVar(&f.conc, "concurrency", 16, "deliveries at once (and the most effects one claim takes)")
 	cmd.Flags().IntVar(&f.maxAttempts, "max-attempts", 10, "deliveries of one effect before it waits for an operator (-1: no bound)")

@@ -177,4 +177,17 @@ func TestRelayConfig(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "relay.yaml:3") {
 		t.Fatalf("a bad upstream: %+v", r)
 	}
+	// An upstream without a timeout (the gateway's default, 30s): the
+	// relay's lease follows it.
+	text = "store: sqlite:" + filepath.Join(dir, "x.db") + "\nupstreams:\n  crm: {url: http://127.0.0.1:1}\n"
+	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "", "relay", "--config", config, "--once"); r.code != 0 {
+		t.Fatalf("an upstream with the default timeout: %+v", r)
+	}
+	if r := run(t, "", "relay", "--config", config, "--once", "--lease", "30s"); r.code == 0 ||
+		!strings.Contains(r.stderr, "do not fit in the lease") {
+		t.Fatalf("a lease shorter than the timeout and its margins: %+v", r)
+	}
 }
