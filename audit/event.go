@@ -1,4 +1,4 @@
-// Package audit is idemgate's tamper-evident log (DESIGN.md, "Audit log"):
+// Package audit is idemgate's tamper-evident log (docs/design.md, "Audit log"):
 // the events of every operation's story, as the leaves of an RFC 6962
 // Merkle tree (the Go checksum database's golang.org/x/mod/sumdb/tlog),
 // with signed checkpoints in the C2SP tlog-checkpoint format, so that
@@ -18,7 +18,7 @@ import (
 	"github.com/idemgate/idemgate/fingerprint"
 )
 
-// Kind names what an event records (DESIGN.md's list).
+// Kind names what an event records (docs/design.md's list).
 type Kind string
 
 // The event kinds. Received, conflict and replayed are not transitions;

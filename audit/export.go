@@ -10,7 +10,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// Writer writes an export (DESIGN.md): one event per line, in log order,
+// Writer writes an export (docs/design.md): one event per line, in log order,
 // each line its leaf bytes, then one {"checkpoint": …} line per checkpoint.
 type Writer struct {
 	w *bufio.Writer

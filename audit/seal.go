@@ -38,7 +38,7 @@ type Stored struct {
 }
 
 // ErrForked is a checkpoint of a size the log has already signed with
-// another root: the log never signs two (DESIGN.md, "Audit log").
+// another root: the log never signs two (docs/design.md, "Audit log").
 var ErrForked = errors.New("audit log: a checkpoint of this size with another root exists")
 
 // SealTx is what one sealing round needs of a store, inside the one

@@ -1,5 +1,5 @@
 // Package contract is the wire contract idemgate's server and its clients
-// share (DESIGN.md, "Layout"): the bodies and codes both sides read, in one
+// share (docs/design.md, "Layout"): the bodies and codes both sides read, in one
 // leaf package that imports only the ledger's types, so that a client
 // (the agent, a drill) links none of the server's machinery. It starts
 // with approvals; the rest of the contract is to move here.
@@ -11,7 +11,7 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// The approval codes (DESIGN.md, "The HTTP contract"). Required and
+// The approval codes (docs/design.md, "The HTTP contract"). Required and
 // expired are not errors: the code of a 202 Accepted.
 const (
 	CodeApprovalRequired = "approval_required"

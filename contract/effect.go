@@ -7,7 +7,7 @@ import (
 )
 
 // EffectView is one of an operation's effects as its view renders it
-// (DESIGN.md, "Multi-effect operations and the outbox"): never its body or
+// (docs/design.md, "Multi-effect operations and the outbox"): never its body or
 // headers, which may hold personal data or credentials.
 type EffectView struct {
 	ID        string       `json:"id"`

@@ -1,6 +1,6 @@
 package contract
 
-// The headers of the HTTP contract (DESIGN.md, "The HTTP contract").
+// The headers of the HTTP contract (docs/design.md, "The HTTP contract").
 const (
 	HeaderKey       = "Idempotency-Key"
 	HeaderOperation = "Idempotency-Operation"
@@ -24,7 +24,7 @@ const (
 // MaxRunLen bounds an Idempotency-Run value, as a key is bounded.
 const MaxRunLen = 255
 
-// Problem codes: DESIGN.md's table, plus store_unavailable, invalid_request,
+// Problem codes: docs/design.md's table, plus store_unavailable, invalid_request,
 // illegal_transition, not_found and internal.
 const (
 	CodeMissingKey          = "missing_key"

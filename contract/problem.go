@@ -16,7 +16,7 @@ const MediaProblem = "application/problem+json"
 // follows it.
 const ProblemTypePrefix = "urn:idemgate:problem:"
 
-// ControlPrefix is the control API's path prefix (DESIGN.md, "The web
+// ControlPrefix is the control API's path prefix (docs/design.md, "The web
 // page"), the status resources problems link to.
 const ControlPrefix = "/_idem/v1"
 
@@ -28,7 +28,7 @@ func OperationByKeyPath(key string) string {
 // ApprovalPath is the control API's path of an approval.
 func ApprovalPath(id string) string { return ControlPrefix + "/approvals/" + url.PathEscape(id) }
 
-// Problem is an RFC 9457 problem body with idemgate's members (DESIGN.md,
+// Problem is an RFC 9457 problem body with idemgate's members (docs/design.md,
 // "The HTTP contract"): what the server sends and clients read.
 type Problem struct {
 	Type        string       `json:"type"`

@@ -7,7 +7,7 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// View is an operation as the control API and the CLI render it (DESIGN.md,
+// View is an operation as the control API and the CLI render it (docs/design.md,
 // "The web page"), with its history and its effects (an empty list when it
 // has none; see WithEffects). It leaves out the stored body and headers
 // (they may hold personal data; the replay is the way to get them) and the
@@ -44,7 +44,7 @@ type ResponseView struct {
 	Status int `json:"status"`
 }
 
-// ApprovalView is an approval as the control API renders it (DESIGN.md,
+// ApprovalView is an approval as the control API renders it (docs/design.md,
 // "Approvals"): every member of the record, always present. In a list of
 // operations only id, status and expires_at are known, and only they are
 // rendered (see NewSummary).

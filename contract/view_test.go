@@ -11,7 +11,7 @@ import (
 )
 
 // TestApprovalViews: an operation's approval in a list shows what the
-// operation knows of it; a whole approval shows every member of DESIGN.md's
+// operation knows of it; a whole approval shows every member of docs/design.md's
 // record, decided or not.
 func TestApprovalViews(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -55,7 +55,7 @@ func TestView(t *testing.T) {
 }
 
 // TestViewJSON: the views' JSON, member by member, as the control API has
-// always sent it (DESIGN.md, "The web page"): clients decode these bytes.
+// always sent it (docs/design.md, "The web page"): clients decode these bytes.
 func TestViewJSON(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	op := &ledger.Operation{ID: "op_1", Key: "k", Tenant: "acme", Route: "POST /v1/deployments",

@@ -1,4 +1,4 @@
-// Package drill is `idemgate drill` (DESIGN.md, "idemgate drill"): the
+// Package drill is `idemgate drill` (docs/design.md, "idemgate drill"): the
 // articles' production checks run against any HTTP API, through a fault
 // proxy that makes the disputed-write paths happen on demand, each check
 // judged by the effects the target performed. This file is the proxy.

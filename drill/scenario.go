@@ -19,7 +19,7 @@ import (
 	"github.com/idemgate/idemgate/internal/yamlfile"
 )
 
-// Scenario is a drill's YAML file (DESIGN.md, "idemgate drill"): the
+// Scenario is a drill's YAML file (docs/design.md, "idemgate drill"): the
 // target, its write, how it expresses idempotency, and how to count its
 // effects. Credentials come from the environment (${TOKEN}).
 type Scenario struct {

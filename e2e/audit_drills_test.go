@@ -30,7 +30,7 @@ import (
 	"github.com/idemgate/idemgate/internal/testenv"
 )
 
-// The audit drills (DESIGN.md, "Audit log"): every drill story told by the
+// The audit drills (docs/design.md, "Audit log"): every drill story told by the
 // log with the right kinds, no secret in an export, one log sealed exactly
 // once by two gateways sharing PostgreSQL, a gateway SIGKILLed while it
 // seals, and tampering done in the store itself. Every verdict on an

@@ -24,7 +24,7 @@ import (
 	"github.com/idemgate/idemgate/reconcile"
 )
 
-// Config is the YAML of DESIGN.md, "Configuration".
+// Config is the YAML of docs/design.md, "Configuration".
 type Config struct {
 	Listen     string               `yaml:"listen"`
 	Store      string               `yaml:"store"`
@@ -125,21 +125,21 @@ type RouteConfig struct {
 	ConcurrencyKey string `yaml:"concurrency_key"`
 	// Outcomes lists upstream statuses known to mean "not applied" (the
 	// operation is released) or "final" (stored and replayed), beyond
-	// DESIGN.md's defaults.
+	// docs/design.md's defaults.
 	Outcomes struct {
 		NotApplied []int `yaml:"not_applied"`
 		Final      []int `yaml:"final"`
 	} `yaml:"outcomes"`
 	// Roles, if set, are the roles allowed to call the route.
 	Roles []string `yaml:"roles"`
-	// Approval asks a human before the route's effect (DESIGN.md,
+	// Approval asks a human before the route's effect (docs/design.md,
 	// "Approvals").
 	Approval *approval.Config `yaml:"approval"`
 	// ResultRef names where the upstream's answer holds its reference for
 	// the effect: body:/id or header:X-Request-Id.
 	ResultRef string `yaml:"result_ref"`
 	// Reconcile declares the probe that settles the route's unknown
-	// operations from proof (DESIGN.md, "Reconciliation").
+	// operations from proof (docs/design.md, "Reconciliation").
 	Reconcile *reconcile.Config `yaml:"reconcile"`
 
 	line          int

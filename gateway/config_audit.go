@@ -9,7 +9,7 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
-// AuditConfig turns the audit log on (DESIGN.md, "Audit log"): with it,
+// AuditConfig turns the audit log on (docs/design.md, "Audit log"): with it,
 // the gateway seals every event into its tenant's Merkle log, signs
 // checkpoints with SigningKey, and records the events that are no
 // transition (replays, conflicts). Without it, transitions are still

@@ -8,10 +8,10 @@ import (
 	"github.com/idemgate/idemgate/limits"
 )
 
-// This file is the configuration's limits: DESIGN.md's per-tenant request
+// This file is the configuration's limits: docs/design.md's per-tenant request
 // rate and budgets, a default and per-tenant overrides.
 
-// LimitsConfig is DESIGN.md's per-tenant limits: a default for every
+// LimitsConfig is docs/design.md's per-tenant limits: a default for every
 // tenant, and per-tenant settings that override it field by field.
 type LimitsConfig struct {
 	Default Limit            `yaml:"default"`

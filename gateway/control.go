@@ -11,7 +11,7 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// control serves the control API (DESIGN.md): operations by id, by key, by
+// control serves the control API (docs/design.md): operations by id, by key, by
 // state, their resolution by an admin, and approvals (httpidem's). Everything is scoped to the
 // caller's tenant: another tenant's operation is a 404, never a 403, so its
 // existence is not revealed.

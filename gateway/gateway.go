@@ -165,7 +165,7 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 	return route, nil
 }
 
-// classifier is DESIGN.md's mapping with the route's own exceptions.
+// classifier is docs/design.md's mapping with the route's own exceptions.
 func classifier(rc *RouteConfig) func(int) httpidem.Fate {
 	notApplied, final := rc.Outcomes.NotApplied, rc.Outcomes.Final
 	return func(status int) httpidem.Fate {

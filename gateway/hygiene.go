@@ -8,7 +8,7 @@ import (
 	"github.com/idemgate/idemgate/httpidem"
 )
 
-// This file is DESIGN.md's "Header hygiene", for writes and reads alike:
+// This file is docs/design.md's "Header hygiene", for writes and reads alike:
 // what is refused before anything is authenticated, reserved or forwarded,
 // and what of the agent's request never reaches the upstream.
 

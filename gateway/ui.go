@@ -15,7 +15,7 @@ import (
 // UIPrefix is where the web page is served.
 const UIPrefix = "/ui/"
 
-// UIConfig tunes the web page (DESIGN.md, "The web page").
+// UIConfig tunes the web page (docs/design.md, "The web page").
 type UIConfig struct {
 	// SecureCookies marks the session cookie Secure: set it when a proxy
 	// in front serves the gateway over TLS (it serves plain HTTP itself).

@@ -15,7 +15,7 @@ import (
 )
 
 // Answer is the upstream's answer as an operator gives it when resolving
-// an unknown operation (DESIGN.md, "Reconciliation"): its status, its
+// an unknown operation (docs/design.md, "Reconciliation"): its status, its
 // headers (each name with its values, as in http.Header) and its body as
 // text. Every retry is then given exactly that, marked as a replay. The
 // control API, `idemgate ops resolve` and the web page all check it with

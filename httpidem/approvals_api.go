@@ -19,7 +19,7 @@ type Decision = contract.Decision
 const maxNote = 2000
 
 // ApprovalRoutes serves the approvals of the control API on mux under
-// prefix (DESIGN.md): GET prefix/approvals?status=S&after=C&limit=N, GET
+// prefix (docs/design.md): GET prefix/approvals?status=S&after=C&limit=N, GET
 // prefix/approvals/{id}, POST prefix/approvals/{id}/approve and /deny.
 // Everything is scoped to the caller's tenant (Options.Principal):
 // another tenant's approval is a 404, never a 403. A decision made here

@@ -66,7 +66,7 @@ type Options struct {
 	Logger      *slog.Logger
 	// Audit, if set, hears the audit events that record no transition
 	// (replays, conflicts, duplicates, locks, retries answered as they
-	// stand, answers that could not be recorded): DESIGN.md, "Audit log".
+	// stand, answers that could not be recorded): docs/design.md, "Audit log".
 	Audit Recorder
 	// Observer, if set, hears how each keyed request ended (the metrics).
 	Observer Observer

@@ -1,4 +1,4 @@
-// Package httpidem is the HTTP contract of idemgate (DESIGN.md, "The HTTP
+// Package httpidem is the HTTP contract of idemgate (docs/design.md, "The HTTP
 // contract") as net/http middleware: a Go service wraps its write handlers
 // and gets keyed reservation, fingerprint binding, replay, in-progress and
 // unknown answers, and problem responses. The gateway is built on it.

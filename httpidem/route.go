@@ -44,13 +44,13 @@ type Route struct {
 	// DefaultClassify. A handler may instead Settle it (see Execution).
 	Classify func(status int) Fate
 	// Approval, if set, asks a human before the effect of every request
-	// its policy's `when` holds for (DESIGN.md, "Approvals").
+	// its policy's `when` holds for (docs/design.md, "Approvals").
 	Approval *approval.Policy
 	// Resend allows running an unknown operation again, for upstreams that
 	// honour the key (they deduplicate the re-sent request themselves).
 	Resend bool
 	// Probe, if set, renders the route's reconciliation probe for a write
-	// from its path parameters, query and command (DESIGN.md,
+	// from its path parameters, query and command (docs/design.md,
 	// "Reconciliation"); it is kept on the operation at its reservation.
 	Probe func(params map[string]string, query map[string][]string, command any) (string, error)
 	// ResultRef names where the upstream's answer holds its reference for
@@ -65,7 +65,7 @@ type Route struct {
 // Fate is what a response means for its operation.
 type Fate int
 
-// The fates of DESIGN.md's outcome mapping.
+// The fates of docs/design.md's outcome mapping.
 const (
 	FateSucceeded Fate = iota // stored, replayed
 	FateFailed                // a definite refusal: stored, replayed
@@ -73,7 +73,7 @@ const (
 	FateUnknown               // may have been applied: never silently re-run
 )
 
-// DefaultClassify is DESIGN.md's mapping: 2xx (and 3xx) succeeded; 4xx
+// DefaultClassify is docs/design.md's mapping: 2xx (and 3xx) succeeded; 4xx
 // failed, except 408, 409, 425 and 429, which say "not now" and release the
 // operation; 5xx unknown.
 func DefaultClassify(status int) Fate {

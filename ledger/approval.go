@@ -11,7 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// ApprovalStatus is where a human decision stands (DESIGN.md, "Approvals").
+// ApprovalStatus is where a human decision stands (docs/design.md, "Approvals").
 type ApprovalStatus string
 
 // The statuses of an approval. Pending and approved hold the operation's

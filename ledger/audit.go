@@ -11,7 +11,7 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
-// ExportAudit writes a tenant's log as an export (DESIGN.md, "Audit log"):
+// ExportAudit writes a tenant's log as an export (docs/design.md, "Audit log"):
 // its sealed events in log order, then its signed checkpoints. The
 // checkpoints are read first, so that every one is within the events that
 // follow, however the log grows meanwhile. It returns the events written.

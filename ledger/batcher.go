@@ -11,7 +11,7 @@ import (
 )
 
 // EventBatcher writes the events that record no transition (a replay, a
-// conflict) in batches, within Window of their recording (DESIGN.md allows
+// conflict) in batches, within Window of their recording (docs/design.md allows
 // them to be batched), so that a replay's path stays a read: Record only
 // queues. Within a batch, the same event repeated (one run retrying one
 // key with one request, answered alike) is written once, its reason

@@ -12,7 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// An effect is one of an operation's several effects (DESIGN.md,
+// An effect is one of an operation's several effects (docs/design.md,
 // "Multi-effect operations and the outbox"; the workflow article's
 // dossier_42:v5: make the PDF, store it, send the link, write the CRM).
 // Hiding them under one state would make a resume either redo the effects
@@ -245,7 +245,7 @@ type EffectClaim struct {
 	Lease  EffectLease
 }
 
-// EffectOutcome is how a delivery ended, by error family (DESIGN.md's
+// EffectOutcome is how a delivery ended, by error family (docs/design.md's
 // outcome mapping): succeeded or failed on an answer; prepared when
 // nothing was delivered (unreachable, 429); unknown when it was sent and
 // no answer came, or a 5xx. A prepared or unknown effect is due again

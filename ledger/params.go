@@ -14,10 +14,10 @@ type ReserveParams struct {
 	BusinessKey, ConcurrencyKey     string
 	Actor                           string // recorded in the history
 	// Principal, Target, RunID and TraceID are the audit log's context of
-	// the request (DESIGN.md, "Audit log"); all optional.
+	// the request (docs/design.md, "Audit log"); all optional.
 	Principal, Target, RunID, TraceID string
 	// Probe is the route's probe request, rendered from this request
-	// (DESIGN.md, "Reconciliation"); "" when the route declares none.
+	// (docs/design.md, "Reconciliation"); "" when the route declares none.
 	Probe string
 	// Approval, when set, reserves the operation prepared (Lease must be
 	// 0) with a pending approval, in the same atomic step.

@@ -8,7 +8,7 @@ import (
 // history and audit events.
 const ActorReconciler = "idemgate:reconciler"
 
-// ProbeClaimParams asks for unknown operations to probe (DESIGN.md,
+// ProbeClaimParams asks for unknown operations to probe (docs/design.md,
 // "Reconciliation"): of the given routes, those due (their next probe's
 // time passed) and held by no other reconciler, at most Limit.
 type ProbeClaimParams struct {

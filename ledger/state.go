@@ -8,7 +8,7 @@ import (
 	"slices"
 )
 
-// State is where an operation stands. See DESIGN.md, "Operation states".
+// State is where an operation stands. See docs/design.md, "Operation states".
 type State string
 
 // The five states. None is the absence of an operation, the source of the
@@ -73,7 +73,7 @@ type Transition struct {
 	Step     Step
 }
 
-// transitions is DESIGN.md's table and the one place it is encoded: every
+// transitions is docs/design.md's table and the one place it is encoded: every
 // store asks Check or Sources, and nothing else decides what is legal.
 var transitions = []Transition{
 	{None, Executing, StepReserve},
@@ -146,7 +146,7 @@ func (e *TransitionError) Error() string {
 // Unwrap makes errors.Is(err, ErrIllegalTransition) true.
 func (e *TransitionError) Unwrap() error { return ErrIllegalTransition }
 
-// Source returns the one state from which step reaches to. DESIGN.md's table
+// Source returns the one state from which step reaches to. docs/design.md's table
 // has a single source for every (step, target) pair, which lets a store
 // write the history row's "from" without reading the row first.
 func Source(step Step, to State) (State, error) {

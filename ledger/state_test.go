@@ -8,7 +8,7 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// TestTransitionTable pins DESIGN.md's table: these thirteen moves and no
+// TestTransitionTable pins docs/design.md's table: these thirteen moves and no
 // others. Changing the state machine must change this test on purpose.
 func TestTransitionTable(t *testing.T) {
 	want := map[ledger.Transition]bool{

@@ -1,4 +1,4 @@
-// Package metrics is the gateway's Prometheus metrics (DESIGN.md,
+// Package metrics is the gateway's Prometheus metrics (docs/design.md,
 // "Metrics"): the ten indicators of the workflow article, request and
 // upstream latencies, and gauges read from the store at scrape time, so
 // that instances sharing a store report the same. Labels are bounded: a

@@ -1,4 +1,4 @@
-// Package outbox is the transactional outbox for Go services (DESIGN.md,
+// Package outbox is the transactional outbox for Go services (docs/design.md,
 // "Multi-effect operations and the outbox"). A service that changes its
 // own database and must then call an external API cannot make both one
 // transaction; so it writes the call, an effect, in its business

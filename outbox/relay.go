@@ -39,7 +39,7 @@ type Target struct {
 // Relay delivers due effects to their targets, each claim leased and
 // fenced by the store: several relays, in several processes, share the
 // work and never deliver one effect at the same moment. A delivery's
-// outcome follows DESIGN.md's error families: 2xx succeeded; 3xx and 4xx
+// outcome follows docs/design.md's error families: 2xx succeeded; 3xx and 4xx
 // failed (final), except 408, 409, 425 and 429, not applied (due again, after
 // Retry-After if longer than the backoff); not reached, nothing sent: not
 // applied; sent and no answer (a timeout, a reset), or 5xx: unknown, sent

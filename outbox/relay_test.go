@@ -47,7 +47,7 @@ func TestRelayDelivers(t *testing.T) {
 }
 
 // TestRelayErrorFamilies: each kind of answer, or its absence, leaves the
-// effect where DESIGN.md's outcome mapping says.
+// effect where docs/design.md's outcome mapping says.
 func TestRelayErrorFamilies(t *testing.T) {
 	cases := []struct {
 		name    string

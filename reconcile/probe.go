@@ -1,4 +1,4 @@
-// Package reconcile settles unknown operations from proof (DESIGN.md,
+// Package reconcile settles unknown operations from proof (docs/design.md,
 // "Reconciliation"): a route's probe is a request template, rendered from
 // the write at its reservation, and two CEL expressions over the probe's
 // answer that say whether the write was applied or not. The Reconciler

@@ -1,4 +1,4 @@
-// Package webui is the approvers' and operators' web page (DESIGN.md, "The
+// Package webui is the approvers' and operators' web page (docs/design.md, "The
 // web page"): sign-in with a principal's token into a server-side session,
 // the approvals inbox and its decisions, the operations explorer, an
 // operation's timeline with its audit proofs, an admin's resolution of an

@@ -18,7 +18,7 @@ func newAuditExportCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export --tenant T [--out FILE] --store DSN",
 		Short: "Write a tenant's audit log as JSON Lines: its sealed events, then its signed checkpoints",
-		Long: `export writes one tenant's audit log (DESIGN.md, "Audit log"): its sealed events in log
+		Long: `export writes one tenant's audit log (docs/design.md, "Audit log"): its sealed events in log
 order, one per line, each line the canonical JSON that is its leaf, then one
 {"checkpoint": …} line per signed checkpoint. Events not yet sealed are not in it. With
 --out the export is written to a temporary file next to FILE (mode 0600) and renamed

@@ -18,7 +18,7 @@ func newReconcileCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reconcile --config FILE --once",
 		Short: "Probe the unknown operations of the routes that declare a probe, once, from a shell",
-		Long: `reconcile runs the reconciler that every serve instance runs (DESIGN.md,
+		Long: `reconcile runs the reconciler that every serve instance runs (docs/design.md,
 "Reconciliation"): it claims the unknown operations whose probe is due, one owner per
 operation at a time (so it is safe beside running gateways), sends each its probe with the
 upstream's credentials, and records the verdict with its evidence: applied → succeeded, the

@@ -29,7 +29,7 @@ func newRelayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay --config FILE [--once]",
 		Short: "Deliver the effects Go services enqueued in their outbox, at least once, with their derived keys",
-		Long: `relay runs the outbox's relay (DESIGN.md, "Multi-effect operations and the outbox") on the
+		Long: `relay runs the outbox's relay (docs/design.md, "Multi-effect operations and the outbox") on the
 store of a gateway configuration: it claims the effects due for the configuration's upstreams
 (an effect names its target by the upstream's name; the upstream's URL, headers and timeout
 are the target's, so credentials stay in the configuration), one relay per effect at a time,

@@ -22,7 +22,7 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE",
 		Short: "Run the gateway: the idempotency contract in front of the configured APIs",
-		Long: `serve reads the YAML configuration (see DESIGN.md), migrates the store, and serves
+		Long: `serve reads the YAML configuration (see docs/design.md), migrates the store, and serves
 the configured routes, the control API under /_idem/v1, /healthz and /readyz. On
 SIGTERM or SIGINT it stops accepting requests and lets those in flight finish
 within shutdown_timeout; one cut off stays executing until its lease makes it

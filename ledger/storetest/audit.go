@@ -123,7 +123,7 @@ func testAuditTransitions(t *testing.T, b Backend) {
 	}
 	for _, e := range all {
 		if !slices.Contains(audit.Kinds, e.Kind) {
-			t.Fatalf("kind %q is not DESIGN.md's", e.Kind)
+			t.Fatalf("kind %q is not docs/design.md's", e.Kind)
 		}
 	}
 }

@@ -220,7 +220,7 @@ func testRetention(t *testing.T, b Backend) {
 		if _, err := s.Get(c, id); err == nil {
 			t.Fatalf("%s survived its retention", id)
 		}
-		// Its story outlives it: the audit log never forgets (DESIGN.md).
+		// Its story outlives it: the audit log never forgets (docs/design.md).
 		if h := history(t, s, id); len(h) == 0 {
 			t.Fatalf("%s: purging it took its audit events", id)
 		}

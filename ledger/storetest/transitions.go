@@ -60,7 +60,7 @@ func (a attempt) actor(l ledger.Lease) string {
 	return l.Actor
 }
 
-// testLegalTransitions makes every transition of DESIGN.md's table through
+// testLegalTransitions makes every transition of docs/design.md's table through
 // the store and checks the state and the history row it leaves.
 func testLegalTransitions(t *testing.T, b Backend) {
 	s := b.Fresh(t)

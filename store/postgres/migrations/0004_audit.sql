@@ -1,4 +1,4 @@
--- The audit log's events (DESIGN.md, "Audit log"). They replace the
+-- The audit log's events (docs/design.md, "Audit log"). They replace the
 -- history table: a transition's history row is its audit event, written in
 -- the statement that makes the transition (as the history row was: one row
 -- per transition, as before). Events outlive the operations they tell of:

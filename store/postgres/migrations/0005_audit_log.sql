@@ -1,4 +1,4 @@
--- The audit log proper (DESIGN.md, "Audit log"): the context every event
+-- The audit log proper (docs/design.md, "Audit log"): the context every event
 -- carries, the tree's hashes, and the signed checkpoints.
 
 -- The request's context, kept on the operation so that every statement

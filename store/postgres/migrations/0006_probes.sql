@@ -1,4 +1,4 @@
--- Reconciliation probes (DESIGN.md, "Reconciliation"): one reconciler at a
+-- Reconciliation probes (docs/design.md, "Reconciliation"): one reconciler at a
 -- time owns an unknown operation's probe, leased and fenced like an
 -- owner's lease, and an inconclusive probe is due again at probe_next.
 -- probe is the probe request, rendered from the request at reservation

@@ -1,4 +1,4 @@
--- Effects (DESIGN.md, "Multi-effect operations and the outbox"): an
+-- Effects (docs/design.md, "Multi-effect operations and the outbox"): an
 -- operation's several effects, each under its derived key
 -- <operation key>/<name>, with its own state, written by Enqueue in the
 -- caller's business transaction and delivered by a relay, leased and

@@ -1,4 +1,4 @@
--- The audit log's events (DESIGN.md, "Audit log"). They replace the
+-- The audit log's events (docs/design.md, "Audit log"). They replace the
 -- history table: a transition's history row is its audit event, written by
 -- the engine in the statement that makes it (so every write path records
 -- it, at the cost of one row per transition, as before). Events outlive
