@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -25,9 +24,9 @@ func approvalAnswer(code, id string, exp time.Time) http.HandlerFunc {
 		w.Header().Set("Location", "/_idem/v1/operations/op_1")
 		w.Header().Set("Idempotency-Operation", "op_1")
 		w.WriteHeader(http.StatusAccepted)
-		json.NewEncoder(w).Encode(httpidem.Accepted{Code: code, Detail: "a human must approve this operation",
+		json.NewEncoder(w).Encode(contract.Accepted{Code: code, Detail: "a human must approve this operation",
 			OperationID: "op_1", State: ledger.Prepared, StatusURL: "/_idem/v1/operations/op_1",
-			Approval: httpidem.AcceptedApproval{ID: id, Status: ledger.ApprovalPending, ExpiresAt: exp,
+			Approval: contract.AcceptedApproval{ID: id, Status: ledger.ApprovalPending, ExpiresAt: exp,
 				Summary: deploySummary, URL: "/_idem/v1/approvals/" + id}})
 	}
 }

@@ -88,7 +88,7 @@ func approvalMiddleware(t *testing.T) (url string, effects *atomic.Int64) {
 	mux.HandleFunc("GET /_idem/v1/operations", func(w http.ResponseWriter, r *http.Request) {
 		op, err := s.GetByKey(r.Context(), r.Header.Get("X-Tenant"), r.URL.Query().Get("key"))
 		if err != nil {
-			httpidem.ProblemFor(err).Write(w)
+			contract.ProblemFor(err).Write(w)
 			return
 		}
 		history, _ := s.History(r.Context(), op.ID)

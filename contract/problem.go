@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -29,7 +30,9 @@ func OperationByKeyPath(key string) string {
 func ApprovalPath(id string) string { return ControlPrefix + "/approvals/" + url.PathEscape(id) }
 
 // Problem is an RFC 9457 problem body with idemgate's members (docs/design.md,
-// "The HTTP contract"): what the server sends and clients read.
+// "The HTTP contract"): what the server sends and clients read. A client
+// reads one with ReadProblem; a server makes one with NewProblem or
+// ProblemFor and sends it with Write.
 type Problem struct {
 	Type        string       `json:"type"`
 	Title       string       `json:"title"`
@@ -39,6 +42,13 @@ type Problem struct {
 	OperationID string       `json:"operation_id,omitempty"`
 	State       ledger.State `json:"state,omitempty"`
 	StatusURL   string       `json:"status_url,omitempty"`
+
+	// RetryAfter, in seconds, is sent as Retry-After when set.
+	RetryAfter int `json:"-"`
+	// OtherOperation marks operation_id as another key's operation (a
+	// concurrency group's holder): it is named in the body, and the
+	// Idempotency-Operation header, which is this key's, is left out.
+	OtherOperation bool `json:"-"`
 }
 
 // problemKinds is the one map from a problem code to its status and title.
@@ -73,12 +83,84 @@ var problemKinds = map[string]struct {
 
 // NewProblem is the problem for code, with its status and title; an
 // unknown code is internal's.
-func NewProblem(code, detail string) Problem {
+func NewProblem(code, detail string) *Problem {
 	k, ok := problemKinds[code]
 	if !ok {
 		k = problemKinds[CodeInternal]
 	}
-	return Problem{Type: ProblemTypePrefix + code, Title: k.title, Status: k.status, Detail: detail, Code: code}
+	return &Problem{Type: ProblemTypePrefix + code, Title: k.title, Status: k.status, Detail: detail, Code: code}
+}
+
+// StatusOf is the status a code is answered with (internal's for an
+// unknown code).
+func StatusOf(code string) int {
+	if k, ok := problemKinds[code]; ok {
+		return k.status
+	}
+	return problemKinds[CodeInternal].status
+}
+
+// Error makes a Problem an error: a client returns the problem it was
+// answered, a server hook (httpidem's Admit) refuses with one.
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// For attaches an operation: its id, state and status resource under
+// statusBase (the control API's prefix; none when empty).
+func (p *Problem) For(op *ledger.Operation, statusBase string) *Problem {
+	if op != nil {
+		p.OperationID, p.State = op.ID, op.State
+		if statusBase != "" {
+			p.StatusURL = statusBase + "/operations/" + op.ID
+		}
+	}
+	return p
+}
+
+// WithStatus overrides the status (outcome_unknown is 502 or 504 on the
+// attempt that lost the answer, 409 on retries).
+func (p *Problem) WithStatus(status int) *Problem {
+	p.Status = status
+	return p
+}
+
+// Write sends the problem, never cached, and tells a CodeNoter of w which
+// code it answered.
+func (p *Problem) Write(w http.ResponseWriter) {
+	NoteCode(w, p.Code)
+	h := w.Header()
+	h.Set("Content-Type", MediaProblem)
+	h.Set("Cache-Control", "no-store")
+	if p.OperationID != "" && !p.OtherOperation {
+		h.Set(HeaderOperation, p.OperationID)
+	}
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// CodeNoter is a ResponseWriter that keeps the code its answer carries
+// (the data plane's metrics count answers by code). Problem.Write and an
+// acceptance tell it through NoteCode.
+type CodeNoter interface {
+	NoteCode(code string)
+}
+
+// NoteCode tells the CodeNoter that w is, or wraps (Unwrap, as
+// http.ResponseController reads it), which code its answer carries.
+func NoteCode(w http.ResponseWriter, code string) {
+	for w != nil {
+		if n, ok := w.(CodeNoter); ok {
+			n.NoteCode(code)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
 }
 
 // ReadProblem reads an answer as a problem: ok only when its media type

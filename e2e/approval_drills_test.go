@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/scenarios"
@@ -57,9 +56,9 @@ func (d *drill) view(key string) contract.View {
 }
 
 // waiting decodes a 202 and checks it waits for an approval.
-func waiting(t *testing.T, r reply, code string) httpidem.Accepted {
+func waiting(t *testing.T, r reply, code string) contract.Accepted {
 	t.Helper()
-	var acc httpidem.Accepted
+	var acc contract.Accepted
 	if r.status != 202 || json.Unmarshal([]byte(r.body), &acc) != nil || acc.Code != code || acc.Approval.ID == "" ||
 		r.header.Get("Location") != acc.StatusURL {
 		t.Fatalf("want 202 %s, got %+v", code, r)

@@ -33,7 +33,7 @@ var (
 	ErrInvalidEscape = errors.New("invalid escape")
 	ErrDuplicateKey  = errors.New("duplicate member name")
 	ErrTooDeep       = errors.New("nesting too deep")
-	ErrTooLarge      = errors.New("document too large")
+	ErrTooLarge      = codedError("document too large", "payload_too_large")
 	ErrNumberRange   = errors.New("number out of range")
 	ErrUnsupported   = errors.New("unsupported value")
 	// ErrInexactNumber is a number whose canonical form would denote another
@@ -45,8 +45,17 @@ var (
 	ErrFormSyntax = errors.New("invalid form body")
 	// ErrUnsupportedMediaType is a body whose Content-Type is neither JSON
 	// nor a form, on a route that does not take opaque bodies.
-	ErrUnsupportedMediaType = errors.New("unsupported media type")
+	ErrUnsupportedMediaType = codedError("unsupported media type", "unsupported_media_type")
 )
+
+// coded is a kind of refusal that names its problem code (contract.Coded):
+// the HTTP contract answers it with that code, wherever it is wrapped.
+type coded struct{ msg, code string }
+
+func codedError(msg, code string) error { return &coded{msg, code} }
+
+func (c *coded) Error() string       { return c.msg }
+func (c *coded) ProblemCode() string { return c.code }
 
 // Error reports why a document was refused: its kind (one of the Err values
 // above), the byte offset in the input and the JSON Pointer of the value
@@ -77,6 +86,16 @@ func (e *Error) Error() string {
 
 // Unwrap returns the kind, for errors.Is.
 func (e *Error) Unwrap() error { return e.Kind }
+
+// ProblemCode names the HTTP contract's problem (contract.Coded): a body
+// over its bound is payload_too_large, any other refusal invalid_command,
+// and nothing was reserved.
+func (e *Error) ProblemCode() string {
+	if c, ok := e.Kind.(*coded); ok {
+		return c.code
+	}
+	return "invalid_command"
+}
 
 // Limits bound what Parse, ParseForm and Body accept. Zero fields take the
 // defaults.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -20,7 +21,7 @@ func (g *Gateway) auditRoutes(mux *http.ServeMux) {
 func (g *Gateway) auditCheckpoint(w http.ResponseWriter, r *http.Request) {
 	c, err := g.store.LatestCheckpoint(r.Context(), PrincipalFrom(r.Context()).Tenant)
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -34,7 +35,7 @@ func (g *Gateway) auditCheckpoint(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) auditExport(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
 	if !p.HasRole("admin") {
-		httpidem.NewProblem(httpidem.CodeForbidden, "the audit export needs the admin role").Write(w)
+		contract.NewProblem(contract.CodeForbidden, "the audit export needs the admin role").Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/jsonl")

@@ -25,7 +25,7 @@ func (g *Gateway) control(m *httpidem.Middleware) (http.Handler, error) {
 	mux.HandleFunc("POST "+ControlPrefix+"/operations/{id}/resolve", g.resolve)
 	g.auditRoutes(mux)
 	mux.HandleFunc(ControlPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		httpidem.NewProblem(httpidem.CodeNotFound, "no such control resource").Write(w)
+		contract.NewProblem(contract.CodeNotFound, "no such control resource").Write(w)
 	})
 	return mux, nil
 }
@@ -45,7 +45,7 @@ func (g *Gateway) operation(r *http.Request, id string) (*ledger.Operation, erro
 func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request) {
 	op, err := g.operation(r, r.PathValue("id"))
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	g.writeView(w, r, op)
@@ -54,19 +54,19 @@ func (g *Gateway) getOperation(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) writeView(w http.ResponseWriter, r *http.Request, op *ledger.Operation) {
 	history, err := g.store.History(r.Context(), op.ID)
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	effects, err := g.store.Effects(r.Context(), op.Tenant, op.Key)
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	view := contract.NewView(op, history).WithEffects(effects)
 	if op.Approval != nil {
 		a, err := g.store.GetApproval(r.Context(), op.Approval.ID)
 		if err != nil {
-			httpidem.ProblemFor(err).Write(w)
+			contract.ProblemFor(err).Write(w)
 			return
 		}
 		view = view.WithApproval(a)
@@ -79,7 +79,7 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 	if key := q.Get("key"); key != "" {
 		op, err := g.store.GetByKey(r.Context(), tenant, key)
 		if err != nil {
-			httpidem.ProblemFor(err).Write(w)
+			contract.ProblemFor(err).Write(w)
 			return
 		}
 		g.writeView(w, r, op)
@@ -89,7 +89,7 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("state"); s != "" {
 		st, err := ledger.ParseState(s)
 		if err != nil {
-			httpidem.NewProblem(httpidem.CodeInvalidCommand, err.Error()).Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, err.Error()).Write(w)
 			return
 		}
 		p.State = st
@@ -97,14 +97,14 @@ func (g *Gateway) listOperations(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n <= 0 {
-			httpidem.NewProblem(httpidem.CodeInvalidCommand, "limit must be a positive number").Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, "limit must be a positive number").Write(w)
 			return
 		}
 		p.Limit = n
 	}
 	page, err := g.store.List(r.Context(), p)
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	httpidem.WriteJSON(w, http.StatusOK, contract.NewListView(page))
@@ -116,7 +116,7 @@ type resolveRequest struct {
 	Note  string `json:"note"`
 	// Response is the upstream's answer, when the operator found it
 	// (headers: name → array of values; body: text): retries replay it.
-	Response *httpidem.Answer `json:"response"`
+	Response *contract.Answer `json:"response"`
 	// ResultRef is the upstream's reference for the effect, when the
 	// operator found it; Duplicate says the effect was made twice despite
 	// the checks (the metric that matters most).
@@ -130,12 +130,12 @@ type resolveRequest struct {
 func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
 	if !p.HasRole("admin") {
-		httpidem.NewProblem(httpidem.CodeForbidden, "resolving an operation needs the admin role").Write(w)
+		contract.NewProblem(contract.CodeForbidden, "resolving an operation needs the admin role").Write(w)
 		return
 	}
 	op, err := g.operation(r, r.PathValue("id"))
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	params, duplicate, problem := g.readResolve(w, r, op.ID, p.Name)
@@ -148,12 +148,12 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 		if now, err := g.store.Get(r.Context(), op.ID); err == nil {
 			op = now // the state that refused, not the one read before
 		}
-		httpidem.NewProblem(httpidem.CodeIllegalTransition, "only an unknown operation can be resolved").
+		contract.NewProblem(contract.CodeIllegalTransition, "only an unknown operation can be resolved").
 			For(op, ControlPrefix).Write(w)
 		return
 	}
 	if err != nil {
-		httpidem.ProblemFor(err).Write(w) // the ledger's refusals are 422 invalid_command
+		contract.ProblemFor(err).Write(w) // the ledger's refusals are 422 invalid_command
 		return
 	}
 	g.metrics.Resolved(p.Tenant, params.To, resolved.UpdatedAt.Sub(op.UpdatedAt), duplicate)
@@ -164,17 +164,17 @@ func (g *Gateway) resolve(w http.ResponseWriter, r *http.Request) {
 // whether the admin found the effect made twice. The request may be as
 // large as an answer of max_response, JSON-escaped.
 func (g *Gateway) readResolve(w http.ResponseWriter, r *http.Request, id, actor string) (ledger.ResolveParams,
-	bool, *httpidem.Problem) {
+	bool, *contract.Problem) {
 	var body resolveRequest
 	max := int64(g.cfg.MaxResponse)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10+6*max))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		return ledger.ResolveParams{}, false, httpidem.NewProblem(httpidem.CodeInvalidCommand, "body: "+err.Error())
+		return ledger.ResolveParams{}, false, contract.NewProblem(contract.CodeInvalidCommand, "body: "+err.Error())
 	}
 	to, err := ledger.ParseState(body.State)
 	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
-		return ledger.ResolveParams{}, false, httpidem.NewProblem(httpidem.CodeInvalidCommand,
+		return ledger.ResolveParams{}, false, contract.NewProblem(contract.CodeInvalidCommand,
 			`state must be "succeeded", "failed" or "prepared"`)
 	}
 	params := ledger.ResolveParams{ID: id, To: to, Actor: actor, Note: body.Note, ResultRef: body.ResultRef}
@@ -183,7 +183,7 @@ func (g *Gateway) readResolve(w http.ResponseWriter, r *http.Request, id, actor 
 	}
 	if body.Response != nil {
 		if params.Response, err = body.Response.Response(max); err != nil {
-			return params, false, httpidem.NewProblem(httpidem.CodeInvalidCommand, "response: "+err.Error())
+			return params, false, contract.NewProblem(contract.CodeInvalidCommand, "response: "+err.Error())
 		}
 	}
 	return params, body.Duplicate, nil

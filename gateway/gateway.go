@@ -101,7 +101,7 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := g.store.Ping(ctx); err != nil {
-		httpidem.ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
@@ -143,7 +143,7 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 		mux.Handle(rc.method+" "+rc.pattern, g.limited(g.allowed(rc, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpidem.NewProblem(httpidem.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
+		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
 	})
 	return mux, m, nil
 }
@@ -166,16 +166,16 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 }
 
 // classifier is docs/design.md's mapping with the route's own exceptions.
-func classifier(rc *RouteConfig) func(int) httpidem.Fate {
+func classifier(rc *RouteConfig) func(int) contract.Fate {
 	notApplied, final := rc.Outcomes.NotApplied, rc.Outcomes.Final
-	return func(status int) httpidem.Fate {
+	return func(status int) contract.Fate {
 		switch {
 		case slices.Contains(notApplied, status):
-			return httpidem.FateReleased
+			return contract.FateReleased
 		case slices.Contains(final, status):
-			return httpidem.FateFailed
+			return contract.FateFailed
 		}
-		return httpidem.DefaultClassify(status)
+		return contract.DefaultClassify(status)
 	}
 }
 
@@ -200,7 +200,7 @@ func (g *Gateway) authenticated(next http.Handler) http.Handler {
 		p, err := g.authenticate(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
-			httpidem.NewProblem(httpidem.CodeUnauthorized, err.Error()).Write(w)
+			contract.NewProblem(contract.CodeUnauthorized, err.Error()).Write(w)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -221,7 +221,7 @@ func (g *Gateway) limited(next http.Handler) http.Handler {
 
 // admit applies the tenant's budgets of live operations and stored bytes
 // to a request that would reserve a new operation.
-func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *httpidem.Problem) {
+func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *contract.Problem) {
 	settle, ref := g.limits.NewOperation(ctx, tenant)
 	if ref != nil {
 		return nil, refused(ref)
@@ -241,8 +241,8 @@ func (g *Gateway) recorded(op *ledger.Operation) {
 }
 
 // refused is the problem of a request over its tenant's limits.
-func refused(r *limits.Refusal) *httpidem.Problem {
-	p := httpidem.NewProblem(httpidem.CodeRateLimited, r.Reason+"; nothing was done, retry with the same key later")
+func refused(r *limits.Refusal) *contract.Problem {
+	p := contract.NewProblem(contract.CodeRateLimited, r.Reason+"; nothing was done, retry with the same key later")
 	p.RetryAfter = int(math.Ceil(r.RetryAfter.Seconds()))
 	return p
 }
@@ -255,7 +255,7 @@ func (g *Gateway) allowed(rc *RouteConfig, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := PrincipalFrom(r.Context())
 		if !slices.ContainsFunc(rc.Roles, p.HasRole) {
-			httpidem.NewProblem(httpidem.CodeForbidden, "this route needs one of the roles "+fmt.Sprint(rc.Roles)).Write(w)
+			contract.NewProblem(contract.CodeForbidden, "this route needs one of the roles "+fmt.Sprint(rc.Roles)).Write(w)
 			return
 		}
 		next.ServeHTTP(w, r)

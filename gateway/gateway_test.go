@@ -20,7 +20,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -321,7 +320,7 @@ func roundTrip(t *testing.T, req *http.Request) reply {
 }
 
 func code(r reply) string {
-	var p httpidem.Problem
+	var p contract.Problem
 	_ = json.Unmarshal([]byte(r.body), &p)
 	return p.Code
 }
@@ -517,8 +516,8 @@ func TestControlAPI(t *testing.T) {
 			t.Fatalf("resolution not audited: %+v", last)
 		}
 		r = e.do("POST", "/_idem/v1/operations/"+lost.ID+"/resolve", "alice-token", resolve)
-		var p httpidem.Problem
-		if json.Unmarshal([]byte(r.body), &p); r.status != 409 || p.Code != httpidem.CodeIllegalTransition ||
+		var p contract.Problem
+		if json.Unmarshal([]byte(r.body), &p); r.status != 409 || p.Code != contract.CodeIllegalTransition ||
 			p.Title != "Not allowed in the operation's state" || p.OperationID != lost.ID || p.State != ledger.Succeeded ||
 			p.StatusURL != "/_idem/v1/operations/"+lost.ID {
 			t.Fatalf("resolving twice: %d %s", r.status, r.body)

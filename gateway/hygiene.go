@@ -5,7 +5,7 @@ import (
 	"net/http/httputil"
 	"strings"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 )
 
 // This file is docs/design.md's "Header hygiene", for writes and reads alike:
@@ -17,7 +17,7 @@ import (
 func hygienic(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if why := refusal(r); why != "" {
-			httpidem.NewProblem(httpidem.CodeInvalidRequest, why).Write(w)
+			contract.NewProblem(contract.CodeInvalidRequest, why).Write(w)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -34,7 +34,7 @@ func refusal(r *http.Request) string {
 			return "header " + name + ": names with '_' are refused, some servers read them as '-'"
 		}
 	}
-	for _, name := range []string{"Authorization", httpidem.HeaderKey} {
+	for _, name := range []string{"Authorization", contract.HeaderKey} {
 		if len(r.Header[name]) > 1 {
 			return "two " + name + " headers: nobody can tell which one was meant; send one"
 		}
@@ -110,7 +110,7 @@ func unhex(c byte) byte {
 // would make the upstream run another method than the one authorised and
 // fingerprinted, and the gateway's own protocol.
 var agentHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "Forwarded", "X-Real-Ip",
-	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", httpidem.HeaderKey, httpidem.HeaderPrefer}
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", contract.HeaderKey, contract.HeaderPrefer}
 
 // stripAgentHeaders removes agentHeaders and every X-Forwarded-* header,
 // whatever the case of their names.

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 )
 
 func TestHasDotSegment(t *testing.T) {
@@ -74,9 +74,9 @@ func TestHygieneAllocatesNothingWhenNothingIsWrong(t *testing.T) {
 		if refusal(r) != "" {
 			t.Fatal("refused")
 		}
-		httpidem.StripHopByHop(r.Header)
+		contract.StripHopByHop(r.Header)
 		stripAgentHeaders(r.Header)
-		httpidem.StripHopByHop(resp)
+		contract.StripHopByHop(resp)
 		uc.localize(resp)
 	})
 	if allocs != 0 || len(r.Header) != 5 {

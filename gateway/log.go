@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 )
 
 // logged writes one JSON line per request: never a body, never a token,
@@ -29,10 +29,10 @@ func (g *Gateway) logged(next http.Handler) http.Handler {
 		}
 		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status), slog.Duration("duration", time.Since(start))}
-		if op := sw.Header().Get(httpidem.HeaderOperation); op != "" {
+		if op := sw.Header().Get(contract.HeaderOperation); op != "" {
 			attrs = append(attrs, slog.String("operation_id", op))
 		}
-		if sw.Header().Get(httpidem.HeaderReplayed) != "" {
+		if sw.Header().Get(contract.HeaderReplayed) != "" {
 			attrs = append(attrs, slog.Bool("replayed", true))
 		}
 		g.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)

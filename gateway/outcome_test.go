@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 )
 
 // TestProblemsNamingAnOperationLinkIt: the attempt that lost the answer
@@ -29,7 +29,7 @@ func TestProblemsNamingAnOperationLinkIt(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", c.path, err)
 			}
-			var p httpidem.Problem
+			var p contract.Problem
 			_ = json.Unmarshal([]byte(r.body), &p)
 			if r.status != c.status || p.Code != c.code || p.OperationID != op.ID || string(p.State) != c.state ||
 				p.StatusURL != "/_idem/v1/operations/"+op.ID {

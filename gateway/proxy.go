@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -58,7 +59,7 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// The upstream's address and the error's details stay here.
 			uc.logFailure(r.Context(), "", err)
-			httpidem.NewProblem(httpidem.CodeUpstreamUnavailable, "upstream "+name+" did not answer").Write(w)
+			contract.NewProblem(contract.CodeUpstreamUnavailable, "upstream "+name+" did not answer").Write(w)
 		},
 	}
 	return uc
@@ -73,7 +74,7 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 		// it by itself when a reused connection fails after writing it. That
 		// is exactly the blind retry this gateway exists to prevent. Header
 		// names are case-insensitive, so the upstream reads the same key.
-		h[strings.ToLower(httpidem.HeaderKey)] = []string{key}
+		h[strings.ToLower(contract.HeaderKey)] = []string{key}
 	}
 	for k, v := range uc.cfg.Headers {
 		h.Set(k, v)
@@ -123,13 +124,13 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
 	if err != nil { // the status came, the rest was cut: the effect may be done
 		p.uc.logFailure(r.Context(), exec.OperationID(), fmt.Errorf("reading the answer: %w", err))
-		exec.Settle(httpidem.FateUnknown, "upstream_body_cut")
-		prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
+		exec.Settle(contract.FateUnknown, "upstream_body_cut")
+		prob := contract.NewProblem(contract.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
 			"the request may have been applied").WithStatus(http.StatusBadGateway)
 		writeFor(w, prob, exec, ledger.Unknown)
 		return
 	}
-	httpidem.StripHopByHop(resp.Header)
+	contract.StripHopByHop(resp.Header)
 	p.uc.localize(resp.Header) // before it is stored: replays say the same
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -149,7 +150,7 @@ func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomi
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
 	out.RequestURI = ""
-	httpidem.StripHopByHop(out.Header)
+	contract.StripHopByHop(out.Header)
 	p.uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
 	return out, sent
 }
@@ -158,8 +159,8 @@ func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomi
 // released, safe to retry. Written and then lost: unknown, never resent.
 func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err error, sent bool) {
 	if !sent {
-		exec.Settle(httpidem.FateReleased, "upstream_unreachable")
-		prob := httpidem.NewProblem(httpidem.CodeUpstreamUnavailable,
+		exec.Settle(contract.FateReleased, "upstream_unreachable")
+		prob := contract.NewProblem(contract.CodeUpstreamUnavailable,
 			"the upstream could not be reached and nothing was sent; retry with the same key")
 		prob.RetryAfter = 1
 		writeFor(w, prob, exec, ledger.Prepared)
@@ -169,8 +170,8 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
 		code, status = "upstream_timeout", http.StatusGatewayTimeout
 	}
-	exec.Settle(httpidem.FateUnknown, code)
-	prob := httpidem.NewProblem(httpidem.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
+	exec.Settle(contract.FateUnknown, code)
+	prob := contract.NewProblem(contract.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
 		"it may have been applied, and will not be re-sent").WithStatus(status)
 	writeFor(w, prob, exec, ledger.Unknown)
 }
@@ -178,7 +179,7 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 // writeFor sends a problem about the operation exec runs, now in state:
 // its id, its state and its status resource, the one link an agent
 // follows to learn how it ended (the 409 of every retry carries the same).
-func writeFor(w http.ResponseWriter, prob *httpidem.Problem, exec *httpidem.Execution, state ledger.State) {
+func writeFor(w http.ResponseWriter, prob *contract.Problem, exec *httpidem.Execution, state ledger.State) {
 	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, ControlPrefix).Write(w)
 }
 

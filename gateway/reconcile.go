@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/resultref"
 	"github.com/idemgate/idemgate/reconcile"
 )
 
@@ -50,7 +50,7 @@ func (g *Gateway) Reconciler() *reconcile.Reconciler {
 		}
 		route := rc.method + " " + rc.pattern
 		probes[route], upstreams[route] = rc.probe, g.clients[rc.Upstream]
-		if ref, err := httpidem.ResultRefOf(rc.ResultRef); err == nil && ref != nil {
+		if ref, err := resultref.Compile(rc.ResultRef); err == nil && ref != nil {
 			refs[route] = ref
 		}
 	}

@@ -89,8 +89,8 @@ func TestResolveRefusesABadAnswer(t *testing.T) {
 		} {
 			resolve := mustJSON(t, map[string]any{"state": tc.state, "note": "checked", "response": tc.answer})
 			r := e.do("POST", "/_idem/v1/operations/"+op.ID+"/resolve", "alice-token", resolve)
-			var p httpidem.Problem
-			if json.Unmarshal([]byte(r.body), &p); r.status != 422 || p.Code != httpidem.CodeInvalidCommand ||
+			var p contract.Problem
+			if json.Unmarshal([]byte(r.body), &p); r.status != 422 || p.Code != contract.CodeInvalidCommand ||
 				!strings.Contains(p.Detail, tc.want) {
 				t.Errorf("%s: %d %s, want 422 saying %q", name, r.status, r.body, tc.want)
 			}

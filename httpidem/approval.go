@@ -14,17 +14,10 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Accepted is the 202 answer of an operation that waits for a human
-// decision (contract.Accepted).
-type Accepted = contract.Accepted
-
-// AcceptedApproval is the approval an Accepted answer waits for.
-type AcceptedApproval = contract.AcceptedApproval
-
 // approvalFor evaluates the route's policy on a request that would create
 // an operation: nil when it needs no approval. A policy that cannot be
 // evaluated on this request refuses it (422), with nothing reserved.
-func (m *Middleware) approvalFor(r *http.Request, req *request) (*ledger.ApprovalRequest, *Problem) {
+func (m *Middleware) approvalFor(r *http.Request, req *request) (*ledger.ApprovalRequest, *contract.Problem) {
 	pol := req.route.Approval
 	if pol == nil {
 		return nil, nil
@@ -32,7 +25,7 @@ func (m *Middleware) approvalFor(r *http.Request, req *request) (*ledger.Approva
 	in := m.policyInput(r, req)
 	required, err := pol.Required(in)
 	if err != nil {
-		return nil, NewProblem(CodeInvalidCommand, err.Error()+"; nothing was reserved")
+		return nil, contract.NewProblem(contract.CodeInvalidCommand, err.Error()+"; nothing was reserved")
 	}
 	if !required {
 		return nil, nil
@@ -41,15 +34,15 @@ func (m *Middleware) approvalFor(r *http.Request, req *request) (*ledger.Approva
 }
 
 // approvalRequest is what the ledger is asked to open for req.
-func (m *Middleware) approvalRequest(req *request, in approval.Input) (*ledger.ApprovalRequest, *Problem) {
+func (m *Middleware) approvalRequest(req *request, in approval.Input) (*ledger.ApprovalRequest, *contract.Problem) {
 	pol := req.route.Approval
 	summary, err := pol.Summary(in)
 	if err != nil {
-		return nil, NewProblem(CodeInvalidCommand, err.Error()+"; nothing was reserved")
+		return nil, contract.NewProblem(contract.CodeInvalidCommand, err.Error()+"; nothing was reserved")
 	}
 	command, err := fingerprint.Canonical(req.command)
 	if err != nil {
-		return nil, NewProblem(CodeInvalidCommand, err.Error())
+		return nil, contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 	}
 	target := in.Method + " " + in.Path
 	if req.rawQuery != "" {
@@ -80,13 +73,13 @@ func (m *Middleware) approved(w http.ResponseWriter, r *http.Request, req *reque
 	switch {
 	case op.Approval.Lapsed(now) && req.reopened:
 		// This request tried already; the store's clock says otherwise.
-		m.accepted(w, r, op, CodeApprovalRequired)
+		m.accepted(w, r, op, contract.CodeApprovalRequired)
 	case op.Approval.Lapsed(now):
 		m.reopen(w, r, req, op, next)
 	case op.Approval.Usable(now):
 		m.acquire(w, r, req, op, next)
 	default:
-		m.accepted(w, r, op, CodeApprovalRequired)
+		m.accepted(w, r, op, contract.CodeApprovalRequired)
 	}
 }
 
@@ -95,7 +88,7 @@ func (m *Middleware) approved(w http.ResponseWriter, r *http.Request, req *reque
 func (m *Middleware) reopen(w http.ResponseWriter, r *http.Request, req *request, op *ledger.Operation, next http.Handler) {
 	req.reopened = true // at most once per request, whatever the clocks say
 	if req.route.Approval == nil {
-		m.problem(w, NewProblem(CodeApprovalClosed, "this operation's approval lapsed and its route no longer "+
+		m.problem(w, contract.NewProblem(contract.CodeApprovalClosed, "this operation's approval lapsed and its route no longer "+
 			"asks for approvals, so none can be opened; ask an operator"), op)
 		return
 	}
@@ -110,18 +103,18 @@ func (m *Middleware) reopen(w http.ResponseWriter, r *http.Request, req *request
 	cancel()
 	switch {
 	case err == nil:
-		m.accepted(w, r, reopened, CodeApprovalExpired)
+		m.accepted(w, r, reopened, contract.CodeApprovalExpired)
 	case errors.Is(err, ledger.ErrIllegalTransition) && reopened != nil:
 		// Another retry opened it first, or the store's clock says the
 		// approval is still good: answer as it now stands, once.
 		m.existing(w, r, req, reopened, next)
 	case errors.Is(err, ledger.ErrConcurrencyLocked):
-		p := NewProblem(CodeConcurrencyLocked, "another live operation holds this route's concurrency group; "+
+		p := contract.NewProblem(contract.CodeConcurrencyLocked, "another live operation holds this route's concurrency group; "+
 			"this operation's new approval is opened once it has ended: retry with the same key")
 		p.RetryAfter = 1
 		m.problem(w, p, op)
 	default:
-		m.problem(w, ProblemFor(err), op)
+		m.problem(w, contract.ProblemFor(err), op)
 	}
 }
 
@@ -133,7 +126,7 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 	if !ok {
 		a, err := m.opts.Store.GetApproval(r.Context(), ref.ID)
 		if err != nil {
-			m.problem(w, ProblemFor(err), op)
+			m.problem(w, contract.ProblemFor(err), op)
 			return
 		}
 		summary = a.Summary
@@ -141,13 +134,13 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 	}
 	detail := "a human must approve this operation before it runs; nothing was sent. Retry with the same key " +
 		"(or send Prefer: wait=N) to run it once approved"
-	if code == CodeApprovalExpired {
+	if code == contract.CodeApprovalExpired {
 		detail = "the earlier approval lapsed (it expired undecided, or was not used in time); a new one was " +
 			"opened for the same operation. " + detail
 	}
-	answered(w, code)
-	body := Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
-		Approval: AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}
+	contract.NoteCode(w, code)
+	body := contract.Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
+		Approval: contract.AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}
 	h := w.Header()
 	if m.opts.StatusBase != "" {
 		body.StatusURL = m.opts.StatusBase + "/operations/" + op.ID
@@ -156,7 +149,7 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	h.Set(HeaderOperation, op.ID)
+	h.Set(contract.HeaderOperation, op.ID)
 	w.WriteHeader(http.StatusAccepted)
 	_ = json.NewEncoder(w).Encode(body)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -22,7 +23,7 @@ import (
 func TestKeylessNeverBypassesApproval(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
-		if r := a.deploy("", prod); r.status != 400 || problemCode(t, r) != httpidem.CodeMissingKey || a.effects.Load() != 0 {
+		if r := a.deploy("", prod); r.status != 400 || problemCode(t, r) != contract.CodeMissingKey || a.effects.Load() != 0 {
 			t.Fatalf("keyless production deploy: %d %s, %d effects", r.status, r.body, a.effects.Load())
 		}
 		pol, _ := approval.Compile(prodPolicy)
@@ -73,7 +74,7 @@ func TestRequesterStaysRequesterAfterReopen(t *testing.T) {
 		first := accepted(t, a.do("POST", "/v1/services/api/deployments", carol, "dep-c", prod))
 		time.Sleep(time.Until(first.Approval.ExpiresAt) + 20*time.Millisecond)
 		again := accepted(t, a.deploy("dep-c", prod)) // bot's retry of carol's operation
-		if again.Code != httpidem.CodeApprovalExpired || again.Approval.Summary != first.Approval.Summary {
+		if again.Code != contract.CodeApprovalExpired || again.Approval.Summary != first.Approval.Summary {
 			t.Fatalf("reopened: %+v", again)
 		}
 		if r := a.decide("approve", carol, again.Approval.ID, ""); r.status != 403 {

@@ -113,9 +113,9 @@ func (a *deployApp) deploy(key, body string, extra ...string) reply {
 }
 
 // accepted decodes a 202.
-func accepted(t *testing.T, r reply) httpidem.Accepted {
+func accepted(t *testing.T, r reply) contract.Accepted {
 	t.Helper()
-	var acc httpidem.Accepted
+	var acc contract.Accepted
 	if r.status != http.StatusAccepted || json.Unmarshal([]byte(r.body), &acc) != nil || acc.Approval.ID == "" {
 		t.Fatalf("want 202 with an approval, got %d %s", r.status, r.body)
 	}
@@ -133,7 +133,7 @@ func (a *deployApp) decide(verb, principal, id, fp string) reply {
 		}
 		fp = v.Fingerprint
 	}
-	body, _ := json.Marshal(httpidem.Decision{Fingerprint: fp, Note: "looked fine"})
+	body, _ := json.Marshal(contract.Decision{Fingerprint: fp, Note: "looked fine"})
 	return a.do("POST", "/_idem/v1/approvals/"+id+"/"+verb, principal, "", string(body))
 }
 
@@ -147,10 +147,10 @@ func TestApprovalLifecycle(t *testing.T) {
 		a := newDeployApp(t, s, prodPolicy)
 		first := a.deploy("dep-1", prod)
 		acc := accepted(t, first)
-		if acc.Code != httpidem.CodeApprovalRequired || acc.State != ledger.Prepared ||
+		if acc.Code != contract.CodeApprovalRequired || acc.State != ledger.Prepared ||
 			acc.Approval.Summary != "Deploy api@sha256:aaaa to production (api)" ||
 			first.header.Get("Location") != "/_idem/v1/operations/"+acc.OperationID ||
-			first.header.Get(httpidem.HeaderOperation) != acc.OperationID {
+			first.header.Get(contract.HeaderOperation) != acc.OperationID {
 			t.Fatalf("202: %+v %v", acc, first.header)
 		}
 		for range 3 {
@@ -172,22 +172,22 @@ func TestApprovalLifecycle(t *testing.T) {
 			t.Fatal("deployed before the retry")
 		}
 		run := a.deploy("dep-1", prod)
-		if run.status != 201 || run.header.Get(httpidem.HeaderReplayed) != "" || a.effects.Load() != 1 {
+		if run.status != 201 || run.header.Get(contract.HeaderReplayed) != "" || a.effects.Load() != 1 {
 			t.Fatalf("retry after approval: %d %s, %d effects", run.status, run.body, a.effects.Load())
 		}
 		replay := a.deploy("dep-1", prod)
-		if replay.status != 201 || replay.body != run.body || replay.header.Get(httpidem.HeaderReplayed) != "true" {
+		if replay.status != 201 || replay.body != run.body || replay.header.Get(contract.HeaderReplayed) != "true" {
 			t.Fatalf("replay: %+v", replay)
 		}
 		changed := `{"artifact":"api@sha256:bbbb","environment":"production"}`
-		if r := a.deploy("dep-1", changed); r.status != 422 || problemCode(t, r) != httpidem.CodeFingerprintMismatch {
+		if r := a.deploy("dep-1", changed); r.status != 422 || problemCode(t, r) != contract.CodeFingerprintMismatch {
 			t.Fatalf("changed artifact under the key: %d %s", r.status, r.body)
 		}
 		if r := a.deploy("dep-1", strings.Replace(prod, "aaaa", "aaab", 1)); r.status != 422 {
 			t.Fatalf("a one-byte change under the key: %d %s", r.status, r.body)
 		}
 		if r := a.do("POST", "/v1/services/web/deployments", agent, "dep-1", prod); r.status != 422 ||
-			problemCode(t, r) != httpidem.CodeFingerprintMismatch {
+			problemCode(t, r) != contract.CodeFingerprintMismatch {
 			t.Fatalf("another service (path parameter) under the key: %d %s", r.status, r.body)
 		}
 		if r := a.do("POST", "/v1/services/api/deployments?force=true", agent, "dep-1", prod); r.status != 422 {
@@ -241,10 +241,10 @@ func TestWhoMayDecide(t *testing.T) {
 			status    int
 			code      string
 		}{
-			{req, "approve", 403, httpidem.CodeForbidden},
-			{"dave:acme:agent,admin", "approve", 403, httpidem.CodeForbidden},
-			{"dave:acme:agent,admin", "deny", 403, httpidem.CodeForbidden},
-			{"eve:globex:approver", "approve", 404, httpidem.CodeNotFound},
+			{req, "approve", 403, contract.CodeForbidden},
+			{"dave:acme:agent,admin", "approve", 403, contract.CodeForbidden},
+			{"dave:acme:agent,admin", "deny", 403, contract.CodeForbidden},
+			{"eve:globex:approver", "approve", 404, contract.CodeNotFound},
 		} {
 			fp := "sha256:" + strings.Repeat("0", 64)
 			if c.who == req || c.who == "dave:acme:agent,admin" {
@@ -283,12 +283,12 @@ func TestBadDecisions(t *testing.T) {
 			status           int
 			code             string
 		}{
-			{"unknown approval", "apr_01NOPE/approve", `{"fingerprint":"sha256:` + strings.Repeat("a", 64) + `"}`, 404, httpidem.CodeNotFound},
-			{"malformed fingerprint", id + "/approve", `{"fingerprint":"sha256:xyz"}`, 422, httpidem.CodeInvalidCommand},
-			{"missing fingerprint", id + "/approve", `{"note":"ok"}`, 422, httpidem.CodeInvalidCommand},
-			{"unknown member", id + "/approve", `{"fingerprint":"x","approved":true}`, 422, httpidem.CodeInvalidCommand},
-			{"not JSON", id + "/deny", `approve please`, 422, httpidem.CodeInvalidCommand},
-			{"another request", id + "/approve", `{"fingerprint":"sha256:` + strings.Repeat("b", 64) + `"}`, 409, httpidem.CodeApprovalMismatch},
+			{"unknown approval", "apr_01NOPE/approve", `{"fingerprint":"sha256:` + strings.Repeat("a", 64) + `"}`, 404, contract.CodeNotFound},
+			{"malformed fingerprint", id + "/approve", `{"fingerprint":"sha256:xyz"}`, 422, contract.CodeInvalidCommand},
+			{"missing fingerprint", id + "/approve", `{"note":"ok"}`, 422, contract.CodeInvalidCommand},
+			{"unknown member", id + "/approve", `{"fingerprint":"x","approved":true}`, 422, contract.CodeInvalidCommand},
+			{"not JSON", id + "/deny", `approve please`, 422, contract.CodeInvalidCommand},
+			{"another request", id + "/approve", `{"fingerprint":"sha256:` + strings.Repeat("b", 64) + `"}`, 409, contract.CodeApprovalMismatch},
 		} {
 			if r := post(c.path, c.body); r.status != c.status || problemCode(t, r) != c.code {
 				t.Fatalf("%s: %d %s", c.name, r.status, r.body)
@@ -301,7 +301,7 @@ func TestBadDecisions(t *testing.T) {
 			t.Fatalf("approve: %d %s", r.status, r.body)
 		}
 		for _, verb := range []string{"approve", "deny"} {
-			if r := a.decide(verb, "bob:acme:approver", id, ""); r.status != 409 || problemCode(t, r) != httpidem.CodeApprovalClosed {
+			if r := a.decide(verb, "bob:acme:approver", id, ""); r.status != 409 || problemCode(t, r) != contract.CodeApprovalClosed {
 				t.Fatalf("%s of a decided approval: %d %s", verb, r.status, r.body)
 			}
 		}
@@ -316,14 +316,14 @@ func TestDenied(t *testing.T) {
 		acc := accepted(t, a.deploy("dep", prod))
 		if r := a.do("POST", "/v1/services/api/deployments", agent, "dep-2",
 			`{"artifact":"api@sha256:cccc","environment":"production"}`); r.status != 409 ||
-			problemCode(t, r) != httpidem.CodeConcurrencyLocked {
+			problemCode(t, r) != contract.CodeConcurrencyLocked {
 			t.Fatalf("production while one waits: %d %s", r.status, r.body)
 		}
 		if r := a.decide("deny", alice, acc.Approval.ID, ""); r.status != 200 {
 			t.Fatalf("deny: %d %s", r.status, r.body)
 		}
 		for range 2 {
-			if r := a.deploy("dep", prod); r.status != 403 || problemCode(t, r) != httpidem.CodeApprovalDenied {
+			if r := a.deploy("dep", prod); r.status != 403 || problemCode(t, r) != contract.CodeApprovalDenied {
 				t.Fatalf("after denial: %d %s", r.status, r.body)
 			}
 		}
@@ -345,14 +345,14 @@ func TestApprovalExpired(t *testing.T) {
 		a := newDeployApp(t, s, cfg)
 		acc := accepted(t, a.deploy("dep", prod))
 		time.Sleep(time.Until(acc.Approval.ExpiresAt) + 20*time.Millisecond)
-		if r := a.decide("approve", alice, acc.Approval.ID, ""); r.status != 409 || problemCode(t, r) != httpidem.CodeApprovalClosed {
+		if r := a.decide("approve", alice, acc.Approval.ID, ""); r.status != 409 || problemCode(t, r) != contract.CodeApprovalClosed {
 			t.Fatalf("late decision: %d %s", r.status, r.body)
 		}
 		again := accepted(t, a.deploy("dep", prod))
-		if again.Code != httpidem.CodeApprovalExpired || again.OperationID != acc.OperationID || again.Approval.ID == acc.Approval.ID {
+		if again.Code != contract.CodeApprovalExpired || again.OperationID != acc.OperationID || again.Approval.ID == acc.Approval.ID {
 			t.Fatalf("after expiry: %+v", again)
 		}
-		if same := accepted(t, a.deploy("dep", prod)); same.Approval.ID != again.Approval.ID || same.Code != httpidem.CodeApprovalRequired {
+		if same := accepted(t, a.deploy("dep", prod)); same.Approval.ID != again.Approval.ID || same.Code != contract.CodeApprovalRequired {
 			t.Fatalf("second retry after expiry: %+v", same)
 		}
 		if r := a.decide("approve", alice, again.Approval.ID, ""); r.status != 200 {
@@ -421,7 +421,7 @@ func TestPolicyFailsOnRequest(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, approval.Config{When: `body.region == "eu"`})
 		r := a.deploy("dep", prod)
-		if r.status != 422 || problemCode(t, r) != httpidem.CodeInvalidCommand || !strings.Contains(r.body, "approval.when") {
+		if r.status != 422 || problemCode(t, r) != contract.CodeInvalidCommand || !strings.Contains(r.body, "approval.when") {
 			t.Fatalf("missing field: %d %s", r.status, r.body)
 		}
 		if _, err := s.GetByKey(t.Context(), "acme", "dep"); !errors.Is(err, ledger.ErrNotFound) {

@@ -12,9 +12,6 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Decision is the body of a decision (contract.Decision).
-type Decision = contract.Decision
-
 // maxNote bounds a decision's note, in characters.
 const maxNote = 2000
 
@@ -39,7 +36,7 @@ func (m *Middleware) ApprovalRoutes(mux *http.ServeMux, prefix string) error {
 func (m *Middleware) caller(w http.ResponseWriter, r *http.Request) (approval.Principal, bool) {
 	p, err := m.opts.Principal(r)
 	if err != nil || p.Tenant == "" {
-		NewProblem(CodeUnauthorized, "no principal").Write(w)
+		contract.NewProblem(contract.CodeUnauthorized, "no principal").Write(w)
 		return p, false
 	}
 	return p, true
@@ -71,7 +68,7 @@ func (m *Middleware) listApprovals(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("status"); s != "" {
 		st, err := ledger.ParseApprovalStatus(s)
 		if err != nil {
-			NewProblem(CodeInvalidCommand, err.Error()).Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, err.Error()).Write(w)
 			return
 		}
 		lp.Status = st
@@ -79,14 +76,14 @@ func (m *Middleware) listApprovals(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n <= 0 {
-			NewProblem(CodeInvalidCommand, "limit must be a positive number").Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, "limit must be a positive number").Write(w)
 			return
 		}
 		lp.Limit = n
 	}
 	page, err := m.opts.Store.ListApprovals(r.Context(), lp)
 	if err != nil {
-		ProblemFor(err).Write(w)
+		contract.ProblemFor(err).Write(w)
 		return
 	}
 	WriteJSON(w, http.StatusOK, contract.NewApprovalListView(page))
@@ -99,13 +96,13 @@ func (m *Middleware) decide(approve bool) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		var body Decision
+		var body contract.Decision
 		if err := decodeStrict(w, r, &body); err != nil {
-			NewProblem(CodeInvalidCommand, "body: "+err.Error()).Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, "body: "+err.Error()).Write(w)
 			return
 		}
 		if utf8.RuneCountInString(body.Note) > maxNote {
-			NewProblem(CodeInvalidCommand, "note: at most 2000 characters").Write(w)
+			contract.NewProblem(contract.CodeInvalidCommand, "note: at most 2000 characters").Write(w)
 			return
 		}
 		d := ledger.DecisionParams{ApprovalID: r.PathValue("id"), Tenant: p.Tenant, Fingerprint: body.Fingerprint,
@@ -124,12 +121,12 @@ func (m *Middleware) decide(approve bool) http.HandlerFunc {
 	}
 }
 
-// approvalProblem is ProblemFor, with "no such approval" for a miss.
-func approvalProblem(err error) *Problem {
+// approvalProblem is contract.ProblemFor, with "no such approval" for a miss.
+func approvalProblem(err error) *contract.Problem {
 	if errors.Is(err, ledger.ErrNotFound) {
-		return NewProblem(CodeNotFound, "no such approval")
+		return contract.NewProblem(contract.CodeNotFound, "no such approval")
 	}
-	return ProblemFor(err)
+	return contract.ProblemFor(err)
 }
 
 // decodeStrict reads a small JSON body into v, refusing unknown members

@@ -1,10 +1,8 @@
 package httpidem
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -26,17 +23,17 @@ type Recorder interface {
 
 // runOf reads the agent's run id (Idempotency-Run): printable text, one
 // header, at most contract.MaxRunLen bytes.
-func runOf(r *http.Request) (string, *Problem) {
+func runOf(r *http.Request) (string, *contract.Problem) {
 	values := r.Header.Values(contract.HeaderRun)
 	switch {
 	case len(values) == 0:
 		return "", nil
 	case len(values) > 1:
-		return "", NewProblem(CodeInvalidRequest, fmt.Sprintf("%d %s headers; send one", len(values), contract.HeaderRun))
+		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%d %s headers; send one", len(values), contract.HeaderRun))
 	}
 	run := strings.TrimSpace(values[0])
 	if len(run) > contract.MaxRunLen || !utf8.ValidString(run) || strings.IndexFunc(run, notPrintable) >= 0 {
-		return "", NewProblem(CodeInvalidRequest, fmt.Sprintf("%s must be printable text of at most %d bytes",
+		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%s must be printable text of at most %d bytes",
 			contract.HeaderRun, contract.MaxRunLen))
 	}
 	return run, nil
@@ -74,74 +71,6 @@ func lowerHex(s string) bool {
 	return true
 }
 
-// resultRef is where a route's upstream names the effect it made: a JSON
-// Pointer into its answer's body, or a header.
-type resultRef struct {
-	pointer []string
-	header  string
-}
-
-// compileResultRef parses "body:/pointer" or "header:Name".
-func compileResultRef(spec string) (*resultRef, error) {
-	kind, ref, _ := strings.Cut(spec, ":")
-	switch kind {
-	case "":
-		return nil, nil
-	case "header":
-		if ref != "" {
-			return &resultRef{header: http.CanonicalHeaderKey(ref)}, nil
-		}
-	case "body":
-		if toks, err := jsonptr.Parse(ref); err == nil && len(toks) > 0 {
-			return &resultRef{pointer: toks}, nil
-		}
-	}
-	return nil, fmt.Errorf("result_ref %q: want body:/pointer or header:NAME", spec)
-}
-
-// ResultRefReader compiles a result_ref ("body:/pointer" or
-// "header:NAME"; "" for none) into what reads the reference from an
-// answer: "" when a failed answer, or one without a short printable
-// reference. Other deliverers than the middleware (the outbox's relay)
-// read references the same way.
-func ResultRefReader(spec string) (func(status int, h http.Header, body []byte) string, error) {
-	rr, err := compileResultRef(spec)
-	if err != nil {
-		return nil, err
-	}
-	return rr.of, nil
-}
-
-// maxResultRef bounds a reference kept: a ticket id, a charge id.
-const maxResultRef = 255
-
-// of reads the reference from an upstream answer; "" when it has none,
-// or none that is short, printable text.
-func (rr *resultRef) of(status int, h http.Header, body []byte) string {
-	if rr == nil || status >= 400 {
-		return ""
-	}
-	var v string
-	if rr.header != "" {
-		v = h.Get(rr.header)
-	} else {
-		var doc any
-		if json.Unmarshal(body, &doc) != nil {
-			return ""
-		}
-		switch x, _ := jsonptr.Get(doc, rr.pointer); x := x.(type) {
-		case string:
-			v = x
-		case float64:
-			v = strconv.FormatFloat(x, 'f', -1, 64)
-		}
-	}
-	if len(v) > maxResultRef || !utf8.ValidString(v) || strings.IndexFunc(v, notPrintable) >= 0 {
-		return ""
-	}
-	return v
-}
-
 // note records an event of req that is no transition, when a Recorder
 // listens: op is the operation it was answered from, if any.
 func (m *Middleware) note(req *request, kind audit.Kind, op *ledger.Operation, reason string) {
@@ -175,15 +104,4 @@ func (m *Middleware) noteUnrecorded(req *request, opID string, status int, ref s
 		Route: req.route.Method + " " + req.route.template, Target: req.target, Actor: m.opts.Actor,
 		UpstreamStatus: status, ResultRef: ref, Reason: "answered to the client, not recorded: the store failed"}
 	m.opts.Audit.Record(e)
-}
-
-// ResultRefOf compiles a result_ref spec ("body:/ptr", "header:Name") into
-// the function that reads it from an upstream's answer; nil for "". The
-// reconciler reads an applied probe's answer with it.
-func ResultRefOf(spec string) (func(status int, h http.Header, body []byte) string, error) {
-	rr, err := compileResultRef(spec)
-	if err != nil || rr == nil {
-		return nil, err
-	}
-	return rr.of, nil
 }

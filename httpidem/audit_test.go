@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -121,7 +122,7 @@ func TestAuditBadRunIsRefused(t *testing.T) {
 	for _, extra := range [][]string{{"Idempotency-Run", strings.Repeat("r", 256)},
 		{"Idempotency-Run", "a\u0085b"}, {"Idempotency-Run", "one", "Idempotency-Run", "two"}} {
 		r := a.post("k-bad", "acme", `{}`, extra...)
-		if r.status != 400 || problemCode(t, r) != httpidem.CodeInvalidRequest {
+		if r.status != 400 || problemCode(t, r) != contract.CodeInvalidRequest {
 			t.Fatalf("%q: %d %s", extra, r.status, r.body)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -27,7 +28,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	hb := m.heartbeat(detached, lease, req.route.Lease)
 	defer hb.stop()
 	c := newCapture(w, m.opts.MaxResponse)
-	c.Header().Set(HeaderOperation, lease.OpID)
+	c.Header().Set(contract.HeaderOperation, lease.OpID)
 	exec := &Execution{key: req.key, lease: lease}
 	r = r.WithContext(withExecution(r.Context(), exec))
 	defer func() {
@@ -76,16 +77,16 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 	if f, settledCode, ok := exec.settled(); ok {
 		fate, code = f, settledCode
 	}
-	ref := req.route.resultRef.of(resp.Status, c.header, resp.Body)
+	ref := req.route.resultRef.Of(resp.Status, c.header, resp.Body)
 	step := func(ctx context.Context, l ledger.Lease) (*ledger.Operation, error) {
 		switch fate {
-		case FateSucceeded:
+		case contract.FateSucceeded:
 			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Succeeded, Response: resp, Reason: code,
 				ResultRef: ref})
-		case FateFailed:
+		case contract.FateFailed:
 			return m.opts.Store.Complete(ctx, l, ledger.Outcome{State: ledger.Failed, Response: resp,
 				Reason: code, ErrorCode: code})
-		case FateReleased:
+		case contract.FateReleased:
 			_, err := m.opts.Store.Release(ctx, l, ledger.Note{Reason: "not applied: " + code, ErrorCode: code})
 			return nil, err
 		}
@@ -276,8 +277,8 @@ func (c *capture) flush() {
 // the operation's id (the replay sets it), body.
 func (c *capture) response() *ledger.Response {
 	h := c.header.Clone()
-	StripHopByHop(h)
-	h.Del(HeaderOperation)
+	contract.StripHopByHop(h)
+	h.Del(contract.HeaderOperation)
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -16,7 +17,7 @@ type Execution struct {
 	lease   ledger.Lease
 	attempt int
 	mu      sync.Mutex
-	fate    *Fate
+	fate    *contract.Fate
 	code    string
 	inTx    bool
 }
@@ -46,7 +47,7 @@ func (e *Execution) Lease() ledger.Lease { return e.lease }
 
 // Settle decides the operation's fate instead of its status code, with a
 // short error code for the history (e.g. "upstream_dial").
-func (e *Execution) Settle(f Fate, code string) {
+func (e *Execution) Settle(f contract.Fate, code string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fate, e.code = &f, code
@@ -71,7 +72,7 @@ func (e *Execution) completedInTx() bool {
 	return e.inTx
 }
 
-func (e *Execution) settled() (Fate, string, bool) {
+func (e *Execution) settled() (contract.Fate, string, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fate == nil {

@@ -5,17 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
-)
-
-// The headers of the contract, from package contract.
-const (
-	HeaderKey         = contract.HeaderKey
-	HeaderOperation   = contract.HeaderOperation
-	HeaderReplayed    = contract.HeaderReplayed
-	HeaderPrefer      = contract.HeaderPrefer
-	HeaderDuplicateOf = contract.HeaderDuplicateOf
 )
 
 // ParseKey reads an Idempotency-Key value: a bare token, or a quoted

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -54,7 +55,7 @@ type Options struct {
 	// by it: it adds nothing. An admitted request calls settle once, at its
 	// end, with whether it left a live operation behind (one it created,
 	// not yet final), so that budgets of live operations stay true.
-	Admit func(ctx context.Context, tenant string) (settle func(live bool), p *Problem)
+	Admit func(ctx context.Context, tenant string) (settle func(live bool), p *contract.Problem)
 	// Recorded, if set, hears each final operation this middleware
 	// recorded, with its stored response (for budgets of stored bytes).
 	Recorded func(op *ledger.Operation)
@@ -123,7 +124,7 @@ func setDefaults(o *Options) {
 		o.MaxBody = 1 << 20
 	}
 	if o.MaxResponse <= 0 {
-		o.MaxResponse = DefaultMaxResponse
+		o.MaxResponse = contract.DefaultMaxResponse
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Minute
@@ -203,7 +204,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 			req.retry = retryOf(res.Op) // the key's reuse, with another request
 		}
 		m.noteRefusal(req, err, res.Op)
-		m.problem(w, ProblemFor(err), res.Op)
+		m.problem(w, contract.ProblemFor(err), res.Op)
 	case res.Owned():
 		req.created = res.Created
 		live = m.execute(w, r, req, *res.Lease, next)
@@ -252,7 +253,7 @@ func (m *Middleware) reserve(ctx context.Context, req *request, apr *ledger.Appr
 
 // admit asks Admit whether req may create an operation; one refused whose
 // key exists already goes on, since its reservation creates nothing.
-func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live bool), p *Problem) {
+func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live bool), p *contract.Problem) {
 	if m.opts.Admit == nil {
 		return noSettle, nil
 	}
@@ -282,7 +283,7 @@ func (m *Middleware) cached(ctx context.Context, w http.ResponseWriter, req *req
 	req.retry = RetryReplay
 	if op.Fingerprint != req.fingerprint {
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
-		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
+		m.problem(w, contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 		return
 	}
 	m.note(req, audit.Replayed, op, "")
@@ -295,23 +296,23 @@ func (m *Middleware) duplicate(w http.ResponseWriter, r *http.Request, req *requ
 	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
 		op = m.wait(r.Context(), op, wait)
 	}
-	w.Header().Set(HeaderDuplicateOf, op.ID)
+	w.Header().Set(contract.HeaderDuplicateOf, op.ID)
 	switch op.State {
 	case ledger.Succeeded, ledger.Failed:
 		m.replay(r.Context(), w, op)
 	case ledger.Unknown:
-		m.problem(w, NewProblem(CodeOutcomeUnknown, "an operation with the same business identity has an "+
+		m.problem(w, contract.NewProblem(contract.CodeOutcomeUnknown, "an operation with the same business identity has an "+
 			"unknown outcome; check its status resource"), op)
 	case ledger.Prepared:
 		if op.Approval == nil {
 			// Released: nothing was sent, so this redelivery may run it.
-			w.Header().Del(HeaderDuplicateOf)
+			w.Header().Del(contract.HeaderDuplicateOf)
 			m.acquire(w, r, req, op, next)
 			return
 		}
 		fallthrough
 	default:
-		p := NewProblem(CodeInProgress, "an operation with the same business identity is in progress")
+		p := contract.NewProblem(contract.CodeInProgress, "an operation with the same business identity is in progress")
 		p.RetryAfter = 1
 		m.problem(w, p, op)
 	}
@@ -332,7 +333,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 		m.replay(r.Context(), w, op)
 	case ledger.Executing:
 		m.note(req, audit.Received, op, "in progress: answered 409, nothing sent")
-		p := NewProblem(CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")
+		p := contract.NewProblem(contract.CodeInProgress, "this operation is being executed; retry with the same key, or send Prefer: wait=N")
 		p.RetryAfter = 1
 		m.problem(w, p, op)
 	case ledger.Unknown:
@@ -341,7 +342,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 			return
 		}
 		m.note(req, audit.Received, op, "outcome unknown: answered 409, nothing sent")
-		m.problem(w, NewProblem(CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
+		m.problem(w, contract.NewProblem(contract.CodeOutcomeUnknown, "the request was sent and its outcome is unknown: it is not "+
 			"re-sent; check the status resource, or ask an operator to resolve it"), op)
 	case ledger.Prepared:
 		if op.Approval != nil {
@@ -366,11 +367,11 @@ func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *reques
 	case errors.Is(err, ledger.ErrNotFound), err == nil && op.State == ledger.Executing:
 		return false
 	case err != nil:
-		m.problem(w, ProblemFor(err), nil)
+		m.problem(w, contract.ProblemFor(err), nil)
 	case op.Fingerprint != req.fingerprint:
 		req.retry = retryOf(op)
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
-		m.problem(w, ProblemFor(ledger.ErrFingerprintMismatch), op)
+		m.problem(w, contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 	default:
 		m.existing(w, r, req, op, next)
 	}
@@ -397,7 +398,7 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 		// Lapsed by the store's clock since it was read: a new approval,
 		// unless this request tried one already.
 		if req.reopened {
-			m.accepted(w, r, res.Op, CodeApprovalRequired)
+			m.accepted(w, r, res.Op, contract.CodeApprovalRequired)
 			return
 		}
 		m.reopen(w, r, req, res.Op, next)
@@ -408,9 +409,9 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 		latest, gerr := m.opts.Store.Get(r.Context(), op.ID)
 		switch {
 		case gerr != nil:
-			m.problem(w, ProblemFor(gerr), op)
+			m.problem(w, contract.ProblemFor(gerr), op)
 		case latest.State == ledger.Prepared || latest.State == ledger.Unknown:
-			p := NewProblem(CodeInProgress, "another retry is taking this operation; retry with the same key")
+			p := contract.NewProblem(contract.CodeInProgress, "another retry is taking this operation; retry with the same key")
 			p.RetryAfter = 1
 			m.problem(w, p, latest)
 		default:
@@ -419,13 +420,13 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 		return
 	}
 	if err != nil {
-		m.problem(w, ProblemFor(err), op)
+		m.problem(w, contract.ProblemFor(err), op)
 		return
 	}
 	m.execute(w, r, req, *res.Lease, next)
 }
 
-func (m *Middleware) problem(w http.ResponseWriter, p *Problem, op *ledger.Operation) {
+func (m *Middleware) problem(w http.ResponseWriter, p *contract.Problem, op *ledger.Operation) {
 	p.For(op, m.opts.StatusBase).Write(w)
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -115,7 +116,7 @@ func problemCode(t *testing.T, r reply) string {
 	if r.header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("status %d, not a problem: %q", r.status, r.body)
 	}
-	var p httpidem.Problem
+	var p contract.Problem
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		t.Fatal(err)
 	}

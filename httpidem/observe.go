@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -81,20 +82,9 @@ func (o *observed) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (o *observed) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
-// answered records the code a problem or an acceptance answers with.
-func answered(w http.ResponseWriter, code string) {
-	for w != nil {
-		if o, ok := w.(*observed); ok {
-			o.code = code
-			return
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return
-		}
-		w = u.Unwrap()
-	}
-}
+// NoteCode keeps the code a problem or an acceptance answers with
+// (contract.CodeNoter).
+func (o *observed) NoteCode(code string) { o.code = code }
 
 // observe tells the Observer how req ended.
 func (m *Middleware) observe(req *request, w *observed, began time.Time) {
@@ -105,9 +95,9 @@ func (m *Middleware) observe(req *request, w *observed, began time.Time) {
 		o.Outcome = OutcomeCreated
 	case req.executed:
 		o.Outcome = OutcomeExecuted
-	case h.Get(HeaderReplayed) == "true" && h.Get(HeaderDuplicateOf) != "":
+	case h.Get(contract.HeaderReplayed) == "true" && h.Get(contract.HeaderDuplicateOf) != "":
 		o.Outcome = OutcomeDuplicate
-	case h.Get(HeaderReplayed) == "true":
+	case h.Get(contract.HeaderReplayed) == "true":
 		o.Outcome = OutcomeReplayed
 	case o.Outcome == "":
 		o.Outcome = "http_" + strconv.Itoa(w.status)
@@ -121,9 +111,9 @@ func retryOf(op *ledger.Operation) string {
 	case ledger.Succeeded, ledger.Failed:
 		return RetryReplay
 	case ledger.Executing:
-		return CodeInProgress
+		return contract.CodeInProgress
 	case ledger.Unknown:
-		return CodeOutcomeUnknown
+		return contract.CodeOutcomeUnknown
 	}
 	if op.Approval != nil && op.LastError == "" {
 		return RetryApproval
@@ -135,7 +125,7 @@ func retryOf(op *ledger.Operation) string {
 func releasedFamily(code string) string {
 	switch code {
 	case "http_429":
-		return CodeRateLimited
+		return contract.CodeRateLimited
 	case "http_408":
 		return "upstream_timeout"
 	case "http_425":

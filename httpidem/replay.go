@@ -24,8 +24,8 @@ func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledg
 	for k, v := range op.Response.Header {
 		h[k] = append([]string(nil), v...)
 	}
-	h.Set(HeaderReplayed, "true")
-	h.Set(HeaderOperation, op.ID)
+	h.Set(contract.HeaderReplayed, "true")
+	h.Set(contract.HeaderOperation, op.ID)
 	w.WriteHeader(op.Response.Status)
 	_, _ = w.Write(op.Response.Body)
 }
@@ -36,7 +36,7 @@ func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledg
 // cannot take the body for the upstream's.
 func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
 	if op.State == ledger.Failed && op.LastError == contract.CodeApprovalDenied {
-		m.problem(w, NewProblem(CodeApprovalDenied, "the approval for this operation was denied"), op)
+		m.problem(w, contract.NewProblem(contract.CodeApprovalDenied, "the approval for this operation was denied"), op)
 		return
 	}
 	status := http.StatusOK
@@ -48,8 +48,8 @@ func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseW
 		body.StatusURL = m.opts.StatusBase + "/operations/" + op.ID
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(HeaderReplayed, "true")
-	w.Header().Set(HeaderOperation, op.ID)
+	w.Header().Set(contract.HeaderReplayed, "true")
+	w.Header().Set(contract.HeaderOperation, op.ID)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
 }
@@ -95,7 +95,7 @@ func (m *Middleware) resolution(ctx context.Context, op *ledger.Operation) Resol
 
 // preferWait reads "Prefer: wait=N" (RFC 7240), capped at max.
 func preferWait(r *http.Request, max time.Duration) (time.Duration, bool) {
-	for _, v := range r.Header.Values(HeaderPrefer) {
+	for _, v := range r.Header.Values(contract.HeaderPrefer) {
 		for _, pref := range strings.Split(v, ",") {
 			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
 			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {

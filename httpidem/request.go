@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/ledger"
@@ -41,27 +42,27 @@ type request struct {
 
 // readRequest reads and checks everything about r before anything is
 // reserved: a refusal here changes nothing.
-func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem) {
+func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contract.Problem) {
 	req := &request{route: rt}
 	var present bool
 	var err error
 	if rt.keyHeader != "" {
 		if req.key, present, err = keyFromHeader(r, rt.keyHeader); err != nil {
-			return nil, NewProblem(CodeInvalidKey, err.Error())
+			return nil, contract.NewProblem(contract.CodeInvalidKey, err.Error())
 		}
 		if !present && rt.requireKey {
-			return nil, NewProblem(CodeMissingKey, "this route requires an "+rt.keyHeader+" header: "+
+			return nil, contract.NewProblem(contract.CodeMissingKey, "this route requires an "+rt.keyHeader+" header: "+
 				"one value per intended action, reused on every retry of it")
 		}
 	}
 	if req.body, err = readBody(r, rt.MaxBody); err != nil {
-		return nil, ProblemFor(err)
+		return nil, contract.ProblemFor(err)
 	}
 	if !present && rt.keyPointer == nil {
 		return req, nil // keyless, not required: passes through unrecorded
 	}
 	if req.tenant, err = m.opts.Tenant(r); err != nil {
-		return nil, NewProblem(CodeUnauthorized, err.Error())
+		return nil, contract.NewProblem(contract.CodeUnauthorized, err.Error())
 	}
 	if p := m.context(r, req); p != nil {
 		return nil, p
@@ -82,21 +83,21 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *Problem
 
 // fingerprintOf binds everything the request does: the route, its path
 // parameters, its query, the command and the named headers.
-func (req *request) fingerprintOf(r *http.Request) *Problem {
+func (req *request) fingerprintOf(r *http.Request) *contract.Problem {
 	rt := req.route
 	params, err := rt.pathParams(r)
 	if err != nil {
-		return NewProblem(CodeInvalidRequest, err.Error())
+		return contract.NewProblem(contract.CodeInvalidRequest, err.Error())
 	}
 	query, err := rt.query(r)
 	if err != nil {
-		return NewProblem(CodeInvalidRequest, err.Error())
+		return contract.NewProblem(contract.CodeInvalidRequest, err.Error())
 	}
 	req.params, req.query, req.rawQuery, req.headers = params, query, r.URL.RawQuery, fingerprintHeaders(r, rt.Headers)
 	req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template, Params: params,
 		Query: query, Tenant: req.tenant, Command: req.command, Headers: req.headers})
 	if err != nil {
-		return NewProblem(CodeInvalidCommand, err.Error())
+		return contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 	}
 	return nil
 }
@@ -108,7 +109,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
-		return nil, NewProblem(CodeInvalidRequest, "reading the body: "+err.Error())
+		return nil, contract.NewProblem(contract.CodeInvalidRequest, "reading the body: "+err.Error())
 	}
 	if int64(len(data)) > max {
 		return nil, tooLarge(-1, max)
@@ -125,22 +126,22 @@ func tooLarge(size, max int64) error {
 
 // parseCommand parses the body by its media type (none is a null
 // command), validates it and removes the ignored members.
-func (req *request) parseCommand(r *http.Request) *Problem {
+func (req *request) parseCommand(r *http.Request) *contract.Problem {
 	rt := req.route
 	types := r.Header.Values("Content-Type")
 	if len(types) > 1 {
-		return NewProblem(CodeInvalidRequest, "two Content-Type headers; send one")
+		return contract.NewProblem(contract.CodeInvalidRequest, "two Content-Type headers; send one")
 	}
 	cmd, err := fingerprint.ParseBody(r.Header.Get("Content-Type"), req.body,
 		fingerprint.BodyOptions{Limits: fingerprint.Limits{MaxBytes: int(rt.MaxBody)}, Opaque: rt.Opaque})
 	if err != nil {
-		return ProblemFor(err)
+		return contract.ProblemFor(err)
 	}
 	req.command = cmd
 	if rt.Validate != nil {
 		cmd, err := rt.Validate(req.command)
 		if err != nil {
-			return NewProblem(CodeInvalidCommand, err.Error())
+			return contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 		}
 		req.command = cmd
 	}
@@ -152,14 +153,14 @@ func (req *request) parseCommand(r *http.Request) *Problem {
 	// contrast, is a command with no business identity: a ticket without a
 	// source event.)
 	if rt.concurrent != nil && pointerValue(req.command, rt.concurrent) == "" {
-		return NewProblem(CodeInvalidCommand, fmt.Sprintf("the command has no value at /%s, "+
+		return contract.NewProblem(contract.CodeInvalidCommand, fmt.Sprintf("the command has no value at /%s, "+
 			"which this route's concurrency_key needs", strings.Join(rt.concurrent, "/")))
 	}
 	return nil
 }
 
 // keyFromBody takes the key from a JSON Pointer (a webhook's delivery id).
-func (req *request) keyFromBody() *Problem {
+func (req *request) keyFromBody() *contract.Problem {
 	v, ok := jsonptr.Get(req.command, req.route.keyPointer)
 	var s string
 	switch x := v.(type) {
@@ -169,11 +170,11 @@ func (req *request) keyFromBody() *Problem {
 		s = x.String()
 	}
 	if !ok || s == "" {
-		return NewProblem(CodeMissingKey, "the body has no key at "+req.route.KeyFrom)
+		return contract.NewProblem(contract.CodeMissingKey, "the body has no key at "+req.route.KeyFrom)
 	}
 	key, err := ParseKey(s)
 	if err != nil {
-		return NewProblem(CodeInvalidKey, err.Error())
+		return contract.NewProblem(contract.CodeInvalidKey, err.Error())
 	}
 	req.key = key
 	return nil
@@ -238,8 +239,8 @@ func (m *Middleware) probeOf(req *request) string {
 
 // context reads who sends req, from which agent run and trace, to what:
 // the principal is required on routes that ask for approvals.
-func (m *Middleware) context(r *http.Request, req *request) *Problem {
-	var p *Problem
+func (m *Middleware) context(r *http.Request, req *request) *contract.Problem {
+	var p *contract.Problem
 	if req.run, p = runOf(r); p != nil {
 		return p
 	}
@@ -252,7 +253,7 @@ func (m *Middleware) context(r *http.Request, req *request) *Problem {
 	case err == nil:
 		req.principal, req.who = pr, pr.Name
 	case req.route.Approval != nil:
-		return NewProblem(CodeUnauthorized, err.Error())
+		return contract.NewProblem(contract.CodeUnauthorized, err.Error())
 	}
 	return nil
 }

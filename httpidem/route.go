@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/jsonptr"
+	"github.com/idemgate/idemgate/internal/resultref"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -41,8 +43,8 @@ type Route struct {
 	// BusinessKey and ConcurrencyKey are JSON Pointers into the command.
 	BusinessKey, ConcurrencyKey string
 	// Classify maps the handler's status to the operation's fate; default
-	// DefaultClassify. A handler may instead Settle it (see Execution).
-	Classify func(status int) Fate
+	// contract.DefaultClassify. A handler may instead Settle it (see Execution).
+	Classify func(status int) contract.Fate
 	// Approval, if set, asks a human before the effect of every request
 	// its policy's `when` holds for (docs/design.md, "Approvals").
 	Approval *approval.Policy
@@ -62,32 +64,6 @@ type Route struct {
 	MaxBody   int64
 }
 
-// Fate is what a response means for its operation.
-type Fate int
-
-// The fates of docs/design.md's outcome mapping.
-const (
-	FateSucceeded Fate = iota // stored, replayed
-	FateFailed                // a definite refusal: stored, replayed
-	FateReleased              // definitely not applied (e.g. 429): safe to retry
-	FateUnknown               // may have been applied: never silently re-run
-)
-
-// DefaultClassify is docs/design.md's mapping: 2xx (and 3xx) succeeded; 4xx
-// failed, except 408, 409, 425 and 429, which say "not now" and release the
-// operation; 5xx unknown.
-func DefaultClassify(status int) Fate {
-	switch {
-	case status < 400:
-		return FateSucceeded
-	case status == 408, status == 409, status == 425, status == 429:
-		return FateReleased
-	case status < 500:
-		return FateFailed
-	}
-	return FateUnknown
-}
-
 // route is a Route ready to serve.
 type route struct {
 	Route
@@ -99,14 +75,14 @@ type route struct {
 	business   []string
 	concurrent []string
 	requireKey bool
-	resultRef  *resultRef
+	resultRef  resultref.Reader
 }
 
 func compileRoute(r Route, o *Options) (*route, error) {
 	if r.Method == "" || !strings.HasPrefix(r.Pattern, "/") {
 		return nil, fmt.Errorf("route %q %q: want a method and a path starting with /", r.Method, r.Pattern)
 	}
-	c := &route{Route: r, template: r.Pattern, keyHeader: HeaderKey, params: patternParams(r.Pattern)}
+	c := &route{Route: r, template: r.Pattern, keyHeader: contract.HeaderKey, params: patternParams(r.Pattern)}
 	c.Method = strings.ToUpper(r.Method)
 	c.requireKey = c.Method == http.MethodPost || c.Method == http.MethodPatch
 	if r.RequireKey != nil {
@@ -123,7 +99,7 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		return nil, err
 	}
 	var err error
-	if c.resultRef, err = compileResultRef(r.ResultRef); err != nil {
+	if c.resultRef, err = resultref.Compile(r.ResultRef); err != nil {
 		return nil, fmt.Errorf("route %s %s: %w", c.Method, c.Pattern, err)
 	}
 	for _, p := range r.Ignore {
@@ -165,7 +141,7 @@ func (c *route) compileKeyFrom() error {
 
 func (c *route) defaults(o *Options) {
 	if c.Classify == nil {
-		c.Classify = DefaultClassify
+		c.Classify = contract.DefaultClassify
 	}
 	if c.Lease <= 0 {
 		c.Lease = o.Lease

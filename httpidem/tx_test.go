@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -116,7 +117,7 @@ func TestCompletionInTheBusinessTransaction(t *testing.T) {
 				body := []byte(fmt.Sprintf(`{"ticket":%d}`, n))
 				resp := &ledger.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
 				if err := b.inTx(r.Context(), exec, resp, r.Header.Get("X-Fail") == ""); err != nil {
-					exec.Settle(httpidem.FateReleased, "business_rolled_back") // nothing was written
+					exec.Settle(contract.FateReleased, "business_rolled_back") // nothing was written
 					w.WriteHeader(503)
 					return
 				}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/mcpserver"
 )
@@ -36,8 +35,8 @@ func approvalGateway(t *testing.T, exp time.Time, sends *atomic.Int32) *httptest
 		sends.Add(1)
 		w.Header().Set("Idempotency-Operation", "op_5")
 		w.WriteHeader(http.StatusAccepted)
-		json.NewEncoder(w).Encode(httpidem.Accepted{Code: "approval_required", Detail: "a human must approve it",
-			OperationID: "op_5", State: ledger.Prepared, Approval: httpidem.AcceptedApproval{ID: "apr_5",
+		json.NewEncoder(w).Encode(contract.Accepted{Code: "approval_required", Detail: "a human must approve it",
+			OperationID: "op_5", State: ledger.Prepared, Approval: contract.AcceptedApproval{ID: "apr_5",
 				Status: ledger.ApprovalPending, ExpiresAt: exp, Summary: "Deploy web 1.4.2 to production",
 				URL: "/_idem/v1/approvals/apr_5"}})
 	}))

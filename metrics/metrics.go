@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -111,8 +112,8 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // avoidedBy lists the outcomes answered without calling the upstream.
 var avoidedBy = map[string]bool{httpidem.OutcomeReplayed: true, httpidem.OutcomeDuplicate: true,
-	httpidem.CodeInProgress: true, httpidem.CodeOutcomeUnknown: true, httpidem.CodeFingerprintMismatch: true,
-	httpidem.CodeConcurrencyLocked: true}
+	contract.CodeInProgress: true, contract.CodeOutcomeUnknown: true, contract.CodeFingerprintMismatch: true,
+	contract.CodeConcurrencyLocked: true}
 
 // Request implements httpidem.Observer.
 func (m *Metrics) Request(o httpidem.Observation) {
@@ -127,7 +128,7 @@ func (m *Metrics) Request(o httpidem.Observation) {
 	case httpidem.OutcomeDuplicate:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "business_key").Inc()
 		m.history.add(o.Tenant, iDuplicates)
-	case httpidem.CodeFingerprintMismatch:
+	case contract.CodeFingerprintMismatch:
 		m.conflicts.WithLabelValues(o.Route, o.Tenant).Inc()
 		m.history.add(o.Tenant, iConflicts)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -81,19 +81,19 @@ func failed(err error, sent bool) ledger.EffectOutcome {
 }
 
 // answered maps an answer to its outcome, as the gateway maps an
-// upstream's (httpidem.DefaultClassify), but for redirects: a 3xx is no
+// upstream's (contract.DefaultClassify), but for redirects: a 3xx is no
 // effect made (redirects are not followed), so it fails, definitely.
 func (t *target) answered(resp *http.Response, body []byte) ledger.EffectOutcome {
 	o := ledger.EffectOutcome{Status: resp.StatusCode}
 	code := "http_" + strconv.Itoa(resp.StatusCode)
-	switch fate := httpidem.DefaultClassify(resp.StatusCode); {
+	switch fate := contract.DefaultClassify(resp.StatusCode); {
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		o.State, o.ErrorCode = ledger.Failed, code
-	case fate == httpidem.FateSucceeded:
-		o.State, o.ResultRef = ledger.Succeeded, t.resultRef(resp.StatusCode, resp.Header, body)
-	case fate == httpidem.FateFailed:
+	case fate == contract.FateSucceeded:
+		o.State, o.ResultRef = ledger.Succeeded, t.resultRef.Of(resp.StatusCode, resp.Header, body)
+	case fate == contract.FateFailed:
 		o.State, o.ErrorCode = ledger.Failed, code
-	case fate == httpidem.FateReleased:
+	case fate == contract.FateReleased:
 		o.State, o.ErrorCode = ledger.Prepared, code
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			o.RetryIn = time.Duration(min(s, 3600)) * time.Second

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/resultref"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -374,7 +374,7 @@ const defaultTimeout = 10 * time.Second
 type target struct {
 	Target
 	base      string
-	resultRef func(status int, h http.Header, body []byte) string
+	resultRef resultref.Reader
 }
 
 func compileTarget(name string, t Target, lease time.Duration) (*target, error) {
@@ -391,7 +391,7 @@ func compileTarget(name string, t Target, lease time.Duration) (*target, error) 
 			name, ct.Timeout, margin(lease), lease)
 	}
 	ct.KeyHeader = cmpOr(t.KeyHeader, contract.HeaderKey)
-	if ct.resultRef, err = httpidem.ResultRefReader(t.ResultRef); err != nil {
+	if ct.resultRef, err = resultref.Compile(t.ResultRef); err != nil {
 		return nil, fmt.Errorf("outbox target %q: %w", name, err)
 	}
 	return ct, nil

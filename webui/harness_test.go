@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -200,7 +201,7 @@ func (fx *fixture) call(who, method, path, key, body string) reply {
 func (fx *fixture) deploy(who, key, body string) *ledger.Approval {
 	fx.t.Helper()
 	r := fx.call(who, "POST", "/v1/services/api/deployments", key, body)
-	var acc httpidem.Accepted
+	var acc contract.Accepted
 	if r.status != http.StatusAccepted || json.Unmarshal([]byte(r.body), &acc) != nil {
 		fx.t.Fatalf("deploy: want 202 with an approval, got %d %s", r.status, r.body)
 	}

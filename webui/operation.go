@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -141,7 +141,7 @@ func readResolution(r *http.Request, id, actor string, maxResponse int64) resolu
 	case !to.Final():
 		return resolution{bad: "An answer goes only with succeeded or failed: prepared means nothing was applied."}
 	}
-	a := httpidem.Answer{Status: code, Body: r.PostFormValue("body")}
+	a := contract.Answer{Status: code, Body: r.PostFormValue("body")}
 	if ct := strings.TrimSpace(r.PostFormValue("content_type")); ct != "" {
 		a.Headers = map[string][]string{"Content-Type": {ct}}
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -183,7 +182,7 @@ func runDecide(cmd *cobra.Command, c *approvalsClient, verb, id string, f decide
 			return err
 		}
 	}
-	v, err := c.decide(cmd.Context(), id, verb, httpidem.Decision{Fingerprint: fp, Note: f.note})
+	v, err := c.decide(cmd.Context(), id, verb, contract.Decision{Fingerprint: fp, Note: f.note})
 	if err != nil {
 		return approvalErr(verb, id, err)
 	}
@@ -233,8 +232,8 @@ func confirmAtTerminal(cmd *cobra.Command, c *approvalsClient, verb, id string) 
 // approvalErr names the command and the approval in err, and says what a
 // 404 means: none of that id in the caller's tenant.
 func approvalErr(verb, id string, err error) error {
-	var p *httpidem.Problem
-	if errors.As(err, &p) && p.Code == httpidem.CodeNotFound {
+	var p *contract.Problem
+	if errors.As(err, &p) && p.Code == contract.CodeNotFound {
 		return fmt.Errorf("%s %s: %s: no such approval (in your tenant)", verb, safe(id), p.Code)
 	}
 	return fmt.Errorf("%s %s: %w", verb, safe(id), err)
@@ -297,7 +296,7 @@ func (c *approvalsClient) get(ctx context.Context, id string) (*contract.Approva
 }
 
 // decide posts verb ("approve" or "deny") for one approval.
-func (c *approvalsClient) decide(ctx context.Context, id, verb string, d httpidem.Decision) (*contract.ApprovalView, error) {
+func (c *approvalsClient) decide(ctx context.Context, id, verb string, d contract.Decision) (*contract.ApprovalView, error) {
 	var v contract.ApprovalView
 	if err := c.do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id)+"/"+verb, d, &v); err != nil {
 		return nil, err
@@ -306,7 +305,7 @@ func (c *approvalsClient) decide(ctx context.Context, id, verb string, d httpide
 }
 
 // do sends one control request and decodes a 2xx answer into out; any
-// other answer is its problem, as an *httpidem.Problem whose text is safe
+// other answer is its problem, as an *contract.Problem whose text is safe
 // to print.
 func (c *approvalsClient) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
@@ -347,12 +346,12 @@ func (c *approvalsClient) do(ctx context.Context, method, path string, in, out a
 // problemOf is the problem a non-2xx answer carries, with its code and
 // detail made safe to print.
 func problemOf(resp *http.Response, data []byte) error {
-	var p httpidem.Problem
+	var p contract.Problem
 	if json.Unmarshal(data, &p) != nil || p.Code == "" {
 		return fmt.Errorf("the gateway answered %s", safe(resp.Status))
 	}
 	p.Code, p.Detail = safe(p.Code), safe(p.Detail)
-	if p.Code == httpidem.CodeUnauthorized {
+	if p.Code == contract.CodeUnauthorized {
 		p.Detail += " (check IDEMGATE_TOKEN)"
 	}
 	return &p

@@ -15,7 +15,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -66,7 +65,7 @@ routes:
 
 // deploy is the agent's request for a production deployment of artifact
 // under key: its status, and its 202 body when it waits.
-func (g *approvalGateway) deploy(t *testing.T, key, artifact string) (int, httpidem.Accepted) {
+func (g *approvalGateway) deploy(t *testing.T, key, artifact string) (int, contract.Accepted) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"artifact": artifact, "environment": "production", "replicas": 3})
 	req, _ := http.NewRequest("POST", g.url+"/v1/services/api/deployments", bytes.NewReader(body))
@@ -78,7 +77,7 @@ func (g *approvalGateway) deploy(t *testing.T, key, artifact string) (int, httpi
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var a httpidem.Accepted
+	var a contract.Accepted
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == http.StatusAccepted {
 		if err := json.Unmarshal(b, &a); err != nil || a.Approval.ID == "" {

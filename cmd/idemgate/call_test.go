@@ -18,7 +18,6 @@ import (
 
 	"github.com/idemgate/idemgate/agent"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -215,8 +214,8 @@ func TestCallNeedsApproval(t *testing.T) {
 			return
 		}
 		w.WriteHeader(202)
-		json.NewEncoder(w).Encode(httpidem.Accepted{Code: "approval_required", Detail: "a human must approve it",
-			OperationID: "op_3", State: ledger.Prepared, Approval: httpidem.AcceptedApproval{ID: "apr_3",
+		json.NewEncoder(w).Encode(contract.Accepted{Code: "approval_required", Detail: "a human must approve it",
+			OperationID: "op_3", State: ledger.Prepared, Approval: contract.AcceptedApproval{ID: "apr_3",
 				Status: ledger.ApprovalPending, ExpiresAt: exp, Summary: "Deploy web to production",
 				URL: "/_idem/v1/approvals/apr_3"}})
 	}))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/size"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -123,7 +123,7 @@ func (a *answerFlags) response(cmd *cobra.Command) (*ledger.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--max-response: %w", err)
 	}
-	ans := httpidem.Answer{Status: a.status, Body: a.body, Headers: map[string][]string{}}
+	ans := contract.Answer{Status: a.status, Body: a.body, Headers: map[string][]string{}}
 	for _, h := range a.headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok {

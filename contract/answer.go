@@ -1,4 +1,4 @@
-package httpidem
+package contract
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -27,12 +26,13 @@ type Answer struct {
 }
 
 // DefaultMaxResponse bounds an answer's body when no bound is given, as
-// Options.MaxResponse bounds a stored response.
+// the gateway's max_response (and httpidem's Options.MaxResponse) bounds
+// a stored response.
 const DefaultMaxResponse = 1 << 20
 
 // ownHeaders are the gateway's to set: on every replay, or on a probe's
 // answer only (Idempotency-Reconciled: an operator's word is no proof).
-var ownHeaders = []string{HeaderReplayed, HeaderOperation, HeaderDuplicateOf, contract.HeaderReconciled}
+var ownHeaders = []string{HeaderReplayed, HeaderOperation, HeaderDuplicateOf, HeaderReconciled}
 
 // Response checks a and returns it as the response to store, with
 // canonical header names. max bounds the body as max_response bounds an
