@@ -31,6 +31,14 @@ import (
 // configuration, never in an effect: effects are stored.
 type Effect = ledger.EffectParams
 
+// Enqueuer is where Enqueue writes: a store, or one bound to a caller's
+// transaction (ledger.Steps is one).
+type Enqueuer interface {
+	Enqueue(ctx context.Context, effects []ledger.EffectParams) ([]*ledger.Effect, error)
+}
+
+var _ Enqueuer = ledger.Steps(nil)
+
 // Enqueue writes effects in tx: the store bound to the caller's business
 // transaction (sqlite.Store.Tx, postgres.Store.Tx), where they commit with
 // its writes or roll back with them; or a store itself, where they are
@@ -39,7 +47,7 @@ type Effect = ledger.EffectParams
 // repeated after its commit's reply was lost); with other content it is
 // ledger.ErrFingerprintMismatch. After an error in a caller's transaction,
 // roll it back.
-func Enqueue(ctx context.Context, tx ledger.Steps, effects ...Effect) ([]*ledger.Effect, error) {
+func Enqueue(ctx context.Context, tx Enqueuer, effects ...Effect) ([]*ledger.Effect, error) {
 	out, err := tx.Enqueue(ctx, effects)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)

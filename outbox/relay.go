@@ -36,6 +36,15 @@ type Target struct {
 	KeyHeader string
 }
 
+// Store is what a relay drives: a store's claims of due effects, and
+// their results. A ledger.Store is one.
+type Store interface {
+	ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([]ledger.EffectClaim, error)
+	EffectResult(ctx context.Context, l ledger.EffectLease, o ledger.EffectOutcome) (*ledger.Effect, error)
+}
+
+var _ Store = ledger.Store(nil)
+
 // Relay delivers due effects to their targets, each claim leased and
 // fenced by the store: several relays, in several processes, share the
 // work and never deliver one effect at the same moment. A delivery's
@@ -46,7 +55,7 @@ type Target struct {
 // again with the same key after the backoff. After MaxAttempts a delivery
 // that is still not final is parked for an operator.
 type Relay struct {
-	Store   ledger.Store
+	Store   Store
 	Targets map[string]Target
 	// Lease is how long a claim is the relay's alone: a relay that dies
 	// holding one leaves the effect to another once it lapses. Default:
