@@ -24,12 +24,21 @@ type Answer struct {
 	Body   []byte
 }
 
+// Store is what a reconciler drives: a store's claims of due probes, and
+// their results. A ledger.Store is one.
+type Store interface {
+	ClaimProbes(ctx context.Context, p ledger.ProbeClaimParams) ([]ledger.ProbeClaim, error)
+	ProbeResult(ctx context.Context, l ledger.ProbeLease, o ledger.ProbeOutcome) (*ledger.Operation, error)
+}
+
+var _ Store = ledger.Store(nil)
+
 // Reconciler probes the unknown operations of the routes that declare a
 // probe, one owner per operation at a time (the store's claims), and
 // records each verdict with its evidence. Every gateway instance may run
 // one: they share the work, and never probe one operation at once.
 type Reconciler struct {
-	Store ledger.Store
+	Store Store
 	// Probes are the routes' probes, by route ("POST /v1/x/{id}/capture").
 	Probes map[string]*Probe
 	// Send sends a probe to the route's upstream, with its credentials.
