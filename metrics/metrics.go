@@ -36,7 +36,7 @@ type Metrics struct {
 // Options configure the metrics.
 type Options struct {
 	// Store is read at scrape time for the gauges; nil for none.
-	Store ledger.Store
+	Store Store
 	// StatsTTL bounds how often a scrape reads the store (default 1s): a
 	// burst of scrapes reads it once.
 	StatsTTL time.Duration

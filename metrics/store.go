@@ -10,11 +10,19 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
+// Store is what the metrics read: a store's stats. A ledger.Store is
+// one.
+type Store interface {
+	Stats(ctx context.Context) ([]ledger.TenantStats, error)
+}
+
+var _ Store = ledger.Store(nil)
+
 // storeCollector reads the gauges from the store at scrape time: what the
 // store holds, not what this instance saw, so instances sharing a store
 // agree. Reads are shared for ttl, and bounded in time.
 type storeCollector struct {
-	store  ledger.Store
+	store  Store
 	ttl    time.Duration
 	errors prometheus.Counter
 
@@ -30,7 +38,7 @@ func gauge(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("idemgate_"+name, help, labels, nil)
 }
 
-func newStoreCollector(s ledger.Store, ttl time.Duration, errors prometheus.Counter) *storeCollector {
+func newStoreCollector(s Store, ttl time.Duration, errors prometheus.Counter) *storeCollector {
 	if ttl <= 0 {
 		ttl = time.Second
 	}
