@@ -11,12 +11,21 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
+// AuditLogReader is what ExportAudit reads: a tenant's sealed events and
+// its signed checkpoints. A Store is one.
+type AuditLogReader interface {
+	AuditLog(ctx context.Context, p LogParams) ([]audit.Event, error)
+	AuditCheckpoints(ctx context.Context, tenant string, after int64) ([]audit.Stored, error)
+}
+
+var _ AuditLogReader = Store(nil)
+
 // ExportAudit writes a tenant's log as an export (docs/design.md, "Audit log"):
 // its sealed events in log order, then its signed checkpoints. The
 // checkpoints are read first, so that every one is within the events that
 // follow, however the log grows meanwhile. It returns the events written.
 // A log with an event missing is exported as it is: verifying it says so.
-func ExportAudit(ctx context.Context, s Store, tenant string, w io.Writer) (int64, error) {
+func ExportAudit(ctx context.Context, s AuditLogReader, tenant string, w io.Writer) (int64, error) {
 	cps, err := s.AuditCheckpoints(ctx, tenant, -1)
 	if err != nil {
 		return 0, fmt.Errorf("export: %w", err)
@@ -58,10 +67,21 @@ type Proof struct {
 	Pending string // why there is no proof yet
 }
 
+// AuditProofReader is what ProveAudit reads: an operation's events, its
+// tenant's latest checkpoint, and the hashes of its tenant's tree. A
+// Store is one.
+type AuditProofReader interface {
+	AuditEvents(ctx context.Context, p AuditParams) ([]audit.Event, error)
+	LatestCheckpoint(ctx context.Context, tenant string) (*audit.Stored, error)
+	AuditHashes(ctx context.Context, tenant string, indexes []int64) ([]tlog.Hash, error)
+}
+
+var _ AuditProofReader = Store(nil)
+
 // ProveAudit proves the inclusion of an operation's events in its tenant's
 // log, each against the latest signed checkpoint, checking every proof
 // before it is returned.
-func ProveAudit(ctx context.Context, s Store, opID string) ([]Proof, error) {
+func ProveAudit(ctx context.Context, s AuditProofReader, opID string) ([]Proof, error) {
 	evs, err := operationEvents(ctx, s, opID)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
@@ -109,9 +129,14 @@ func proveOne(e audit.Event, c audit.Stored, hashes tlog.HashReader) ([]byte, er
 	return audit.FormatProof(e.Seq, proof, c.Signed), nil
 }
 
+// auditEventReader is what operationEvents reads.
+type auditEventReader interface {
+	AuditEvents(ctx context.Context, p AuditParams) ([]audit.Event, error)
+}
+
 // operationEvents reads all of an operation's events, page by page: a
 // busy key's replays and conflicts may be many.
-func operationEvents(ctx context.Context, s Store, opID string) ([]audit.Event, error) {
+func operationEvents(ctx context.Context, s auditEventReader, opID string) ([]audit.Event, error) {
 	var out []audit.Event
 	for after := int64(0); ; {
 		page, err := s.AuditEvents(ctx, AuditParams{OperationID: opID, After: after, Limit: MaxPage})

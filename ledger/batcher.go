@@ -10,6 +10,14 @@ import (
 	"github.com/idemgate/idemgate/audit"
 )
 
+// EventWriter is where an EventBatcher writes: a store's RecordEvents. A
+// Store is one.
+type EventWriter interface {
+	RecordEvents(ctx context.Context, events []audit.Event) error
+}
+
+var _ EventWriter = Store(nil)
+
 // EventBatcher writes the events that record no transition (a replay, a
 // conflict) in batches, within Window of their recording (docs/design.md allows
 // them to be batched), so that a replay's path stays a read: Record only
@@ -21,7 +29,7 @@ import (
 // a while is retried, never dropped while the batcher runs; Close writes
 // what is queued.
 type EventBatcher struct {
-	store  Store
+	store  EventWriter
 	window time.Duration
 	log    *slog.Logger
 	queue  chan audit.Event
@@ -34,7 +42,7 @@ const batchEvents = 256
 
 // NewEventBatcher starts a batcher writing to s every window (100 ms when
 // 0). Failures are logged on log.
-func NewEventBatcher(s Store, window time.Duration, log *slog.Logger) *EventBatcher {
+func NewEventBatcher(s EventWriter, window time.Duration, log *slog.Logger) *EventBatcher {
 	if window <= 0 {
 		window = 100 * time.Millisecond
 	}
