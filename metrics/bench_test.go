@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/teststore"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // fill reserves n operations in s, from 32 goroutines, half of them
@@ -49,31 +46,7 @@ func fill(b *testing.B, s ledger.Store, n int) {
 // BenchmarkScrape100k is one /metrics scrape, the store read included,
 // with 100,000 operations in the store (issue 12's measure).
 func BenchmarkScrape100k(b *testing.B) {
-	stores := map[string]func(b *testing.B) ledger.Store{
-		"sqlite": func(b *testing.B) ledger.Store {
-			s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "m.db"), sqlite.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			if err := s.Migrate(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			return s
-		},
-		"postgres": func(b *testing.B) ledger.Store {
-			dsn, _ := testenv.PostgresSchema(b)
-			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			if err := s.Migrate(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			return s
-		},
-	}
+	stores := map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite, "postgres": teststore.Postgres}
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
 			s := stores[name](b)

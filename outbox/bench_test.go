@@ -7,16 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/teststore"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // The relay's throughput, side by side in one run (issue 13's measure):
@@ -76,7 +73,8 @@ func BenchmarkByHand(b *testing.B) {
 // BenchmarkRelay is the relay (Run) delivering b.N effects already
 // enqueued, each its own operation's.
 func BenchmarkRelay(b *testing.B) {
-	for name, open := range map[string]func(b *testing.B) ledger.Store{"sqlite": benchSQLite, "postgres": benchPostgres} {
+	for name, open := range map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite,
+		"postgres": teststore.Postgres} {
 		b.Run(name, func(b *testing.B) {
 			s := open(b)
 			url := trivialTarget(b)
@@ -111,15 +109,4 @@ func BenchmarkRelay(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
 		})
 	}
-}
-
-func benchSQLite(b *testing.B) ledger.Store {
-	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
-	return migrated(b, s, err)
-}
-
-func benchPostgres(b *testing.B) ledger.Store {
-	dsn, _ := testenv.PostgresSchema(b)
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	return migrated(b, s, err)
 }

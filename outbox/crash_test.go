@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/teststore"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -274,7 +275,7 @@ func openStoreAt(ctx context.Context, dsn string) (ledger.Store, error) {
 func sqliteOrders(t *testing.T) (string, func() []int) {
 	path := filepath.Join(t.TempDir(), "shop.db")
 	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	migrated(t, s, err)
+	teststore.Migrated(t, s, err)
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +308,7 @@ func sqliteOrders(t *testing.T) (string, func() []int) {
 func postgresOrders(t *testing.T) (string, func() []int) {
 	dsn, _ := testenv.PostgresSchema(t)
 	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	migrated(t, s, err)
+	teststore.Migrated(t, s, err)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -6,51 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
-
-// migrated is a store just opened, migrated, and closed when tb ends.
-func migrated[S interface {
-	ledger.Store
-	Migrate(context.Context) error
-}](tb testing.TB, s S, err error) S {
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	return s
-}
-
-// eachStore runs fn on each store, on a fresh database; open opens a
-// handle on it (another relay, in another process, would have its own).
-func eachStore(t *testing.T, fn func(t *testing.T, open func(testing.TB) ledger.Store)) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "outbox.db")
-		fn(t, func(tb testing.TB) ledger.Store {
-			s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-			return migrated(tb, s, err)
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		dsn, _ := testenv.PostgresSchema(t)
-		fn(t, func(tb testing.TB) ledger.Store {
-			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-			return migrated(tb, s, err)
-		})
-	})
-}
 
 // honouring is a target that applies each key once, as a target that
 // honours idempotency keys does: a repeat gets the first answer. It

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/teststore"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 )
@@ -17,7 +18,7 @@ import (
 // its derived key in the tenant's name, the target's credentials and the
 // effect's own headers; the target's reference is kept.
 func TestRelayDelivers(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		target := newHonouring()
 		if _, err := outbox.Enqueue(context.Background(), s, effects("dossier_42:v5", 3)...); err != nil {
@@ -92,7 +93,7 @@ func TestRelayErrorFamilies(t *testing.T) {
 			conn.Close()
 		}, ledger.Unknown, "target_reset", true},
 	}
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		for _, c := range cases {
 			url := serve(t, c.handler)
@@ -153,7 +154,7 @@ func TestRelayTest11(t *testing.T) {
 		{"server errors", 500, true, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+			teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 				s := open(t)
 				target := newHonouring()
 				broken := true
@@ -208,7 +209,7 @@ func TestRelayTest11(t *testing.T) {
 // eight deliveries each at a time, against a slow target: no key is ever
 // in flight twice, and each effect is delivered once.
 func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		const ops = 60
 		for i := range ops {
@@ -247,7 +248,7 @@ func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 // TestRelayStopsCleanly: Run returns when its context ends, and a bad
 // configuration is refused before any claim.
 func TestRelayStopsCleanly(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		bad := relay(s, "ftp://x")
 		if err := bad.Run(context.Background()); err == nil {
@@ -280,7 +281,7 @@ func TestRelayStopsCleanly(t *testing.T) {
 // before the first sent them, both would deliver them. Each is delivered
 // once.
 func TestRelayNeverDeliversPastItsLease(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		for i := range 20 {
 			if _, err := outbox.Enqueue(context.Background(), s, effects("slow-"+string(rune('a'+i)), 1)...); err != nil {
@@ -347,7 +348,7 @@ func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams
 // be in flight when another relay, the lease lapsed, sends it too); it is
 // released, and the next relay delivers it, once.
 func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
+	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
 		s := open(t)
 		if _, err := outbox.Enqueue(context.Background(), s, effects("late-claim", 1)...); err != nil {
 			t.Fatal(err)

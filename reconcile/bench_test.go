@@ -6,15 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/teststore"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/reconcile"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // BenchmarkReconcile is the reconciler's cost per unknown operation: its
@@ -41,7 +38,8 @@ func BenchmarkReconcile(b *testing.B) {
 		body, err := io.ReadAll(resp.Body)
 		return reconcile.Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}, err
 	}
-	for name, open := range map[string]func(b *testing.B) ledger.Store{"sqlite": openSQLite, "postgres": openPostgres} {
+	for name, open := range map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite,
+		"postgres": teststore.Postgres} {
 		b.Run(name, func(b *testing.B) {
 			s := open(b)
 			b.StopTimer()
@@ -68,29 +66,4 @@ func BenchmarkReconcile(b *testing.B) {
 			}
 		})
 	}
-}
-
-func openSQLite(b *testing.B) ledger.Store {
-	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "r.db"), sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	return s
-}
-
-func openPostgres(b *testing.B) ledger.Store {
-	dsn, _ := testenv.PostgresSchema(b)
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	return s
 }
