@@ -10,9 +10,19 @@ FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 
-.PHONY: test vet race fuzz bench
+.PHONY: test lint vet race fuzz bench
 
-test: vet race fuzz
+test: lint race fuzz
+
+# The habits the code keeps, checked rather than remembered: vet and gofmt,
+# staticcheck (a tool dependency in go.mod, so its version is pinned and CI
+# installs nothing), a go.mod that go mod tidy would not change, and the
+# package layout of docs/design.md (internal/layout's test, which go test
+# ./... also runs; here it runs on its own so lint alone can catch it).
+lint: vet
+	go mod tidy -diff
+	go tool staticcheck ./...
+	go test -count=1 ./internal/layout
 
 vet:
 	go vet ./...

@@ -270,12 +270,10 @@ func TestApprovalWaitDoesNotSpin(t *testing.T) {
 // The gateway turning a waiting request away for now does not lose the
 // approval: the outcome stays needs_approval, with it.
 func TestNotNowWhileWaitingKeepsTheApproval(t *testing.T) {
-	clk := new(*fakeClock)
 	exp := time.Date(2026, 12, 2, 12, 15, 0, 0, time.UTC)
 	s := &script{answers: []http.HandlerFunc{approvalAnswer("approval_required", "apr_1", exp),
 		problemAnswer(503, "store_unavailable")}}
-	client, c := newScripted(t, s)
-	*clk = c
+	client, _ := newScripted(t, s)
 	client.Policy = Policy{ApprovalWait: time.Minute, MaxAttempts: 2}
 	out, err := client.Do(context.Background(), deploy)
 	if err != nil || out.Kind != NeedsApproval || out.Approval == nil || out.Approval.ID != "apr_1" || s.count() != 3 ||

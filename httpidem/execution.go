@@ -13,13 +13,12 @@ import (
 // handler that knows more than its status code says (a proxy that knows
 // nothing reached the upstream) settles the operation's fate itself.
 type Execution struct {
-	key     string
-	lease   ledger.Lease
-	attempt int
-	mu      sync.Mutex
-	fate    *contract.Fate
-	code    string
-	inTx    bool
+	key   string
+	lease ledger.Lease
+	mu    sync.Mutex
+	fate  *contract.Fate
+	code  string
+	inTx  bool
 }
 
 type executionKey struct{}

@@ -21,10 +21,9 @@ import (
 // business is a service keeping its tickets in the ledger's database, and
 // completing each operation in the transaction that creates the ticket.
 type business struct {
-	store   ledger.Store
-	count   func() int
-	inTx    func(ctx context.Context, exec *httpidem.Execution, resp *ledger.Response, commit bool) error
-	cleanup func()
+	store ledger.Store
+	count func() int
+	inTx  func(ctx context.Context, exec *httpidem.Execution, resp *ledger.Response, commit bool) error
 }
 
 func sqliteBusiness(t *testing.T) business {

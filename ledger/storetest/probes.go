@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -38,15 +37,6 @@ func claim(tb testing.TB, s ledger.Store, lease time.Duration, routes ...string)
 		tb.Fatalf("claim probes: %v", err)
 	}
 	return cs
-}
-
-func claimed(cs []ledger.ProbeClaim) []string {
-	var ids []string
-	for _, c := range cs {
-		ids = append(ids, c.Op.ID)
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // testProbeClaims: a reconciler claims the unknown operations of the

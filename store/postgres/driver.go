@@ -290,14 +290,12 @@ func (x poolExec) Exec(ctx context.Context, k steps.Kind, fn func(context.Contex
 	return fn(ctx, driver{s: x.s})
 }
 
-// txExec runs steps in a caller's transaction: they commit with it.
-type txExec struct {
-	s  *Store
-	tx pgx.Tx
-}
+// txExec runs steps in a caller's transaction: they commit with it. It is
+// the driver bound to that transaction, so running a step is a conversion.
+type txExec driver
 
 func (x txExec) Exec(ctx context.Context, _ steps.Kind, fn func(context.Context, steps.Driver) error) error {
-	return fn(ctx, driver{s: x.s, tx: x.tx})
+	return fn(ctx, driver(x))
 }
 
 // Tx is the ledger's steps in the caller's transaction tx, for a service
