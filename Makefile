@@ -49,7 +49,7 @@ fuzz:
 # gateway against its two-commit floors and the plain reverse proxy, then
 # the stores and the agent's journal.
 bench:
-	go run ./bench -n 5000
+	go run ./cmd/bench -n 5000
 	go test -run '^$$' -bench . -benchtime 2000x -count 5 ./store/...
 	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
 	go test -run '^$$' -bench . -benchtime 20000x -count 5 ./approval

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -85,23 +86,14 @@ func approvalMiddleware(t *testing.T) (url string, effects *atomic.Int64) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"deployment":"D-%d"}`, effects.Add(1))
 	})
-	mux.HandleFunc("GET /_idem/v1/operations", func(w http.ResponseWriter, r *http.Request) {
-		op, err := s.GetByKey(r.Context(), r.Header.Get("X-Tenant"), r.URL.Query().Get("key"))
-		if err != nil {
-			contract.ProblemFor(err).Write(w)
-			return
-		}
-		history, _ := s.History(r.Context(), op.ID)
-		v := contract.NewView(op, history)
-		if op.Approval != nil {
-			a, _ := s.GetApproval(r.Context(), op.Approval.ID)
-			v = v.WithApproval(a)
-		}
-		httpidem.WriteJSON(w, http.StatusOK, v)
-	})
-	if err := m.ApprovalRoutes(mux, "/_idem/v1"); err != nil {
+	// The operations and approvals are the control plane's, mounted beside
+	// the service's handlers.
+	api, err := control.New(control.Options{Operator: &control.Operator{Store: s, Wake: m.Changed},
+		Caller: func(r *http.Request) (approval.Principal, bool) { p, err := principal(r); return p, err == nil }})
+	if err != nil {
 		t.Fatal(err)
 	}
+	mux.Handle("/_idem/v1/", api)
 	srv := httptest.NewServer(m.Handler(mux))
 	t.Cleanup(srv.Close)
 	return srv.URL, effects

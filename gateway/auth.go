@@ -32,16 +32,16 @@ func (g *Gateway) authenticate(r *http.Request) (*Principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return nil, errNoToken
 	}
-	found := g.principalByToken(token)
+	found := g.PrincipalByToken(token)
 	if found == nil {
 		return nil, errors.New("unknown token")
 	}
 	return found, nil
 }
 
-// principalByToken finds the principal whose token hashes to token's
+// PrincipalByToken finds the principal whose token hashes to token's
 // SHA-256, comparing with every one in constant time; nil if none.
-func (g *Gateway) principalByToken(token string) *Principal {
+func (g *Gateway) PrincipalByToken(token string) *Principal {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	var found *Principal
 	for _, p := range g.cfg.Principals {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -68,4 +69,14 @@ func (c *Config) relative(path string) string {
 // Signing is how the gateway's sealer signs checkpoints.
 func (a *AuditConfig) Signing() audit.Signing {
 	return audit.Signing{Signer: a.signer, Name: a.signer.Name(), Every: a.CheckpointEvery, After: a.CheckpointInterval}
+}
+
+// Sealer is the configuration's audit sealer over log, nil without an
+// audit section: it seals the log's events and signs its checkpoints.
+func (c *Config) Sealer(log audit.Log, logger *slog.Logger) *audit.Sealer {
+	a := c.Audit
+	if a == nil {
+		return nil
+	}
+	return &audit.Sealer{Log: log, Signing: a.Signing(), File: a.CheckpointsFile, Logger: logger}
 }

@@ -9,130 +9,98 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
-	"github.com/idemgate/idemgate/metrics"
 )
 
-// ControlPrefix is where the control API lives, on the same listener.
-const ControlPrefix = contract.ControlPrefix
-
-// Gateway serves one configuration over one store.
-type Gateway struct {
-	cfg     *Config
-	store   ledger.Store
-	log     *slog.Logger
-	handler http.Handler
-	limits  *limits.Limiter
-	events  *ledger.EventBatcher // nil without an audit section
-	metrics *metrics.Metrics
-	clients map[string]*upstreamClient // by upstream name
+// Deps are what a gateway is built with. The composition root
+// (cmd/internal/server) makes them: the gateway builds only what its
+// configuration says (its upstreams, its routes behind the idempotency
+// middleware, its principals), and the control API, the web page and the
+// background work are their own planes, mounted beside it.
+type Deps struct {
+	Store  ledger.Store
+	Logger *slog.Logger
+	// Limits applies each tenant's request rate and budgets (required).
+	Limits *limits.Limiter
+	// Observer hears how each keyed request ended (the metrics); nil for
+	// none.
+	Observer httpidem.Observer
+	// Audit records the events that are no transition (replays,
+	// conflicts): the audit batcher, or nil without an audit section.
+	Audit httpidem.Recorder
 }
 
-// New builds the gateway. The store must be migrated.
-func New(cfg *Config, store ledger.Store, log *slog.Logger) (*Gateway, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Gateway is one configuration's data plane in front of its upstreams:
+// authentication, roles, limits, the idempotency middleware on the write
+// routes, and the reverse proxy.
+type Gateway struct {
+	cfg    *Config
+	store  ledger.Store
+	log    *slog.Logger
+	limits *limits.Limiter
+	m      *httpidem.Middleware
+	routes http.Handler
+}
+
+// New builds the gateway's routes. The store must be migrated.
+func New(cfg *Config, d Deps) (*Gateway, error) {
+	if d.Store == nil || d.Limits == nil {
+		return nil, errors.New("gateway: Deps.Store and Deps.Limits are required")
 	}
-	g := &Gateway{cfg: cfg, store: store, log: log, metrics: metrics.New(metrics.Options{Store: store})}
-	if cfg.Audit != nil {
-		g.events = ledger.NewEventBatcher(store, 0, log)
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	g.limits = limits.New(limits.Options{Usage: store.Usage, Policy: cfg.Policy, Resync: cfg.Limits.UsageInterval,
-		OnError: func(tenant string, err error) {
-			log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
-		}})
-	routes, m, err := g.routes()
-	if err != nil {
+	g := &Gateway{cfg: cfg, store: d.Store, log: d.Logger, limits: d.Limits}
+	if err := g.build(d); err != nil {
 		return nil, err
 	}
-	control, err := g.control(m)
-	if err != nil {
-		return nil, err
-	}
-	page, err := g.ui(m)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", g.ready)
-	if cfg.MetricsListen == "" {
-		mux.Handle("GET /metrics", g.metrics.Handler())
-	}
-	mux.Handle(ControlPrefix+"/", g.authenticated(control))
-	mux.Handle(UIPrefix, page) // its own sessions: no bearer token in a browser
-	mux.Handle("/", g.authenticated(routes))
-	g.handler = g.logged(hygienic(mux))
 	return g, nil
 }
 
-// Close writes the audit events still queued; call it once the server has
-// stopped, before the store closes.
-func (g *Gateway) Close() {
-	if g.events != nil {
-		g.events.Close()
-	}
-}
+// Routes are the configured routes, behind bearer authentication: writes
+// behind the idempotency middleware, reads proxied as they are, and 404
+// for everything else.
+func (g *Gateway) Routes() http.Handler { return g.Authenticated(g.routes) }
 
-// observer is what observes the requests: the metrics, or none (a nil
-// interface, not a nil pointer).
-func (g *Gateway) observer() httpidem.Observer {
-	if g.cfg.Unobserved {
-		return nil
-	}
-	return g.metrics
-}
+// Front wraps the gateway's whole listener (its routes, the control API,
+// the web page, the probes): header hygiene refuses what must never be
+// forwarded before anything else runs, and each request is logged.
+func (g *Gateway) Front(h http.Handler) http.Handler { return g.logged(hygienic(h)) }
 
-// Metrics is the gateway's metrics: its /metrics handler (served by
-// NewMetricsServer when metrics_listen is set), and the dashboard's
-// history.
-func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }
+// Changed wakes the requests of this process waiting on an operation
+// (Prefer: wait) that changed elsewhere: decided or resolved on the
+// control API or the web page.
+func (g *Gateway) Changed(opID string) { g.m.Changed(opID) }
 
-// Handler is the gateway's whole HTTP surface.
-func (g *Gateway) Handler() http.Handler { return g.handler }
-
-func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := g.store.Ping(ctx); err != nil {
-		contract.ProblemFor(err).Write(w)
-		return
-	}
-	_, _ = w.Write([]byte("ready\n"))
-}
-
-// routes builds the configured routes: writes behind the idempotency
-// middleware, reads proxied as they are, and 404 for everything else. Roles
-// are checked first, so a forbidden request reserves nothing.
-func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
+// build makes the upstreams' clients and the routes' handler.
+func (g *Gateway) build(d Deps) error {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
 		clients[name] = newUpstreamClient(name, u, g.log)
 	}
-	g.clients = clients
 	var writes []httpidem.Route
 	for _, rc := range g.cfg.Routes {
 		if rc.IsWrite() {
 			route, err := g.writeRoute(rc, clients[rc.Upstream])
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			writes = append(writes, route)
 		}
 	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
-		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: ControlPrefix,
-		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: g.recorder(),
-		Observer: g.observer()})
+		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
+		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
+		Observer: d.Observer})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", g.cfg.file, err)
+		return fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
+	g.m = m
 	mux := http.NewServeMux()
 	for _, rc := range g.cfg.Routes {
 		uc := clients[rc.Upstream]
@@ -145,7 +113,8 @@ func (g *Gateway) routes() (http.Handler, *httpidem.Middleware, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
 	})
-	return mux, m, nil
+	g.routes = mux
+	return nil
 }
 
 func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
@@ -181,10 +150,19 @@ func classifier(rc *RouteConfig) func(int) contract.Fate {
 
 // principalOf is the caller as approvals see it: who requests, who decides.
 func principalOf(r *http.Request) (approval.Principal, error) {
-	if p := PrincipalFrom(r.Context()); p != nil {
-		return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, nil
+	if p, ok := CallerOf(r); ok {
+		return p, nil
 	}
 	return approval.Principal{}, errors.New("no principal")
+}
+
+// CallerOf is the principal the gateway's authentication found for r, as
+// the approvals and the control plane see it.
+func CallerOf(r *http.Request) (approval.Principal, bool) {
+	if p := PrincipalFrom(r.Context()); p != nil {
+		return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, true
+	}
+	return approval.Principal{}, false
 }
 
 func tenantOf(r *http.Request) (string, error) {
@@ -194,8 +172,9 @@ func tenantOf(r *http.Request) (string, error) {
 	return "", errors.New("no principal")
 }
 
-// authenticated refuses requests without a known bearer token.
-func (g *Gateway) authenticated(next http.Handler) http.Handler {
+// Authenticated refuses requests without a known bearer token (401), and
+// gives the others their principal (PrincipalFrom, CallerOf).
+func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := g.authenticate(r)
 		if err != nil {

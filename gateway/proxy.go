@@ -180,7 +180,7 @@ func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err 
 // its id, its state and its status resource, the one link an agent
 // follows to learn how it ended (the 409 of every retry carries the same).
 func writeFor(w http.ResponseWriter, prob *contract.Problem, exec *httpidem.Execution, state ledger.State) {
-	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, ControlPrefix).Write(w)
+	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, contract.ControlPrefix).Write(w)
 }
 
 // logFailure says, at error level, why a call to the upstream got no

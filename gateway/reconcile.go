@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"time"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/internal/resultref"
+	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/reconcile"
 )
 
@@ -39,35 +40,32 @@ func routeProbe(rc *RouteConfig) func(map[string]string, map[string][]string, an
 	return rc.probe.Render
 }
 
-// Reconciler is the gateway's reconciler: the probes of its routes, sent
-// to their upstreams with the gateway's credentials.
-func (g *Gateway) Reconciler() *reconcile.Reconciler {
-	probes, upstreams, refs := map[string]*reconcile.Probe{}, map[string]*upstreamClient{}, map[string]func(int,
-		http.Header, []byte) string{}
-	for _, rc := range g.cfg.Routes {
+// NewReconciler is the reconciler of cfg's routes that declare a probe
+// (docs/design.md, "Reconciliation"): each probe sent to its route's
+// upstream with the gateway's credentials, each verdict recorded in store,
+// and each probe's audit event given to record (nil for none). It needs no
+// Gateway: `idemgate reconcile --once` builds only this.
+func NewReconciler(cfg *Config, store ledger.Store, record func(audit.Event), log *slog.Logger) *reconcile.Reconciler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	probes, upstreams := map[string]*reconcile.Probe{}, map[string]*upstreamClient{}
+	refs := map[string]resultref.Reader{}
+	for _, rc := range cfg.Routes {
 		if rc.probe == nil {
 			continue
 		}
 		route := rc.method + " " + rc.pattern
-		probes[route], upstreams[route] = rc.probe, g.clients[rc.Upstream]
-		if ref, err := resultref.Compile(rc.ResultRef); err == nil && ref != nil {
-			refs[route] = ref
-		}
+		probes[route] = rc.probe
+		upstreams[route] = newUpstreamClient(rc.Upstream, cfg.Upstreams[rc.Upstream], log)
+		refs[route], _ = resultref.Compile(rc.ResultRef) // checked when the configuration was loaded
 	}
-	r := &reconcile.Reconciler{Store: g.store, Probes: probes, Logger: g.log,
+	max := int64(cfg.MaxResponse)
+	return &reconcile.Reconciler{Store: store, Probes: probes, Logger: log, Audit: record,
 		Send: func(ctx context.Context, route, method, target string) (reconcile.Answer, error) {
-			return upstreams[route].probe(ctx, method, target, int64(g.cfg.MaxResponse))
+			return upstreams[route].probe(ctx, method, target, max)
 		},
-		ResultRef: func(route string, a reconcile.Answer) string {
-			if ref := refs[route]; ref != nil {
-				return ref(a.Status, a.Header, a.Body)
-			}
-			return ""
-		}}
-	if g.events != nil {
-		r.Audit = func(e audit.Event) { g.events.Record(e) }
-	}
-	return r
+		ResultRef: func(route string, a reconcile.Answer) string { return refs[route].Of(a.Status, a.Header, a.Body) }}
 }
 
 // probe sends a probe request to the upstream, with the gateway's
@@ -92,17 +90,4 @@ func (uc *upstreamClient) probe(ctx context.Context, method, target string, max 
 		return reconcile.Answer{}, fmt.Errorf("upstream %s: the probe's answer was cut or over %d bytes", uc.name, max)
 	}
 	return reconcile.Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
-}
-
-// reconcileEvery is how often the reconciler looks for due probes; each
-// operation's own pace is its route's `every`.
-const reconcileEvery = time.Second
-
-// runReconciler reconciles until ctx ends, when any route declares a probe.
-func (g *Gateway) runReconciler(ctx context.Context) {
-	r := g.Reconciler()
-	if len(r.Probes) == 0 {
-		return
-	}
-	r.Run(ctx, reconcileEvery)
 }

@@ -18,11 +18,12 @@ type Server struct {
 	maxConns int
 }
 
-// NewServer builds the server of the gateway's whole HTTP surface.
-func (g *Gateway) NewServer() *Server {
+// NewServer builds the server of the gateway's whole HTTP surface, h
+// (its Front, around every plane it serves).
+func (g *Gateway) NewServer(h http.Handler) *Server {
 	c := g.cfg
 	return &Server{maxConns: c.MaxConns, srv: &http.Server{
-		Handler:           g.handler,
+		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		// The whole request's deadline: a body that trickles, or that
 		// announces 100 bytes and sends one, is cut there, whether the

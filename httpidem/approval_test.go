@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -61,9 +62,14 @@ func newDeployApp(t *testing.T, s ledger.Store, cfg approval.Config) *deployApp 
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"deployment":"D-%d"}`, n)
 	})
-	if err := m.ApprovalRoutes(mux, "/_idem/v1"); err != nil {
+	// The approvals are decided through the control plane, as a service
+	// that mounts package control beside its handlers does.
+	api, err := control.New(control.Options{Operator: &control.Operator{Store: s, Wake: m.Changed},
+		Caller: func(r *http.Request) (approval.Principal, bool) { p, err := principal(r); return p, err == nil }})
+	if err != nil {
 		t.Fatal(err)
 	}
+	mux.Handle("/_idem/v1/", api)
 	a.srv = httptest.NewServer(m.Handler(mux))
 	t.Cleanup(a.srv.Close)
 	return a

@@ -1,13 +1,11 @@
 package httpidem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
@@ -147,140 +145,9 @@ func (m *Middleware) leave(ctx context.Context, lease ledger.Lease, code, reason
 	}
 }
 
-// heartbeater extends the lease every third of it while the handler runs:
-// a heartbeat held up by a busy store still has a second chance before the
-// lease lapses (a lapsed lease is never extended, and makes the operation
-// unknown).
-type heartbeater struct {
-	mu      sync.Mutex
-	lease   ledger.Lease
-	done    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
-}
-
-func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
-	hb := &heartbeater{lease: l, done: make(chan struct{}), stopped: make(chan struct{})}
-	go func() {
-		defer close(hb.stopped)
-		t := time.NewTicker(d / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hb.done:
-				return
-			case <-t.C:
-			}
-			hb.mu.Lock()
-			next, err := m.opts.Store.Heartbeat(context.WithoutCancel(ctx), hb.lease, d)
-			if err == nil {
-				hb.lease = next
-			}
-			hb.mu.Unlock()
-			if errors.Is(err, ledger.ErrStaleOwner) {
-				m.log(ctx, "lease lost", l.OpID, err)
-				return
-			} else if err != nil {
-				m.log(ctx, "heartbeat", l.OpID, err)
-			}
-		}
-	}()
-	return hb
-}
-
-// current returns the latest lease.
-func (hb *heartbeater) current() ledger.Lease {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.lease
-}
-
-// stop ends the heartbeats and returns the latest lease.
-func (hb *heartbeater) stop() ledger.Lease {
-	hb.once.Do(func() { close(hb.done) })
-	<-hb.stopped
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.lease
-}
-
-// capture holds the handler's response until its outcome is recorded. A
-// response larger than max, or one the handler flushes, is streamed instead.
-type capture struct {
-	w        http.ResponseWriter
-	header   http.Header
-	status   int
-	buf      bytes.Buffer
-	max      int64
-	streamed bool
-}
-
-func newCapture(w http.ResponseWriter, max int64) *capture {
-	return &capture{w: w, header: http.Header{}, max: max}
-}
-
-func (c *capture) Header() http.Header { return c.header }
-
-func (c *capture) WriteHeader(status int) {
-	if c.status == 0 && status >= 200 {
-		c.status = status
+// recorded tells Recorded of a final operation.
+func (m *Middleware) recorded(op *ledger.Operation) {
+	if m.opts.Recorded != nil && op != nil && op.State.Final() {
+		m.opts.Recorded(op)
 	}
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.WriteHeader(http.StatusOK)
-	}
-	if c.streamed {
-		return c.w.Write(p)
-	}
-	if int64(c.buf.Len()+len(p)) > c.max {
-		c.stream()
-		return c.w.Write(p)
-	}
-	return c.buf.Write(p)
-}
-
-// Flush gives up capturing: a handler that streams cannot be replayed.
-func (c *capture) Flush() {
-	if !c.streamed {
-		c.stream()
-	}
-	if f, ok := c.w.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the real writer.
-func (c *capture) Unwrap() http.ResponseWriter { return c.w }
-
-func (c *capture) stream() {
-	c.streamed = true
-	c.flush()
-}
-
-// flush sends what is held.
-func (c *capture) flush() {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	h := c.w.Header()
-	for k, v := range c.header {
-		h[k] = v
-	}
-	c.w.WriteHeader(c.status)
-	_, _ = c.w.Write(c.buf.Bytes())
-	c.buf.Reset()
-}
-
-// response is what is stored: status, headers minus hop-by-hop ones and
-// the operation's id (the replay sets it), body.
-func (c *capture) response() *ledger.Response {
-	h := c.header.Clone()
-	contract.StripHopByHop(h)
-	h.Del(contract.HeaderOperation)
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	return &ledger.Response{Status: c.status, Header: h, Body: bytes.Clone(c.buf.Bytes())}
 }

@@ -1,7 +1,6 @@
 package httpidem
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -139,17 +138,4 @@ func releasedFamily(code string) string {
 		return "upstream_not_applied"
 	}
 	return code
-}
-
-// failed tells the Observer of a store failure the response cannot carry.
-func (m *Middleware) failed(err error) {
-	if m.opts.Observer == nil {
-		return
-	}
-	switch {
-	case errors.Is(err, ledger.ErrStaleOwner):
-		m.opts.Observer.Failure(FailureFenced)
-	case errors.Is(err, ledger.ErrUnavailable):
-		m.opts.Observer.Failure(FailureStore)
-	}
 }

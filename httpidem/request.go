@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
@@ -256,4 +258,54 @@ func (m *Middleware) context(r *http.Request, req *request) *contract.Problem {
 		return contract.NewProblem(contract.CodeUnauthorized, err.Error())
 	}
 	return nil
+}
+
+// runOf reads the agent's run id (Idempotency-Run): printable text, one
+// header, at most contract.MaxRunLen bytes.
+func runOf(r *http.Request) (string, *contract.Problem) {
+	values := r.Header.Values(contract.HeaderRun)
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%d %s headers; send one", len(values), contract.HeaderRun))
+	}
+	run := strings.TrimSpace(values[0])
+	if len(run) > contract.MaxRunLen || !utf8.ValidString(run) || strings.IndexFunc(run, notPrintable) >= 0 {
+		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%s must be printable text of at most %d bytes",
+			contract.HeaderRun, contract.MaxRunLen))
+	}
+	return run, nil
+}
+
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
+
+// traceOf reads the trace id of a W3C traceparent header
+// ("00-<32 hex>-<16 hex>-<2 hex>"). One that does not parse is ignored,
+// as Trace Context asks: a trace is context, never a reason to refuse.
+func traceOf(r *http.Request) string {
+	v := strings.TrimSpace(r.Header.Get(contract.HeaderTraceparent))
+	parts := strings.Split(v, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || len(parts[1]) != 32 || len(parts[2]) != 16 ||
+		len(parts[3]) != 2 || (parts[0] == "00" && len(parts) != 4) {
+		return ""
+	}
+	for _, p := range parts[:4] {
+		if !lowerHex(p) {
+			return ""
+		}
+	}
+	if strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
+		return ""
+	}
+	return parts[1]
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -78,7 +79,8 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 		return found, ok
 	}
 	logger := slog.New(slog.NewJSONHandler(fx.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o := webui.Options{Store: fx.store, Authenticate: authenticate, Logger: logger}
+	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: authenticate,
+		Logger: logger}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -2,17 +2,16 @@ package webui
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
 )
-
-// maxNote bounds a decision's or a resolution's note, in characters, as
-// the control API does.
-const maxNote = 2000
 
 // approvalItem is one approval as the inbox and its pages show it.
 type approvalItem struct {
@@ -90,13 +89,9 @@ type inboxData struct {
 }
 
 // approvalOf reads an approval of the session's tenant; another tenant's
-// is not found, as on the control API.
+// is not found, as on the control API (the Operator's read).
 func (u *UI) approvalOf(r *http.Request, s *session) (*ledger.Approval, error) {
-	a, err := u.opts.Store.GetApproval(r.Context(), r.PathValue("id"))
-	if err == nil && a.Tenant != s.principal.Tenant {
-		return nil, ledger.ErrNotFound
-	}
-	return a, err
+	return u.opts.Operator.Approval(r.Context(), control.Of(s.principal), r.PathValue("id"))
 }
 
 // approvalPage shows one approval whole, with the first step of a
@@ -125,18 +120,20 @@ type choice struct {
 	Note        string
 }
 
-// readChoice reads and checks a posted decision.
-func readChoice(r *http.Request) (choice, string) {
+// readChoice reads a posted decision. The confirmation refuses what the
+// decision would (a note over control.MaxNote), before anything is sent.
+func readChoice(r *http.Request) (choice, error) {
 	c := choice{Verb: r.PostFormValue("decision"), Fingerprint: r.PostFormValue("fingerprint"),
 		Note: r.PostFormValue("note")}
 	switch {
 	case c.Verb != "approve" && c.Verb != "deny":
-		return c, "Choose approve or deny."
-	case utf8.RuneCountInString(c.Note) > maxNote:
-		return c, "The note is longer than 2000 characters."
+		return c, contract.NewProblem(contract.CodeInvalidCommand, "Choose approve or deny.")
+	case utf8.RuneCountInString(c.Note) > control.MaxNote:
+		return c, contract.NewProblem(contract.CodeInvalidCommand,
+			fmt.Sprintf("The note is longer than %d characters.", control.MaxNote))
 	}
 	c.Approve = c.Verb == "approve"
-	return c, ""
+	return c, nil
 }
 
 // confirm is the second step: it repeats what is decided, and the
@@ -147,9 +144,9 @@ func (u *UI) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 		u.storeFail(w, r, s, err, "inbox")
 		return
 	}
-	c, bad := readChoice(r)
-	if bad != "" {
-		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: bad, Back: "approvals/" + a.ID})
+	c, err := readChoice(r)
+	if err != nil {
+		u.storeFail(w, r, s, err, "approvals/"+a.ID)
 		return
 	}
 	data := confirmData{Item: u.item(a, s.principal), Choice: c, Changed: c.Fingerprint != a.Fingerprint}
@@ -172,27 +169,20 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	back := "approvals/" + a.ID
-	c, bad := readChoice(r)
-	if bad != "" {
-		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: bad, Back: back})
+	c, err := readChoice(r)
+	if err != nil {
+		u.storeFail(w, r, s, err, back)
 		return
 	}
-	d := decision(a.ID, c.Fingerprint, c.Note, s.principal)
-	send := u.opts.Store.Approve
-	if !c.Approve {
-		send = u.opts.Store.Deny
-	}
-	decided, err := send(r.Context(), d)
+	decided, err := u.opts.Operator.Decide(r.Context(), control.Of(s.principal),
+		control.Decision{ApprovalID: a.ID, Approve: c.Approve, Fingerprint: c.Fingerprint, Note: c.Note})
 	if err != nil {
-		u.opts.Logger.Warn("ui decision refused", slog.String("approval", a.ID), slog.String("principal", d.Actor),
+		u.opts.Logger.Warn("ui decision refused", slog.String("approval", a.ID), slog.String("principal", s.principal.Name),
 			slog.String("decision", c.Verb), slog.String("error", err.Error()))
 		u.storeFail(w, r, s, err, back)
 		return
 	}
 	u.opts.Logger.Info("ui decision", slog.String("approval", a.ID), slog.String("operation_id", decided.OpID),
-		slog.String("principal", d.Actor), slog.String("decision", c.Verb))
-	if u.opts.Decided != nil {
-		u.opts.Decided(decided)
-	}
+		slog.String("principal", s.principal.Name), slog.String("decision", c.Verb))
 	u.redirect(w, r, back+"?decided="+c.Verb)
 }

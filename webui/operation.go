@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -36,13 +36,10 @@ type moment struct {
 }
 
 // operationOf reads an operation of the session's tenant; another
-// tenant's is not found (never "forbidden": its existence stays unsaid).
+// tenant's is not found (never "forbidden": its existence stays unsaid),
+// as on the control API (the Operator's read).
 func (u *UI) operationOf(r *http.Request, s *session) (*ledger.Operation, error) {
-	op, err := u.opts.Store.Get(r.Context(), r.PathValue("id"))
-	if err == nil && op.Tenant != s.principal.Tenant {
-		return nil, ledger.ErrNotFound
-	}
-	return op, err
+	return u.opts.Operator.Operation(r.Context(), control.Of(s.principal), r.PathValue("id"))
 }
 
 // operationPage shows an operation, its approval, its history, and its
@@ -64,7 +61,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	if op.Approval != nil {
-		a, err := u.opts.Store.GetApproval(r.Context(), op.Approval.ID)
+		a, err := u.opts.Operator.Store.GetApproval(r.Context(), op.Approval.ID)
 		if err != nil {
 			u.storeFail(w, r, s, err, "operations")
 			return
@@ -100,59 +97,31 @@ func (u *UI) timeline(r *http.Request, op *ledger.Operation, data *operationData
 	}
 }
 
-// resolution is an admin's posted resolution.
-type resolution struct {
-	params ledger.ResolveParams
-	// duplicate: the admin found the effect made twice despite the checks
-	// (the metric that matters most); the note says so, as on the control
-	// API.
-	duplicate bool
-	bad       string
-}
-
 // readResolution reads the resolve form: the state, a note, and
 // optionally the upstream's answer (status, content type, body) and its
-// reference for the effect.
-func readResolution(r *http.Request, id, actor string, maxResponse int64) resolution {
-	p := ledger.ResolveParams{ID: id, Actor: actor, Note: strings.TrimSpace(r.PostFormValue("note")),
-		ResultRef: strings.TrimSpace(r.PostFormValue("result_ref"))}
-	to, err := ledger.ParseState(r.PostFormValue("state"))
-	switch {
-	case err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared):
-		return resolution{bad: "Choose succeeded, failed or prepared (not applied)."}
-	case p.Note == "":
-		return resolution{bad: "A resolution needs a note: it is audited."}
-	case utf8.RuneCountInString(p.Note) > maxNote:
-		return resolution{bad: "The note is longer than 2000 characters."}
-	}
-	p.To = to
-	dup := r.PostFormValue("duplicate") == "1"
-	if dup {
-		p.Note = "duplicate: " + p.Note
-	}
+// reference for the effect. The Operator checks the rest, as it checks
+// the control API's.
+func readResolution(r *http.Request, id string) (control.Resolution, error) {
+	res := control.Resolution{OperationID: id, State: r.PostFormValue("state"),
+		Note: strings.TrimSpace(r.PostFormValue("note")), ResultRef: strings.TrimSpace(r.PostFormValue("result_ref")),
+		Duplicate: r.PostFormValue("duplicate") == "1"}
 	status := strings.TrimSpace(r.PostFormValue("status"))
 	if status == "" {
-		return resolution{params: p, duplicate: dup}
+		return res, nil
 	}
 	code, err := strconv.Atoi(status)
-	switch {
-	case err != nil:
-		return resolution{bad: "The upstream's status must be a number from 200 to 599."}
-	case !to.Final():
-		return resolution{bad: "An answer goes only with succeeded or failed: prepared means nothing was applied."}
+	if err != nil {
+		return res, contract.NewProblem(contract.CodeInvalidCommand, "The upstream's status must be a number from 200 to 599.")
 	}
-	a := contract.Answer{Status: code, Body: r.PostFormValue("body")}
+	res.Response = &contract.Answer{Status: code, Body: r.PostFormValue("body")}
 	if ct := strings.TrimSpace(r.PostFormValue("content_type")); ct != "" {
-		a.Headers = map[string][]string{"Content-Type": {ct}}
+		res.Response.Headers = map[string][]string{"Content-Type": {ct}}
 	}
-	if p.Response, err = a.Response(maxResponse); err != nil {
-		return resolution{bad: "The upstream's answer is refused: " + err.Error() + "."}
-	}
-	return resolution{params: p, duplicate: dup}
+	return res, nil
 }
 
 // resolve settles an unknown operation on an admin's word, through the
-// store's Resolve, as the control API does.
+// Operator's Resolve, as the control API does.
 func (u *UI) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 	op, err := u.operationOf(r, s)
 	if err != nil {
@@ -160,25 +129,20 @@ func (u *UI) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	back := "operations/" + op.ID
-	if !u.isAdmin(s.principal) {
-		u.failBack(w, r, s, http.StatusForbidden, &problemView{Title: "Not allowed",
-			Detail: "Resolving an operation needs the " + u.opts.AdminRole + " role.", Back: back})
-		return
+	c := control.Of(s.principal)
+	err = u.opts.Operator.RequireAdmin(c, "Resolving an operation")
+	var res control.Resolution
+	if err == nil {
+		res, err = readResolution(r, op.ID)
 	}
-	res := readResolution(r, op.ID, s.principal.Name, u.opts.MaxResponse)
-	if res.bad != "" {
-		u.failBack(w, r, s, http.StatusBadRequest, &problemView{Title: "Not accepted", Detail: res.bad, Back: back})
-		return
+	if err == nil {
+		op, err = u.opts.Operator.Resolve(r.Context(), c, res)
 	}
-	done, err := u.opts.Store.Resolve(r.Context(), res.params)
 	if err != nil {
 		u.storeFail(w, r, s, err, back)
 		return
 	}
 	u.opts.Logger.Info("ui resolve", slog.String("operation_id", op.ID), slog.String("principal", s.principal.Name),
-		slog.String("to", string(done.State)))
-	if u.opts.Resolved != nil {
-		u.opts.Resolved(op, done, res.duplicate)
-	}
+		slog.String("to", string(op.State)))
 	u.redirect(w, r, back+"?resolved")
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -102,36 +103,49 @@ func (u *UI) failBack(w http.ResponseWriter, r *http.Request, s *session, status
 	u.render(w, r, status, "error", p)
 }
 
-// storeFail shows what a store's error means to the person who asked,
-// with back as the way back. Another tenant's record is simply not found.
+// storeFail shows what a refusal means to the person who asked, with
+// back as the way back. Its status is contract.ProblemFor's, the control
+// API's: the page only chooses the words. Another tenant's record is
+// simply not found.
 func (u *UI) storeFail(w http.ResponseWriter, r *http.Request, s *session, err error, back string) {
-	pv := &problemView{Back: back, Detail: err.Error()}
-	status := http.StatusConflict
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		status, pv.Title, pv.Detail = http.StatusNotFound, "Not found", "There is no such record in your tenant."
-	case errors.Is(err, ledger.ErrForbidden):
-		status, pv.Title = http.StatusForbidden, "Refused: you may not decide this"
-	case errors.Is(err, ledger.ErrApprovalMismatch):
-		pv.Title = "Refused: the request changed"
-		pv.Detail = "The fingerprint you confirmed is not this approval's. Nothing was decided; look at the request again."
-	case errors.Is(err, ledger.ErrApprovalClosed):
-		pv.Title = "Already closed"
-	case errors.Is(err, ledger.ErrIllegalTransition):
-		pv.Title = "Not possible in this state"
-	case errors.Is(err, ledger.ErrInvalid):
-		status, pv.Title = http.StatusBadRequest, "Not accepted"
-	case errors.Is(err, ledger.ErrReplyLost):
-		status, pv.Title = http.StatusServiceUnavailable, "The store did not answer"
-		pv.Detail = "The change may or may not have been made. Reload the page to see where it stands before trying again."
-	case errors.Is(err, ledger.ErrUnavailable):
-		status, pv.Title = http.StatusServiceUnavailable, "The store is unavailable"
-		pv.Detail = "Nothing was changed. Try again in a moment."
-	default:
-		u.opts.Logger.Error("ui store", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		status, pv.Title, pv.Detail = http.StatusInternalServerError, "Something went wrong", "The error is in the gateway's log."
+	p := contract.ProblemFor(err)
+	pv := &problemView{Back: back, Title: titles[p.Code], Detail: p.Detail}
+	var own *contract.Problem
+	if !errors.As(err, &own) {
+		pv.Detail = err.Error() // the ledger's words name no request data
 	}
-	u.failBack(w, r, s, status, pv)
+	switch {
+	case errors.Is(err, ledger.ErrForbidden):
+		pv.Title = "Refused: you may not decide this"
+	case p.Code == contract.CodeNotFound:
+		pv.Detail = "There is no such record in your tenant."
+	case p.Code == contract.CodeApprovalMismatch:
+		pv.Detail = "The fingerprint you confirmed is not this approval's. Nothing was decided; look at the request again."
+	case errors.Is(err, ledger.ErrReplyLost):
+		pv.Title = "The store did not answer"
+		pv.Detail = "The change may or may not have been made. Reload the page to see where it stands before trying again."
+	case p.Code == contract.CodeStoreUnavailable:
+		pv.Detail = "Nothing was changed. Try again in a moment."
+	case p.Code == contract.CodeInternal:
+		u.opts.Logger.Error("ui store", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		pv.Detail = "The error is in the gateway's log."
+	}
+	if pv.Title == "" {
+		pv.Title = p.Title
+	}
+	u.failBack(w, r, s, p.Status, pv)
+}
+
+// titles are the page's words for the problems a person meets.
+var titles = map[string]string{
+	contract.CodeNotFound:          "Not found",
+	contract.CodeForbidden:         "Not allowed",
+	contract.CodeApprovalMismatch:  "Refused: the request changed",
+	contract.CodeApprovalClosed:    "Already closed",
+	contract.CodeIllegalTransition: "Not possible in this state",
+	contract.CodeInvalidCommand:    "Not accepted",
+	contract.CodeStoreUnavailable:  "The store is unavailable",
+	contract.CodeInternal:          "Something went wrong",
 }
 
 // remaining says how long is left, for a countdown: "4m 10s", "expired".

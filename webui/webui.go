@@ -7,11 +7,12 @@
 // It is server-rendered (html/template, embedded files, one small CSS file
 // and one small script), so that nothing needs a build step and every value
 // from a request or a store is escaped by the template engine. Every
-// decision goes through the same Store calls, and the same rules
-// (ledger.DecisionParams.Check), as the control API's.
+// decision and resolution is the control plane's Operator's, as the
+// control API's are: one role check, one set of rules, one error map.
 package webui
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"html/template"
@@ -25,15 +26,22 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
 )
 
 //go:embed templates/*.html static/*
 var files embed.FS
 
-// Options configure the web page. Store and Authenticate are required.
+// Options configure the web page. Store, Operator and Authenticate are
+// required.
 type Options struct {
-	Store ledger.Store
+	// Store is what the page reads beyond the Operator's records.
+	Store Store
+	// Operator makes every decision and resolution, as the control API's
+	// do (package control: the same checks, the same hooks), and decides
+	// who is an admin.
+	Operator *control.Operator
 	// Authenticate finds the principal whose token this is. The gateway's
 	// lookup compares the token's SHA-256 with every principal's in
 	// constant time; the page never keeps the token, only the session.
@@ -52,9 +60,6 @@ type Options struct {
 	// approval.DefaultApprovers). Admins see it too. Each approval still
 	// names the roles that may decide it.
 	ApproverRoles []string
-	// AdminRole may resolve unknown operations (default "admin"), as on
-	// the control API.
-	AdminRole string
 	// NearExpiry marks a pending approval as stuck when less than this is
 	// left of it (default 5m).
 	NearExpiry time.Duration
@@ -62,24 +67,23 @@ type Options struct {
 	// are accepted ("https://gw.example.com"): for a proxy that rewrites
 	// the Host header.
 	TrustedOrigins []string
-	// MaxResponse bounds an answer an admin gives when resolving (the
-	// gateway's max_response; 0 is the default 1 MiB).
-	MaxResponse int64
 	// Series is the metrics history the dashboard charts; nil shows "no
 	// data yet".
 	Series Series
-	// Decided, if set, hears each decision made on the page once it has
-	// committed: the gateway may wake the requests waiting for it
-	// (Prefer: wait), which otherwise find it by polling.
-	Decided func(a *ledger.Approval)
-	// Resolved, if set, hears each resolution made on the page once it has
-	// committed, with the operation before and after it and whether the
-	// admin found the effect made twice: the gateway counts it, as it
-	// counts the control API's.
-	Resolved func(before, after *ledger.Operation, duplicate bool)
 	// Now is the clock for sessions and countdowns (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+// Store is what the page reads itself: lists of operations and
+// approvals, an operation's history and effects, and the audit proofs of
+// its timeline. A ledger.Store is one.
+type Store interface {
+	List(ctx context.Context, p ledger.ListParams) (ledger.Page, error)
+	ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error)
+	History(ctx context.Context, id string) ([]ledger.Event, error)
+	Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error)
+	ledger.AuditProofReader
 }
 
 // UI is the web page's handler.
@@ -95,8 +99,8 @@ type UI struct {
 // New checks opts and builds the page's handler, to be mounted at
 // opts.Prefix.
 func New(opts Options) (*UI, error) {
-	if opts.Store == nil || opts.Authenticate == nil {
-		return nil, errors.New("webui: Store and Authenticate are required")
+	if opts.Store == nil || opts.Operator == nil || opts.Authenticate == nil {
+		return nil, errors.New("webui: Store, Operator and Authenticate are required")
 	}
 	setDefaults(&opts)
 	if !strings.HasPrefix(opts.Prefix, "/") || !strings.HasSuffix(opts.Prefix, "/") {
@@ -133,9 +137,6 @@ func setDefaults(o *Options) {
 	}
 	if len(o.ApproverRoles) == 0 {
 		o.ApproverRoles = slices.Clone(approval.DefaultApprovers)
-	}
-	if o.AdminRole == "" {
-		o.AdminRole = "admin"
 	}
 	if o.NearExpiry <= 0 {
 		o.NearExpiry = 5 * time.Minute
@@ -215,5 +216,6 @@ func (u *UI) seesInbox(p approval.Principal) bool {
 	return u.isAdmin(p) || slices.ContainsFunc(u.opts.ApproverRoles, func(r string) bool { return slices.Contains(p.Roles, r) })
 }
 
-// isAdmin reports whether p may resolve operations.
-func (u *UI) isAdmin(p approval.Principal) bool { return slices.Contains(p.Roles, u.opts.AdminRole) }
+// isAdmin reports whether p may resolve operations (the Operator's rule,
+// the control API's).
+func (u *UI) isAdmin(p approval.Principal) bool { return u.opts.Operator.IsAdmin(control.Of(p)) }

@@ -230,10 +230,11 @@ func TestSignInReturnsOnlyHere(t *testing.T) {
 }
 
 // TestDecisionEchoesFingerprint: a decision whose form carries another
-// request's fingerprint is refused by the store (409) and decides nothing.
+// request's fingerprint is refused by the store (409) and decides nothing;
+// the requests waiting on the operation are woken by the one decision.
 func TestDecisionEchoesFingerprint(t *testing.T) {
-	var decided []ledger.ApprovalStatus
-	fx := newFixture(t, func(o *webui.Options) { o.Decided = func(a *ledger.Approval) { decided = append(decided, a.Status) } })
+	var woken []string
+	fx := newFixture(t, func(o *webui.Options) { o.Operator.Wake = func(opID string) { woken = append(woken, opID) } })
 	a := fx.deploy("bot", "dep-echo", prod)
 	alice := fx.signIn(t, "alice")
 	other := "sha256:" + strings.Repeat("0", 64)
@@ -254,8 +255,8 @@ func TestDecisionEchoesFingerprint(t *testing.T) {
 	if got := fx.operation(a.OpID).State; got != ledger.Failed {
 		t.Fatalf("after a denial the operation is %s", got)
 	}
-	if fmt.Sprint(decided) != "[denied]" {
-		t.Errorf("the hook heard %v, want the one denial", decided)
+	if fmt.Sprint(woken) != "["+a.OpID+"]" {
+		t.Errorf("the waiting requests were woken for %v, want the one denial of %s", woken, a.OpID)
 	}
 }
 
@@ -269,7 +270,7 @@ func TestResolveChecksItsForm(t *testing.T) {
 	}
 	var got []heard
 	fx := newFixture(t, func(o *webui.Options) {
-		o.Resolved = func(before, after *ledger.Operation, dup bool) {
+		o.Operator.Resolved = func(before, after *ledger.Operation, dup bool) {
 			got = append(got, heard{before.State, after.State, dup})
 		}
 	})
@@ -283,8 +284,9 @@ func TestResolveChecksItsForm(t *testing.T) {
 		"a status of 99":      {"state": {"succeeded"}, "note": {"x"}, "status": {"99"}},
 	} {
 		form.Set("csrf", alice.csrf)
-		if r := alice.post(path, form); r.status != http.StatusBadRequest {
-			t.Errorf("%s: %d, want 400", name, r.status)
+		// The control API's status for the same refusal: one error map.
+		if r := alice.post(path, form); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d, want 422", name, r.status)
 		}
 	}
 	if got := fx.operation(op.ID).State; got != ledger.Unknown {

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -21,7 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/control/client"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -29,9 +27,6 @@ import (
 // then is a decision without --fingerprint confirmed by asking. A variable
 // so that a test can stand in for a terminal.
 var stdinIsTerminal = func() bool { return term.IsTerminal(int(os.Stdin.Fd())) }
-
-// maxAnswer bounds what the gateway may send back, in bytes.
-const maxAnswer = 8 << 20
 
 func newApprovalsCmd() *cobra.Command {
 	var gw string
@@ -69,7 +64,7 @@ func newApprovalsListCmd(gw *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lv, err := c.list(cmd.Context(), q, all)
+			lv, err := listApprovals(cmd.Context(), c, q, all)
 			if err != nil {
 				return fmt.Errorf("list approvals: %w", err)
 			}
@@ -88,24 +83,18 @@ func newApprovalsListCmd(gw *string) *cobra.Command {
 	return cmd
 }
 
-// listQuery is the query of GET /approvals for the list flags.
-func listQuery(status, after string, limit int) (url.Values, error) {
-	q := url.Values{}
+// listQuery is the page of approvals the list flags ask for.
+func listQuery(status, after string, limit int) (client.ApprovalQuery, error) {
+	q := client.ApprovalQuery{After: after, Limit: limit}
 	if status != "all" {
 		st, err := ledger.ParseApprovalStatus(status)
 		if err != nil {
-			return nil, fmt.Errorf("--status: %w", err)
+			return q, fmt.Errorf("--status: %w", err)
 		}
-		q.Set("status", string(st))
+		q.Status = string(st)
 	}
-	if after != "" {
-		q.Set("after", after)
-	}
-	switch {
-	case limit < 0 || limit > ledger.MaxPage:
-		return nil, fmt.Errorf("--limit %d: want 1 to %d", limit, ledger.MaxPage)
-	case limit > 0:
-		q.Set("limit", strconv.Itoa(limit))
+	if limit < 0 || limit > ledger.MaxPage {
+		return q, fmt.Errorf("--limit %d: want 1 to %d", limit, ledger.MaxPage)
 	}
 	return q, nil
 }
@@ -121,7 +110,7 @@ func newApprovalsShowCmd(gw *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := c.get(cmd.Context(), args[0])
+			v, err := c.Approval(cmd.Context(), args[0])
 			if err != nil {
 				return approvalErr("show", args[0], err)
 			}
@@ -174,7 +163,7 @@ fingerprint; anything else sends nothing.`,
 }
 
 // runDecide posts one decision, asking first when no fingerprint is given.
-func runDecide(cmd *cobra.Command, c *approvalsClient, verb, id string, f decideFlags) error {
+func runDecide(cmd *cobra.Command, c *client.Client, verb, id string, f decideFlags) error {
 	fp := f.fingerprint
 	if fp == "" {
 		var err error
@@ -182,7 +171,11 @@ func runDecide(cmd *cobra.Command, c *approvalsClient, verb, id string, f decide
 			return err
 		}
 	}
-	v, err := c.decide(cmd.Context(), id, verb, contract.Decision{Fingerprint: fp, Note: f.note})
+	decide := c.Approve
+	if verb == "deny" {
+		decide = c.Deny
+	}
+	v, err := decide(cmd.Context(), id, contract.Decision{Fingerprint: fp, Note: f.note})
 	if err != nil {
 		return approvalErr(verb, id, err)
 	}
@@ -198,8 +191,8 @@ func runDecide(cmd *cobra.Command, c *approvalsClient, verb, id string, f decide
 // confirmAtTerminal shows the approval on stderr and, at a terminal, asks
 // for the first 12 hex digits of its fingerprint; it returns the
 // fingerprint only when the answer matches.
-func confirmAtTerminal(cmd *cobra.Command, c *approvalsClient, verb, id string) (string, error) {
-	v, err := c.get(cmd.Context(), id)
+func confirmAtTerminal(cmd *cobra.Command, c *client.Client, verb, id string) (string, error) {
+	v, err := c.Approval(cmd.Context(), id)
 	if err != nil {
 		return "", approvalErr(verb, id, err)
 	}
@@ -229,132 +222,64 @@ func confirmAtTerminal(cmd *cobra.Command, c *approvalsClient, verb, id string) 
 	return v.Fingerprint, nil
 }
 
-// approvalErr names the command and the approval in err, and says what a
-// 404 means: none of that id in the caller's tenant.
+// approvalErr names the command and the approval in err, with the
+// gateway's words made safe to print, and says what a 404 means: none of
+// that id in the caller's tenant.
 func approvalErr(verb, id string, err error) error {
-	var p *contract.Problem
-	if errors.As(err, &p) && p.Code == contract.CodeNotFound {
-		return fmt.Errorf("%s %s: %s: no such approval (in your tenant)", verb, safe(id), p.Code)
+	err = printable(err)
+	if client.IsNotFound(err) {
+		return fmt.Errorf("%s %s: %s: no such approval (in your tenant)", verb, safe(id), contract.CodeNotFound)
 	}
 	return fmt.Errorf("%s %s: %w", verb, safe(id), err)
 }
 
-// approvalsClient calls a gateway's control API as one principal.
-type approvalsClient struct {
-	base, token string
-	hc          *http.Client
+// printable is err with the gateway's code and detail made safe to print
+// on a terminal, and a hint where a 401 means the token.
+func printable(err error) error {
+	var p *contract.Problem
+	if !errors.As(err, &p) {
+		return err
+	}
+	q := *p
+	q.Code, q.Detail = safe(q.Code), safe(q.Detail)
+	if q.Code == contract.CodeUnauthorized {
+		q.Detail += " (check IDEMGATE_TOKEN)"
+	}
+	return &q
 }
 
-// newApprovalsClient checks the gateway URL and takes the token from the
-// environment, never from a flag (shell history, ps).
-func newApprovalsClient(gw string) (*approvalsClient, error) {
+// newApprovalsClient is the control API's client for the gateway at gw,
+// as the principal whose token is in the environment, never in a flag
+// (shell history, ps).
+func newApprovalsClient(gw string) (*client.Client, error) {
 	if gw == "" {
 		return nil, errors.New("no gateway: pass --gateway or set IDEMGATE_URL")
-	}
-	u, err := url.Parse(gw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway %q: want http:// or https:// and a host", gw)
 	}
 	token := os.Getenv("IDEMGATE_TOKEN")
 	if token == "" {
 		return nil, errors.New("no token: set IDEMGATE_TOKEN")
 	}
-	return &approvalsClient{base: strings.TrimRight(gw, "/") + gateway.ControlPrefix, token: token,
-		hc: &http.Client{Timeout: 30 * time.Second}}, nil
+	return client.New(gw, token)
 }
 
-// list reads one page of approvals, or every page from q's cursor on.
-func (c *approvalsClient) list(ctx context.Context, q url.Values, all bool) (contract.ApprovalListView, error) {
-	var lv contract.ApprovalListView
+// listApprovals reads one page of approvals, or every page from q's
+// cursor on.
+func listApprovals(ctx context.Context, c *client.Client, q client.ApprovalQuery, all bool) (contract.ApprovalListView, error) {
+	lv := contract.ApprovalListView{Approvals: []*contract.ApprovalView{}}
 	for {
-		var page contract.ApprovalListView
-		if err := c.do(ctx, http.MethodGet, "/approvals?"+q.Encode(), nil, &page); err != nil {
-			return lv, err
+		page, err := c.Approvals(ctx, q)
+		if err != nil {
+			return lv, printable(err)
 		}
 		lv.Approvals, lv.Next = append(lv.Approvals, page.Approvals...), page.Next
 		if !all || page.Next == nil {
-			break
+			return lv, nil
 		}
-		if *page.Next == q.Get("after") {
+		if *page.Next == q.After {
 			return lv, fmt.Errorf("the gateway gave the same cursor %s twice", safe(*page.Next))
 		}
-		q.Set("after", *page.Next)
+		q.After = *page.Next
 	}
-	if lv.Approvals == nil {
-		lv.Approvals = []*contract.ApprovalView{}
-	}
-	return lv, nil
-}
-
-// get reads one approval.
-func (c *approvalsClient) get(ctx context.Context, id string) (*contract.ApprovalView, error) {
-	var v contract.ApprovalView
-	if err := c.do(ctx, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, &v); err != nil {
-		return nil, err
-	}
-	return &v, nil
-}
-
-// decide posts verb ("approve" or "deny") for one approval.
-func (c *approvalsClient) decide(ctx context.Context, id, verb string, d contract.Decision) (*contract.ApprovalView, error) {
-	var v contract.ApprovalView
-	if err := c.do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id)+"/"+verb, d, &v); err != nil {
-		return nil, err
-	}
-	return &v, nil
-}
-
-// do sends one control request and decodes a 2xx answer into out; any
-// other answer is its problem, as an *contract.Problem whose text is safe
-// to print.
-func (c *approvalsClient) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("gateway unreachable: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return fmt.Errorf("read the answer: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return problemOf(resp, data)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("the gateway's answer: %w", err)
-	}
-	return nil
-}
-
-// problemOf is the problem a non-2xx answer carries, with its code and
-// detail made safe to print.
-func problemOf(resp *http.Response, data []byte) error {
-	var p contract.Problem
-	if json.Unmarshal(data, &p) != nil || p.Code == "" {
-		return fmt.Errorf("the gateway answered %s", safe(resp.Status))
-	}
-	p.Code, p.Detail = safe(p.Code), safe(p.Detail)
-	if p.Code == contract.CodeUnauthorized {
-		p.Detail += " (check IDEMGATE_TOKEN)"
-	}
-	return &p
 }
 
 // writeApprovalTable prints a page of approvals, and the cursor of the next.

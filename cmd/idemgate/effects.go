@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -9,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -79,21 +79,13 @@ target: succeeded or failed (the effect is, or is not, there; the operation's ne
 then goes out, or not), or prepared (deliver it again now, with the same key).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			to, err := resolution(state, note)
-			if err != nil {
-				return err
-			}
 			s, err := openStore(cmd.Context(), dsn, true)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			e, err := s.ResolveEffect(cmd.Context(), ledger.EffectResolveParams{ID: args[0], Tenant: tenant, To: to,
-				Actor: actor, Note: note, ResultRef: ref})
-			if errors.Is(err, ledger.ErrIllegalTransition) {
-				return fmt.Errorf("resolve %s: only an effect that is neither final nor being delivered can be resolved: %w",
-					args[0], err)
-			}
+			e, err := (&control.Operator{Store: s}).ResolveEffect(cmd.Context(), control.Local(actor),
+				control.EffectResolution{EffectID: args[0], Tenant: tenant, State: state, Note: note, ResultRef: ref})
 			if err != nil {
 				return fmt.Errorf("resolve %s: %w", args[0], err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -80,11 +81,12 @@ func newOpsShowCmd() *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			op, err := s.Get(cmd.Context(), args[0])
+			o := &control.Operator{Store: s}
+			op, err := o.Operation(cmd.Context(), control.Local(""), args[0])
 			if err != nil {
 				return err
 			}
-			return showOperation(cmd, s, op, asJSON)
+			return showOperation(cmd, o, op, asJSON)
 		},
 	}
 	storeFlag(cmd, &dsn)
@@ -92,17 +94,13 @@ func newOpsShowCmd() *cobra.Command {
 	return cmd
 }
 
-// showOperation prints op's view: its history and its effects.
-func showOperation(cmd *cobra.Command, s ledger.Store, op *ledger.Operation, asJSON bool) error {
-	history, err := s.History(cmd.Context(), op.ID)
+// showOperation prints op's view, as the control API renders it (the
+// Operator's): its history, its effects and its approval.
+func showOperation(cmd *cobra.Command, o *control.Operator, op *ledger.Operation, asJSON bool) error {
+	v, err := o.View(cmd.Context(), op)
 	if err != nil {
 		return err
 	}
-	effects, err := s.Effects(cmd.Context(), op.Tenant, op.Key)
-	if err != nil {
-		return err
-	}
-	v := contract.NewView(op, history).WithEffects(effects)
 	if asJSON {
 		return writeJSON(cmd.OutOrStdout(), v)
 	}

@@ -12,22 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/internal/size"
-	"github.com/idemgate/idemgate/ledger"
 )
-
-// resolution checks an operator's --state and --note: a resolution is
-// to succeeded, failed or prepared, and says what was checked.
-func resolution(state, note string) (ledger.State, error) {
-	to, err := ledger.ParseState(state)
-	if err != nil || (to != ledger.Succeeded && to != ledger.Failed && to != ledger.Prepared) {
-		return "", errors.New(`--state must be "succeeded", "failed" or "prepared"`)
-	}
-	if note == "" {
-		return "", errors.New("--note is required: say what you checked")
-	}
-	return to, nil
-}
 
 // answerFlags are the upstream's answer, as an operator gives it.
 type answerFlags struct {
@@ -41,7 +28,7 @@ type answerFlags struct {
 func newOpsResolveCmd() *cobra.Command {
 	var (
 		dsn, state, note, actor string
-		asJSON                  bool
+		asJSON, duplicate       bool
 		a                       answerFlags
 	)
 	cmd := &cobra.Command{
@@ -63,11 +50,7 @@ that an operator resolved the operation. --result-ref is the upstream's
 reference for the effect (a ticket's id, a payment's).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			to, err := resolution(state, note)
-			if err != nil {
-				return err
-			}
-			resp, err := a.response(cmd)
+			answer, max, err := a.answer(cmd)
 			if err != nil {
 				return err
 			}
@@ -76,15 +59,13 @@ reference for the effect (a ticket's id, a payment's).`,
 				return err
 			}
 			defer s.Close()
-			op, err := s.Resolve(cmd.Context(), ledger.ResolveParams{ID: args[0], To: to, Actor: actor, Note: note,
-				Response: resp, ResultRef: a.resultRef})
-			if errors.Is(err, ledger.ErrIllegalTransition) {
-				return fmt.Errorf("resolve %s: only an unknown operation can be resolved", args[0])
-			}
+			o := &control.Operator{Store: s, MaxResponse: max}
+			op, err := o.Resolve(cmd.Context(), control.Local(actor), control.Resolution{OperationID: args[0],
+				State: state, Note: note, Response: answer, ResultRef: a.resultRef, Duplicate: duplicate})
 			if err != nil {
 				return fmt.Errorf("resolve %s: %w", args[0], err)
 			}
-			return showOperation(cmd, s, op, asJSON)
+			return showOperation(cmd, o, op, asJSON)
 		},
 	}
 	storeFlag(cmd, &dsn)
@@ -93,6 +74,7 @@ reference for the effect (a ticket's id, a payment's).`,
 	f.StringVar(&note, "note", "", "what you checked (recorded in the history)")
 	f.StringVar(&actor, "actor", defaultActor(), "who decides (recorded in the history)")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	f.BoolVar(&duplicate, "duplicate", false, "the effect was made twice despite the checks (recorded as such)")
 	a.define(cmd)
 	_ = cmd.MarkFlagRequired("state")
 	return cmd
@@ -110,24 +92,25 @@ func (a *answerFlags) define(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("body", "body-file")
 }
 
-// response is the answer given on cmd, checked as the control API checks
-// it; nil when no --status is given.
-func (a *answerFlags) response(cmd *cobra.Command) (*ledger.Response, error) {
-	if !cmd.Flags().Changed("status") {
-		if len(a.headers) > 0 || cmd.Flags().Changed("body") || a.bodyFile != "" {
-			return nil, errors.New("--header, --body and --body-file need --status")
-		}
-		return nil, nil
-	}
+// answer is the upstream's answer given on cmd, and the largest body
+// accepted (the Operator checks it, as it checks the control API's); nil
+// when no --status is given.
+func (a *answerFlags) answer(cmd *cobra.Command) (*contract.Answer, int64, error) {
 	max, err := size.Parse(a.maxResponse)
 	if err != nil {
-		return nil, fmt.Errorf("--max-response: %w", err)
+		return nil, 0, fmt.Errorf("--max-response: %w", err)
 	}
-	ans := contract.Answer{Status: a.status, Body: a.body, Headers: map[string][]string{}}
+	if !cmd.Flags().Changed("status") {
+		if len(a.headers) > 0 || cmd.Flags().Changed("body") || a.bodyFile != "" {
+			return nil, 0, errors.New("--header, --body and --body-file need --status")
+		}
+		return nil, max, nil
+	}
+	ans := &contract.Answer{Status: a.status, Body: a.body, Headers: map[string][]string{}}
 	for _, h := range a.headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok {
-			return nil, fmt.Errorf("--header %q: want 'Name: value'", h)
+			return nil, 0, fmt.Errorf("--header %q: want 'Name: value'", h)
 		}
 		name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
 		ans.Headers[name] = append(ans.Headers[name], strings.Trim(value, " \t")) // a CR or LF is refused
@@ -135,15 +118,11 @@ func (a *answerFlags) response(cmd *cobra.Command) (*ledger.Response, error) {
 	if a.bodyFile != "" {
 		b, err := readBodyFile(cmd.InOrStdin(), a.bodyFile, max)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		ans.Body = string(b)
 	}
-	resp, err := ans.Response(max)
-	if err != nil {
-		return nil, fmt.Errorf("the upstream's answer: %w", err)
-	}
-	return resp, nil
+	return ans, max, nil
 }
 
 // readBodyFile reads at most max+1 bytes of path (- for standard input):

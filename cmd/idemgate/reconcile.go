@@ -9,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 func newReconcileCmd() *cobra.Command {
@@ -43,6 +45,10 @@ It prints how many it settled; logs are JSON lines on stderr.`,
 	return cmd
 }
 
+// reconcileOnce runs the configuration's reconciler until no probe is
+// due: only the reconciler is built (and the audit batcher its verdicts'
+// events go through, when the configuration keeps an audit log), never a
+// whole gateway.
 func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 	defer cancel()
@@ -54,12 +60,14 @@ func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
 	if err := store.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate store: %w", err)
 	}
-	g, err := gateway.New(cfg, store, slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil)))
-	if err != nil {
-		return err
+	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+	var record func(audit.Event)
+	if cfg.Audit != nil {
+		events := ledger.NewEventBatcher(store, 0, log)
+		defer events.Close()
+		record = events.Record
 	}
-	defer g.Close()
-	r := g.Reconciler()
+	r := gateway.NewReconciler(cfg, store, record, log)
 	if len(r.Probes) == 0 {
 		return errors.New("no route declares a probe (reconcile: in the configuration)")
 	}

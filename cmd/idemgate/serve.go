@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
 )
 
@@ -63,11 +64,12 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	return gs.run(ctx)
 }
 
-// gatewayServer is a gateway on its migrated store, listening.
+// gatewayServer is a server (cmd/internal/server: the gateway and the
+// planes beside it) on its migrated store, listening.
 type gatewayServer struct {
 	cfg   *gateway.Config
 	store migratingStore
-	g     *gateway.Gateway
+	s     *server.Server
 	ln    net.Listener
 	// metricsLn serves /metrics when metrics_listen is set.
 	metricsLn net.Listener
@@ -85,7 +87,7 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 		store.Close()
 		return nil, fmt.Errorf("migrate store: %w", err)
 	}
-	if gs.g, err = gateway.New(cfg, store, log); err == nil {
+	if gs.s, err = server.New(cfg, store, log); err == nil {
 		gs.ln, err = net.Listen("tcp", cfg.Listen)
 	}
 	if err == nil && cfg.MetricsListen != "" {
@@ -103,15 +105,19 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 func (gs *gatewayServer) addr() string { return gs.ln.Addr().String() }
 
 // run serves until ctx ends, then lets requests in flight finish within
-// shutdown_timeout, and closes the store.
+// shutdown_timeout, waits for the background work's last seal, and closes
+// the store.
 func (gs *gatewayServer) run(ctx context.Context) error {
 	defer gs.store.Close()
-	srv := gs.g.NewServer()
-	go gs.g.RunBackground(ctx)
+	srv := gs.s.HTTPServer()
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	background := make(chan struct{})
+	go func() { defer close(background); gs.s.RunBackground(bg) }()
+	defer func() { stopBackground(); <-background }()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(gs.ln) }()
 	if gs.metricsLn != nil {
-		msrv := &http.Server{Handler: gs.g.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second}
+		msrv := &http.Server{Handler: gs.s.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- msrv.Serve(gs.metricsLn) }()
 		defer msrv.Close()
 	}
@@ -127,6 +133,6 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 		return err
 	}
 	_ = srv.Close()
-	gs.g.Close()
+	gs.s.Close()
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -253,7 +254,7 @@ routes:
 		return err
 	}
 	cfg.Unobserved = name == unobservedSQLite
-	g, err := gateway.New(cfg, store, nil)
+	s, err := server.New(cfg, store, nil)
 	if err != nil {
 		return err
 	}
@@ -261,11 +262,12 @@ routes:
 	if err != nil {
 		return err
 	}
-	srv := g.NewServer()
+	srv := s.HTTPServer()
 	ctx, stop := context.WithCancel(context.Background())
-	go g.RunBackground(ctx)
+	background := make(chan struct{})
+	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
-	e.closers = append(e.closers, func() { stop(); _ = srv.Close(); g.Close() })
+	e.closers = append(e.closers, func() { _ = srv.Close(); s.Close(); stop(); <-background })
 	e.targets = append(e.targets, target{name, "http://" + ln.Addr().String()})
 	return nil
 }

@@ -1,4 +1,4 @@
-package gateway_test
+package server_test
 
 import (
 	"context"

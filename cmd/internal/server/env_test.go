@@ -1,4 +1,4 @@
-package gateway_test
+package server_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -167,7 +168,7 @@ type env struct {
 	up    *upstream
 	store ledger.Store
 	gw    *httptest.Server
-	g     *gateway.Gateway
+	g     *server.Server
 	logs  *logBuffer // the gateway's log lines
 }
 
@@ -276,7 +277,7 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
-	g, err := gateway.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
+	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

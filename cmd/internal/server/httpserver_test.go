@@ -1,4 +1,4 @@
-package gateway_test
+package server_test
 
 import (
 	"bufio"
@@ -32,7 +32,7 @@ func serve(t *testing.T, settings string) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := e.g.NewServer()
+	srv := e.g.HTTPServer()
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return &served{env: e, addr: ln.Addr().String(),

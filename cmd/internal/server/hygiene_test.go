@@ -1,4 +1,4 @@
-package gateway_test
+package server_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -123,7 +124,7 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(cfg, store, nil)
+	g, err := server.New(cfg, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

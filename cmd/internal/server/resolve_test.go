@@ -1,4 +1,4 @@
-package gateway_test
+package server_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -125,8 +124,8 @@ func TestResolveWithoutAnAnswerSaysSo(t *testing.T) {
 			r := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", key)
 			var got struct {
 				contract.Summary
-				Resolution httpidem.Resolution `json:"resolution"`
-				StatusURL  string              `json:"status_url"`
+				Resolution contract.ResolutionView `json:"resolution"`
+				StatusURL  string                  `json:"status_url"`
 			}
 			if err := json.Unmarshal([]byte(r.body), &got); err != nil || r.status != tc.status ||
 				r.header.Get("Idempotent-Replayed") != "true" || r.header.Get("Idempotency-Operation") != op.ID {

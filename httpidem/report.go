@@ -1,12 +1,11 @@
 package httpidem
 
 import (
-	"fmt"
+	"context"
+	"errors"
+	"log/slog"
 	"net/http"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
@@ -21,54 +20,46 @@ type Recorder interface {
 	Record(e audit.Event)
 }
 
-// runOf reads the agent's run id (Idempotency-Run): printable text, one
-// header, at most contract.MaxRunLen bytes.
-func runOf(r *http.Request) (string, *contract.Problem) {
-	values := r.Header.Values(contract.HeaderRun)
+func (m *Middleware) problem(w http.ResponseWriter, p *contract.Problem, op *ledger.Operation) {
+	p.For(op, m.opts.StatusBase).Write(w)
+}
+
+// reserveFailed logs a reservation the store could not make (its refusals,
+// a mismatch or a lock, are answers, not failures), with the operation id
+// when there is one.
+func (m *Middleware) reserveFailed(ctx context.Context, err error, op *ledger.Operation) {
+	for _, answer := range []error{ledger.ErrFingerprintMismatch, ledger.ErrConcurrencyLocked, ledger.ErrInvalid} {
+		if errors.Is(err, answer) {
+			return
+		}
+	}
+	id := ""
+	if op != nil {
+		id = op.ID
+	}
+	m.log(ctx, "reserve", id, err)
+}
+
+// log reports a store failure that the response cannot carry.
+func (m *Middleware) log(ctx context.Context, msg string, op string, err error) {
+	m.failed(err)
+	attrs := []slog.Attr{slog.String("error", err.Error())}
+	if op != "" {
+		attrs = append(attrs, slog.String("operation_id", op))
+	}
+	m.opts.Logger.LogAttrs(ctx, slog.LevelError, msg, attrs...)
+}
+
+// noteRefusal records a reservation's refusal that is an answer: a
+// conflict (the key's operation has another fingerprint) or a lock.
+func (m *Middleware) noteRefusal(req *request, err error, op *ledger.Operation) {
 	switch {
-	case len(values) == 0:
-		return "", nil
-	case len(values) > 1:
-		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%d %s headers; send one", len(values), contract.HeaderRun))
+	case op == nil:
+	case errors.Is(err, ledger.ErrFingerprintMismatch):
+		m.note(req, audit.Conflict, op, "the key's operation has fingerprint "+op.Fingerprint)
+	case errors.Is(err, ledger.ErrConcurrencyLocked):
+		m.note(req, audit.Locked, op, "concurrency group held by "+op.ID)
 	}
-	run := strings.TrimSpace(values[0])
-	if len(run) > contract.MaxRunLen || !utf8.ValidString(run) || strings.IndexFunc(run, notPrintable) >= 0 {
-		return "", contract.NewProblem(contract.CodeInvalidRequest, fmt.Sprintf("%s must be printable text of at most %d bytes",
-			contract.HeaderRun, contract.MaxRunLen))
-	}
-	return run, nil
-}
-
-func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
-
-// traceOf reads the trace id of a W3C traceparent header
-// ("00-<32 hex>-<16 hex>-<2 hex>"). One that does not parse is ignored,
-// as Trace Context asks: a trace is context, never a reason to refuse.
-func traceOf(r *http.Request) string {
-	v := strings.TrimSpace(r.Header.Get(contract.HeaderTraceparent))
-	parts := strings.Split(v, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || len(parts[1]) != 32 || len(parts[2]) != 16 ||
-		len(parts[3]) != 2 || (parts[0] == "00" && len(parts) != 4) {
-		return ""
-	}
-	for _, p := range parts[:4] {
-		if !lowerHex(p) {
-			return ""
-		}
-	}
-	if strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
-		return ""
-	}
-	return parts[1]
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // note records an event of req that is no transition, when a Recorder
@@ -104,4 +95,17 @@ func (m *Middleware) noteUnrecorded(req *request, opID string, status int, ref s
 		Route: req.route.Method + " " + req.route.template, Target: req.target, Actor: m.opts.Actor,
 		UpstreamStatus: status, ResultRef: ref, Reason: "answered to the client, not recorded: the store failed"}
 	m.opts.Audit.Record(e)
+}
+
+// failed tells the Observer of a store failure the response cannot carry.
+func (m *Middleware) failed(err error) {
+	if m.opts.Observer == nil {
+		return
+	}
+	switch {
+	case errors.Is(err, ledger.ErrStaleOwner):
+		m.opts.Observer.Failure(FailureFenced)
+	case errors.Is(err, ledger.ErrUnavailable):
+		m.opts.Observer.Failure(FailureStore)
+	}
 }

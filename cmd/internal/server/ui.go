@@ -1,0 +1,53 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/webui"
+)
+
+// UIPrefix is where the web page is served.
+const UIPrefix = "/ui/"
+
+// ui builds the web page: sign-in by a principal's token, and every
+// decision and resolution through the control plane's Operator, as the
+// control API makes them.
+func (s *Server) ui() (http.Handler, error) {
+	c := s.cfg.UI
+	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log,
+		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
+		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
+		Authenticate: func(token string) (approval.Principal, bool) {
+			p := s.gw.PrincipalByToken(token)
+			if p == nil {
+				return approval.Principal{}, false
+			}
+			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, true
+		},
+	})
+}
+
+// dashboard is the metrics history as the web page charts it.
+type dashboard struct{ h *metrics.History }
+
+// Indicators implements webui.Series.
+func (d dashboard) Indicators(tenant string, since time.Duration) []webui.Indicator {
+	samples := d.h.Since(tenant, since, time.Now())
+	out := make([]webui.Indicator, len(metrics.Indicators))
+	for i, ind := range metrics.Indicators {
+		unit := "per 10 s"
+		if ind.Gauge {
+			unit = ""
+		} else if i == metrics.ReconcileIndicator {
+			unit = "seconds"
+		}
+		out[i] = webui.Indicator{Name: ind.Metric, Title: ind.Name, Help: ind.Help, Unit: unit}
+		for _, sm := range samples {
+			out[i].Points = append(out[i].Points, webui.Point{At: sm.At, Value: sm.Values[i]})
+		}
+	}
+	return out
+}

@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"slices"
+	"time"
+)
+
+// UIPrefix is where the web page is served.
+const UIPrefix = "/ui/"
+
+// UIConfig tunes the web page (docs/design.md, "The web page").
+type UIConfig struct {
+	// SecureCookies marks the session cookie Secure: set it when a proxy
+	// in front serves the gateway over TLS (it serves plain HTTP itself).
+	SecureCookies bool `yaml:"secure_cookies"`
+	// SessionTTL and SessionIdle bound a session (8h from sign-in, 30m
+	// unused).
+	SessionTTL  time.Duration `yaml:"session_ttl"`
+	SessionIdle time.Duration `yaml:"session_idle"`
+	// TrustedOrigins are origins whose form posts are accepted besides the
+	// page's own: for a proxy that rewrites the Host header.
+	TrustedOrigins []string `yaml:"trusted_origins"`
+}
+
+// ApproverRoles are the roles that see the web page's inbox: every role
+// a route's policy lets decide (each approval still checks its own); nil
+// when no route asks for approvals (the page's default).
+func (c *Config) ApproverRoles() []string {
+	var roles []string
+	for _, r := range c.Routes {
+		if r.policy == nil {
+			continue
+		}
+		for _, role := range r.policy.Approvers() {
+			if !slices.Contains(roles, role) {
+				roles = append(roles, role)
+			}
+		}
+	}
+	return roles
+}

@@ -1,0 +1,90 @@
+package httpidem
+
+import (
+	"bytes"
+	"net/http"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// capture holds the handler's response until its outcome is recorded. A
+// response larger than max, or one the handler flushes, is streamed instead.
+type capture struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	buf      bytes.Buffer
+	max      int64
+	streamed bool
+}
+
+func newCapture(w http.ResponseWriter, max int64) *capture {
+	return &capture{w: w, header: http.Header{}, max: max}
+}
+
+func (c *capture) Header() http.Header { return c.header }
+
+func (c *capture) WriteHeader(status int) {
+	if c.status == 0 && status >= 200 {
+		c.status = status
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.streamed {
+		return c.w.Write(p)
+	}
+	if int64(c.buf.Len()+len(p)) > c.max {
+		c.stream()
+		return c.w.Write(p)
+	}
+	return c.buf.Write(p)
+}
+
+// Flush gives up capturing: a handler that streams cannot be replayed.
+func (c *capture) Flush() {
+	if !c.streamed {
+		c.stream()
+	}
+	if f, ok := c.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+func (c *capture) stream() {
+	c.streamed = true
+	c.flush()
+}
+
+// flush sends what is held.
+func (c *capture) flush() {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	h := c.w.Header()
+	for k, v := range c.header {
+		h[k] = v
+	}
+	c.w.WriteHeader(c.status)
+	_, _ = c.w.Write(c.buf.Bytes())
+	c.buf.Reset()
+}
+
+// response is what is stored: status, headers minus hop-by-hop ones and
+// the operation's id (the replay sets it), body.
+func (c *capture) response() *ledger.Response {
+	h := c.header.Clone()
+	contract.StripHopByHop(h)
+	h.Del(contract.HeaderOperation)
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return &ledger.Response{Status: c.status, Header: h, Body: bytes.Clone(c.buf.Bytes())}
+}

@@ -1,0 +1,67 @@
+package httpidem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// heartbeater extends the lease every third of it while the handler runs:
+// a heartbeat held up by a busy store still has a second chance before the
+// lease lapses (a lapsed lease is never extended, and makes the operation
+// unknown).
+type heartbeater struct {
+	mu      sync.Mutex
+	lease   ledger.Lease
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
+	hb := &heartbeater{lease: l, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(hb.stopped)
+		t := time.NewTicker(d / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hb.done:
+				return
+			case <-t.C:
+			}
+			hb.mu.Lock()
+			next, err := m.opts.Store.Heartbeat(context.WithoutCancel(ctx), hb.lease, d)
+			if err == nil {
+				hb.lease = next
+			}
+			hb.mu.Unlock()
+			if errors.Is(err, ledger.ErrStaleOwner) {
+				m.log(ctx, "lease lost", l.OpID, err)
+				return
+			} else if err != nil {
+				m.log(ctx, "heartbeat", l.OpID, err)
+			}
+		}
+	}()
+	return hb
+}
+
+// current returns the latest lease.
+func (hb *heartbeater) current() ledger.Lease {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.lease
+}
+
+// stop ends the heartbeats and returns the latest lease.
+func (hb *heartbeater) stop() ledger.Lease {
+	hb.once.Do(func() { close(hb.done) })
+	<-hb.stopped
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.lease
+}
