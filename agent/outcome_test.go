@@ -111,7 +111,7 @@ func TestPurgedRefusalStaysRefused(t *testing.T) {
 	gone := false
 	s := &script{answers: []http.HandlerFunc{problemAnswer(422, "invalid_command")}, lookup: func(w http.ResponseWriter, r *http.Request) {
 		if gone {
-			w.WriteHeader(404)
+			problemAnswer(404, "not_found")(w, r)
 			return
 		}
 		lookupSays("failed")(w, r)

@@ -173,7 +173,7 @@ func lost(w http.ResponseWriter, r *http.Request) {
 func lookupSays(state string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if state == "" {
-			w.WriteHeader(404)
+			problemAnswer(404, "not_found")(w, r)
 			return
 		}
 		fmt.Fprintf(w, `{"id":"op_1","state":%q}`, state)
@@ -307,7 +307,7 @@ func TestResumeAfterRetentionIsNotResent(t *testing.T) {
 	gone := false
 	s := &script{answers: []http.HandlerFunc{status(201)}, lookup: func(w http.ResponseWriter, r *http.Request) {
 		if gone {
-			w.WriteHeader(404)
+			problemAnswer(404, "not_found")(w, r)
 			return
 		}
 		fmt.Fprint(w, `{"id":"op_1","state":"succeeded"}`)
@@ -490,7 +490,7 @@ func TestPurgedUnknownSaysWhatToDo(t *testing.T) {
 	gone := false
 	s := &script{answers: []http.HandlerFunc{problemAnswer(409, "outcome_unknown")}, lookup: func(w http.ResponseWriter, r *http.Request) {
 		if gone {
-			w.WriteHeader(404)
+			problemAnswer(404, "not_found")(w, r)
 			return
 		}
 		fmt.Fprint(w, `{"id":"op_1","state":"unknown"}`)

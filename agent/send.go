@@ -5,15 +5,18 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control/client"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -317,36 +320,31 @@ func (v opView) awaitsApproval(now time.Time) bool {
 	return v.State == ledger.Prepared && ap != nil && ap.Status == ledger.ApprovalPending && !ap.Lapsed(now)
 }
 
-// lookup asks the gateway for the operation under key; a nil raw means it
-// has none.
+// lookup asks the gateway's control API (its typed client, as the
+// agent's principal and run) for the operation under key; a nil raw means
+// it has none (a not_found problem: any other answer is an error, never
+// taken for "not applied").
 func (c *Client) lookup(ctx context.Context, key string) (opView, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET",
-		strings.TrimSuffix(c.BaseURL, "/")+contract.OperationByKeyPath(key), nil)
+	cl, err := client.New(c.BaseURL, c.Token, client.WithHTTPClient(c.httpClient()),
+		client.WithHeader(contract.HeaderRun, c.runID()))
 	if err != nil {
 		return opView{}, err
 	}
-	c.identify(req)
-	resp, err := c.httpClient().Do(req)
-	if err != nil {
-		return opView{}, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	v, raw, err := cl.OperationByKey(ctx, key)
+	var p *contract.Problem
+	var se *client.StatusError
 	switch {
-	case err != nil:
-		return opView{}, fmt.Errorf("its lookup was cut: %w", err)
-	case resp.StatusCode == http.StatusNotFound:
+	case client.IsNotFound(err):
 		return opView{}, nil
-	case resp.StatusCode != http.StatusOK:
-		return opView{}, fmt.Errorf("its lookup %s", attempt{status: resp.StatusCode, body: body,
-			code: problemCode(resp.Header, body), header: http.Header{}}.answer())
+	case errors.As(err, &p):
+		return opView{}, fmt.Errorf("its lookup %s", attempt{status: p.Status, code: p.Code,
+			body: []byte(`{"detail":` + strconv.Quote(p.Detail) + `}`), header: http.Header{}}.answer())
+	case errors.As(err, &se):
+		return opView{}, fmt.Errorf("its lookup %s", attempt{status: se.Status, header: http.Header{}}.answer())
+	case err != nil:
+		return opView{}, err
 	}
-	var v opView
-	if err := json.Unmarshal(body, &v); err != nil {
-		return opView{}, fmt.Errorf("its lookup answered no operation view: %w", err)
-	}
-	v.raw = body
-	return v, nil
+	return opView{Summary: v.Summary, raw: raw}, nil
 }
 
 // reconcile asks the gateway about the operation under key, after an

@@ -16,7 +16,7 @@ func TestStatusReadsAsAnOutcome(t *testing.T) {
 		case "lookup fails":
 			w.WriteHeader(500)
 		case "holds nothing":
-			w.WriteHeader(404)
+			problemAnswer(404, "not_found")(w, r)
 		}
 	}}
 	client, _ := newScripted(t, s)
@@ -48,5 +48,21 @@ func TestStatusReadsAsAnOutcome(t *testing.T) {
 	}
 	if out, _ := client.Do(ctx, Action{Intent: "lost", Method: "POST", Path: "/v1/x"}); s.count() != 2 {
 		t.Fatalf("the resume Status promised was not sent: %+v", out)
+	}
+}
+
+// TestA404ThatIsNoProblemIsNoAnswer: a lookup answered 404 without the
+// control API's not_found problem (the agent pointed at an API that has
+// no idemgate in front, say) does not say "it holds nothing": after a lost
+// answer, the write is not sent again, since it may have been performed.
+func TestA404ThatIsNoProblemIsNoAnswer(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{lost}, lookup: func(w http.ResponseWriter, r *http.Request) {
+		http.NotFound(w, r)
+	}}
+	client, _ := newScripted(t, s)
+	client.Policy = Policy{MaxAttempts: 3}
+	out, _ := client.Do(context.Background(), Action{Intent: "plain-404", Method: "POST", Path: "/v1/x"})
+	if out.Kind != Unknown || out.Sent != SentMaybe || s.count() != 1 || !strings.Contains(out.Reason, "answered 404") {
+		t.Fatalf("a plain 404 was taken for an answer: %+v, %d sends", out, s.count())
 	}
 }

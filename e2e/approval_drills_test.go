@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/scenarios"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The approval drills: production deployments wait for a human, on real

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/scenarios"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The domain drills: tickets, deployments, payments.

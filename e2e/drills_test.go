@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/scenarios"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/scenarios"
 )
 
 // The drills of the workflow article's checklist, of the API article, and

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/scenarios"
+	"github.com/idemgate/idemgate/internal/scenarios"
 )
 
 // The drills that tell the demo's stories play them from package

@@ -23,7 +23,7 @@ import (
 // middleware, its principals), and the control API, the web page and the
 // background work are their own planes, mounted beside it.
 type Deps struct {
-	Store  ledger.Store
+	Store  httpidem.Store
 	Logger *slog.Logger
 	// Limits applies each tenant's request rate and budgets (required).
 	Limits *limits.Limiter
@@ -40,7 +40,7 @@ type Deps struct {
 // routes, and the reverse proxy.
 type Gateway struct {
 	cfg    *Config
-	store  ledger.Store
+	store  httpidem.Store
 	log    *slog.Logger
 	limits *limits.Limiter
 	m      *httpidem.Middleware

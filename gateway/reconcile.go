@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/internal/resultref"
-	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/reconcile"
 )
 
@@ -45,7 +44,7 @@ func routeProbe(rc *RouteConfig) func(map[string]string, map[string][]string, an
 // upstream with the gateway's credentials, each verdict recorded in store,
 // and each probe's audit event given to record (nil for none). It needs no
 // Gateway: `idemgate reconcile --once` builds only this.
-func NewReconciler(cfg *Config, store ledger.Store, record func(audit.Event), log *slog.Logger) *reconcile.Reconciler {
+func NewReconciler(cfg *Config, store reconcile.Store, record func(audit.Event), log *slog.Logger) *reconcile.Reconciler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -27,9 +27,29 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
+// Store is what the data plane needs of a store: the steps of a keyed
+// write (reserve, acquire, heartbeat, complete, release, mark unknown,
+// reopen an approval) and the reads that answer its retries. A
+// ledger.Store is one, and so is one bound to a caller's transaction.
+type Store interface {
+	Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error)
+	Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error)
+	Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error)
+	Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error)
+	Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error)
+	MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error)
+	ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error)
+	Get(ctx context.Context, id string) (*ledger.Operation, error)
+	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
+	GetApproval(ctx context.Context, id string) (*ledger.Approval, error)
+	History(ctx context.Context, id string) ([]ledger.Event, error)
+}
+
+var _ Store = ledger.Store(nil)
+
 // Options configure the middleware. Store, Routes and Tenant are required.
 type Options struct {
-	Store  ledger.Store
+	Store  Store
 	Routes []Route
 	// Tenant names the caller's tenant; an error answers 401. Keys are
 	// scoped by tenant: the same key in two tenants is two operations.

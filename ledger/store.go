@@ -210,8 +210,9 @@ type Relaxed interface {
 	Relaxed() bool
 }
 
-// IsRelaxed reports whether s says it may acknowledge before the disk.
-func IsRelaxed(s Store) bool {
+// IsRelaxed reports whether s says it may acknowledge before the disk
+// (s is any store, or a consumer's narrow view of one).
+func IsRelaxed(s any) bool {
 	r, ok := s.(Relaxed)
 	return ok && r.Relaxed()
 }

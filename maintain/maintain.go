@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/reconcile"
 )
 
 // Store is what the maintenance plane drives: a store's sweeps and its
@@ -36,6 +35,17 @@ type Store interface {
 	// Purge deletes up to limit operations, and final effects, past their
 	// retention.
 	Purge(ctx context.Context, limit int) (int, error)
+}
+
+// Reconciler probes unknown operations (package reconcile's Reconciler is
+// one): Once probes those due, once each; Run probes until ctx ends,
+// looking every interval; Probing says whether it has any probe at all
+// (one that has none is not run). An interface, so that a service that
+// never probes links no CEL.
+type Reconciler interface {
+	Once(ctx context.Context) (int, error)
+	Run(ctx context.Context, every time.Duration)
+	Probing() bool
 }
 
 // Options configure the maintenance plane. The zero value runs the
@@ -53,10 +63,10 @@ type Options struct {
 	Sealer *audit.Sealer
 	// ShutdownTimeout bounds that final seal (20s).
 	ShutdownTimeout time.Duration
-	// Reconciler, if set and given probes, probes unknown operations every
+	// Reconciler, if set and probing, probes unknown operations every
 	// second (each operation at its route's own pace). One without probes
 	// is not run. Its Store (and its Logger) are the caller's to set.
-	Reconciler *reconcile.Reconciler
+	Reconciler Reconciler
 	// Logger hears the sweeps' and the purge's failures, and what a run
 	// did when it did anything, and the final seal's failure (nil:
 	// nothing is logged).
@@ -156,7 +166,7 @@ func (o Options) jobs(s Store) []job {
 		sweep(jobLeases, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireLeases, o.OnLeasesExpired),
 		sweep(jobApprovals, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireApprovals, o.OnApprovalsExpired),
 	}
-	if r := o.Reconciler; r != nil && len(r.Probes) > 0 {
+	if r := o.Reconciler; r != nil && r.Probing() {
 		jobs = append(jobs, job{name: jobReconcile,
 			pass: func(ctx context.Context) (int, error) { return untilNone(ctx, r.Once) },
 			run:  func(ctx context.Context) { r.Run(ctx, reconcileEvery) }})

@@ -182,6 +182,10 @@ func (r *Reconciler) again(ctx context.Context, c ledger.ProbeClaim, next time.T
 		Next: next})
 }
 
+// Probing reports whether r has any probe to run: a reconciler without
+// one is not run.
+func (r *Reconciler) Probing() bool { return len(r.Probes) > 0 }
+
 // Run reconciles every interval until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)

@@ -19,9 +19,9 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/examples/opsapi"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/scenarios"
+	"github.com/idemgate/idemgate/internal/opsapi"
+	"github.com/idemgate/idemgate/internal/scenarios"
 )
 
 func newDemoCmd() *cobra.Command {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/scenarios"
+	"github.com/idemgate/idemgate/internal/scenarios"
 )
 
 // scenarioEnv is where the demo's acts play: its gateway and API, its

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/scenarios"
+	"github.com/idemgate/idemgate/internal/scenarios"
 )
 
 // TestDemo runs idemgate demo as a process: every act performs the effects

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/drill"
-	"github.com/idemgate/idemgate/examples/opsapi"
+	"github.com/idemgate/idemgate/internal/opsapi"
 )
 
 // opsAPI serves the reference API, naive or idempotent, in this process.

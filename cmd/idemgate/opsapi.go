@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/examples/opsapi"
+	"github.com/idemgate/idemgate/internal/opsapi"
 )
 
 func newOpsAPICmd() *cobra.Command {

@@ -57,9 +57,7 @@ var (
 // themselves, each with why. An entry whose package does not exist (it
 // moved during issue 20) binds nothing.
 var wiresStores = map[string]string{
-	"examples/opsapi": "a reference upstream app with its own embedded ledger",
-	"internal/opsapi": "where examples/opsapi may move",
-	"bench":           "the benchmark binary, opening each store to measure it (may move to cmd/bench)",
+	"internal/opsapi": "the reference upstream (tickets, payments, deployments) with its own embedded ledger",
 	"internal/dbtest": "test support: opens each store for the tests",
 }
 
@@ -267,7 +265,7 @@ func clean() graph {
 		"metrics":          {"httpidem"},
 		"gateway":          {"httpidem", "metrics"},
 		"control/client":   {"contract", "internal/jsonptr"},
-		"examples/opsapi":  {"httpidem", "store/sqlite"},
+		"internal/opsapi":  {"httpidem", "store/sqlite"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 	}
 }

@@ -116,6 +116,7 @@ func testEffectsAllOrNothing(t *testing.T, b Backend) {
 // testEffectsInTx: effects enqueued in a business transaction commit with
 // its write, or roll back with it.
 func testEffectsInTx(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	for _, commit := range []bool{false, true} {
 		tx := b.Begin(t, s)
@@ -389,6 +390,7 @@ func testEffectsFailedResumes(t *testing.T, b Backend) {
 // transaction waits for the first (SQLite: one writer; PostgreSQL: the
 // operation's lock), so order is commit order.
 func testEffectsEnqueuedAtOnce(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	in := effectsOf(2, "crm")
 	t1 := b.Begin(t, s)

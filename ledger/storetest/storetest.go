@@ -27,11 +27,13 @@ type Backend struct {
 	Another func(tb testing.TB, s ledger.Store) ledger.Store
 	// Commits counts the transactions the stores of this backend have
 	// committed so far (where every statement autocommits, the statements
-	// sent), so the suite can check the cost of the common path.
+	// sent), so the suite can check the cost of the common path. Without
+	// it, that test says it skips.
 	Commits func() int64
 	// Begin opens a caller's transaction on s's database, as a Go service
 	// does around its business write, with s's steps bound to it; Rows
-	// counts the committed business rows named id.
+	// counts the committed business rows named id. Without them, the tests
+	// of a caller's transaction say they skip.
 	Begin func(tb testing.TB, s ledger.Store) Tx
 	Rows  func(tb testing.TB, s ledger.Store, id string) int
 }

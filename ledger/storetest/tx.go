@@ -21,6 +21,14 @@ type Tx struct {
 	Rollback func() error
 }
 
+// needTx skips a test of a caller's transaction when the backend opens
+// none (a store that offers no Tx).
+func needTx(t *testing.T, b Backend) {
+	if b.Begin == nil || b.Rows == nil {
+		t.Skip("the backend opens no caller's transaction (Backend.Begin, Backend.Rows)")
+	}
+}
+
 // runTx runs the tests of steps bound to a caller's transaction.
 func runTx(t *testing.T, b Backend) {
 	t.Run("TxRollbackUndoesAll", func(t *testing.T) { testTxRollback(t, b) })
@@ -36,6 +44,7 @@ func runTx(t *testing.T, b Backend) {
 // the time each step runs, not the transaction's start: a lease taken
 // late in it is not short by the time already spent.
 func testTxClockRuns(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	tx := b.Begin(t, s)
 	defer tx.Rollback()
@@ -60,6 +69,7 @@ func testTxClockRuns(t *testing.T, b Backend) {
 // not what others see: a reservation or an enqueue repeated in it finds
 // its own rows.
 func testTxReadsItsWrites(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	tx := b.Begin(t, s)
 	defer tx.Rollback()
@@ -106,6 +116,7 @@ func inTx(tb testing.TB, tx Tx) *ledger.Operation {
 // transaction that rolls back leave nothing: no operation, no row, no
 // audit event. The key is free again.
 func testTxRollback(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	tx := b.Begin(t, s)
 	op := inTx(t, tx)
@@ -131,6 +142,7 @@ func testTxRollback(t *testing.T, b Backend) {
 // testTxCommit: committed, the operation is succeeded with its stored
 // answer, the business row is there, and the audit log has both events.
 func testTxCommit(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	tx := b.Begin(t, s)
 	op := inTx(t, tx)
@@ -155,6 +167,7 @@ func testTxCommit(t *testing.T, b Backend) {
 // the business transaction: rolled back, it is still executing and its
 // owner may complete it again; committed, it is done with its row.
 func testTxCompleteJoins(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	r := reserve(t, s, Params(Long))
 	for _, commit := range []bool{false, true} {
@@ -179,6 +192,7 @@ func testTxCompleteJoins(t *testing.T, b Backend) {
 // testTxFenced: an owner step in a transaction is fenced as any other: a
 // lease that a later owner replaced completes nothing.
 func testTxFenced(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	r := reserve(t, s, Params(Long))
 	if _, err := s.Release(ctx(t), *r.Lease, ledger.Note{Reason: "not delivered"}); err != nil {
@@ -197,6 +211,7 @@ func testTxFenced(t *testing.T, b Backend) {
 // transaction's: the store's own reservation of it waits for the
 // transaction, then finds the committed operation, never a second one.
 func testTxOneWinner(t *testing.T, b Backend) {
+	needTx(t, b)
 	s := b.Fresh(t)
 	tx := b.Begin(t, s)
 	p := Params(Long)

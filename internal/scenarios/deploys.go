@@ -114,19 +114,25 @@ func (e *Env) awaiting(ctx context.Context, s *State, key, artifact string) (con
 	return acc, nil
 }
 
-// decide is the approver's part: read the approval, then decide on the
-// fingerprint it shows.
+// decide is the approver's part, through the control API's typed client:
+// read the approval, then decide on the fingerprint it shows.
 func (e *Env) decide(ctx context.Context, id, verb string) (*contract.ApprovalView, error) {
-	path := e.GatewayURL + contract.ApprovalPath(id)
-	r, err := e.send(ctx, nil, 5*time.Second, "GET", path, e.ApproverToken, "")
-	var a contract.ApprovalView
-	if err != nil || r.Status != 200 || json.Unmarshal([]byte(r.Body), &a) != nil {
-		return nil, fmt.Errorf("read approval %s: %v %d %s", id, err, r.Status, r.Body)
+	c, err := e.control(e.ApproverToken)
+	if err != nil {
+		return nil, err
 	}
-	body, _ := json.Marshal(contract.Decision{Fingerprint: a.Fingerprint, Note: "checked the artifact"})
-	r, err = e.send(ctx, nil, 5*time.Second, "POST", path+"/"+verb, e.ApproverToken, string(body))
-	if err != nil || r.Status != 200 || json.Unmarshal([]byte(r.Body), &a) != nil {
-		return nil, fmt.Errorf("%s %s: %v %d %s", verb, id, err, r.Status, r.Body)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a, err := c.Approval(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("read approval %s: %w", id, err)
 	}
-	return &a, nil
+	decide := c.Approve
+	if verb == "deny" {
+		decide = c.Deny
+	}
+	if a, err = decide(ctx, id, contract.Decision{Fingerprint: a.Fingerprint, Note: "checked the artifact"}); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", verb, id, err)
+	}
+	return a, nil
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control/client"
 )
 
 // AuditTrail: the customer disputes PaymentUnknown's capture. The operator
@@ -77,17 +76,25 @@ func (e *Env) sealed(ctx context.Context) (int64, error) {
 	return 0, fmt.Errorf("the audit log is still growing after 10s")
 }
 
-// checkpointSize reads the latest checkpoint's size; 0 when there is none
-// yet.
+// checkpointSize reads the latest checkpoint's size, through the control
+// API's typed client; 0 when there is none yet.
 func (e *Env) checkpointSize(ctx context.Context) (int64, error) {
-	r, err := e.send(ctx, nil, 5*time.Second, "GET", e.GatewayURL+contract.ControlPrefix+"/audit/checkpoint",
-		e.OperatorToken, "")
-	if err != nil || r.Status == http.StatusNotFound {
+	c, err := e.control(e.OperatorToken)
+	if err != nil {
 		return 0, err
 	}
-	c, err := audit.ParseCheckpoint(r.Body)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	text, err := c.Checkpoint(ctx)
+	if client.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	cp, err := audit.ParseCheckpoint(string(text))
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
-	return c.Size, nil
+	return cp.Size, nil
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/examples/opsapi"
+	"github.com/idemgate/idemgate/internal/opsapi"
 )
 
 type client struct {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/control/client"
 )
 
 // Env is where the acts are played: the gateway in front of the ops API,
@@ -177,6 +178,15 @@ func (e *Env) send(ctx context.Context, s *State, timeout time.Duration, method,
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return Reply{resp.StatusCode, resp.Header, string(b)}, err
+}
+
+// control is the control API's client, as token's holder.
+func (e *Env) control(token string) (*client.Client, error) {
+	hc := e.Client
+	if hc == nil {
+		hc = noReuse
+	}
+	return client.New(e.GatewayURL, token, client.WithHTTPClient(hc))
 }
 
 // Post sends a keyed write of the agent's through the gateway.
