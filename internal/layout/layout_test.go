@@ -89,7 +89,18 @@ var rules = []rule{
 	{id: "h", why: "test support is for tests",
 		binds:  func(p string) bool { return !within(p, testSupport...) },
 		forbid: func(_, imp string) bool { return within(imp, testSupport...) }},
+	{id: "i", why: "the control plane and the web page call the data plane through the store, never its code",
+		binds: func(p string) bool { return within(p, "control", "webui") },
+		forbid: func(p, imp string) bool {
+			return within(imp, "httpidem", "gateway") || within(p, "control") && within(imp, "webui")
+		}},
+	{id: "j", why: "what a library user links for the outbox, the maintenance plane or a client carries no CEL", linked: true,
+		binds:  func(p string) bool { return within(p, "outbox", "maintain", "contract", "control/client", "agent") },
+		forbid: func(_, imp string) bool { return within(imp, celUsers...) }},
 }
+
+// celUsers are the packages that link cel-go (and so protobuf and antlr).
+var celUsers = []string{"approval", "reconcile", "drill"}
 
 // within reports whether pkg is one of roots or below one.
 func within(pkg string, roots ...string) bool {
@@ -266,6 +277,12 @@ func clean() graph {
 		"gateway":          {"httpidem", "metrics"},
 		"control/client":   {"contract", "internal/jsonptr"},
 		"internal/opsapi":  {"httpidem", "store/sqlite"},
+		"approval":         {},
+		"reconcile":        {"ledger"},
+		"control":          {"contract", "ledger", "approval"},
+		"webui":            {"control", "contract", "ledger", "approval"},
+		"outbox":           {"contract", "ledger"},
+		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 	}
 }
@@ -288,6 +305,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"httpidem", "metrics", "f", "httpidem", "metrics"},
 		{"outbox", "httpidem", "g", "outbox", "httpidem"},
 		{"gateway", "internal/testenv", "h", "gateway", "internal/testenv"},
+		{"control", "httpidem", "i", "control", "httpidem"},
+		{"webui", "gateway", "i", "webui", "gateway"},
+		{"maintain", "reconcile", "j", "maintain", "reconcile"},
+		{"contract", "approval", "j", "contract", "approval"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)
