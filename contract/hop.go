@@ -3,6 +3,7 @@ package contract
 import (
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -30,3 +31,7 @@ func StripHopByHop(h http.Header) {
 		delete(h, k)
 	}
 }
+
+// IsHopByHop reports whether the canonical header name k is hop-by-hop:
+// never forwarded, never stored, never replayed.
+func IsHopByHop(k string) bool { return slices.Contains(hopByHop, k) }

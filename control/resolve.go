@@ -81,7 +81,7 @@ func (o *Operator) resolveParams(c Caller, r Resolution) (ledger.ResolveParams, 
 	if !to.Final() {
 		return p, invalid("a response can only be stored with succeeded or failed: prepared means nothing was applied")
 	}
-	if p.Response, err = r.Response.Response(o.MaxResponse); err != nil {
+	if p.Response, err = storedAnswer(*r.Response, o.MaxResponse); err != nil {
 		return p, invalid("response: " + err.Error())
 	}
 	return p, nil

@@ -1,4 +1,4 @@
-package contract_test
+package control
 
 import (
 	"net/http"
@@ -37,7 +37,7 @@ func TestAnswerRefusesWhatAReplayCannotSend(t *testing.T) {
 		"a name given twice": {contract.Answer{Status: 200, Headers: map[string][]string{"x-id": {"1"}, "X-Id": {"2"}}},
 			"given twice"},
 	} {
-		_, err := tc.a.Response(16)
+		_, err := storedAnswer(tc.a, 16)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
@@ -47,7 +47,7 @@ func TestAnswerRefusesWhatAReplayCannotSend(t *testing.T) {
 func TestAnswerIsStoredAsGiven(t *testing.T) {
 	a := contract.Answer{Status: 201, Body: "{\"id\":\"T-9\"}\n", Headers: map[string][]string{
 		"content-type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Content-Length": {"13"}}}
-	r, err := a.Response(0)
+	r, err := storedAnswer(a, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestAnswerIsStoredAsGiven(t *testing.T) {
 	if r.Header.Get("Set-Cookie") != "a=1" {
 		t.Fatal("the stored header shares the caller's values")
 	}
-	if _, err := (contract.Answer{Status: 200, Body: strings.Repeat("x", contract.DefaultMaxResponse+1)}).Response(0); err == nil {
+	if _, err := storedAnswer(contract.Answer{Status: 200, Body: strings.Repeat("x", contract.DefaultMaxResponse+1)}, 0); err == nil {
 		t.Fatal("a body over the default bound was accepted")
 	}
 }
