@@ -34,7 +34,11 @@ type EventBatcher struct {
 	log    *slog.Logger
 	queue  chan audit.Event
 	done   chan struct{}
-	once   sync.Once
+	// mu guards closed: Record holds it shared while it queues, Close
+	// exclusively while it closes the queue, so that a late Record finds
+	// the batcher closed instead of sending on a closed channel.
+	mu     sync.RWMutex
+	closed bool
 }
 
 // batchEvents bounds one write: a batch of this many is written at once.
@@ -65,12 +69,26 @@ func (b *EventBatcher) Record(e audit.Event) {
 		b.log.Error("audit event refused", slog.String("kind", string(e.Kind)), slog.String("error", err.Error()))
 		return
 	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		// A shutdown out of order: say so, never crash the process.
+		b.log.Error("audit event after the batcher closed: not recorded", slog.String("kind", string(e.Kind)),
+			slog.String("operation_id", e.OperationID))
+		return
+	}
 	b.queue <- e
 }
 
-// Close writes what is queued and stops; Record must not be called after.
+// Close writes what is queued and stops. A Record after it is logged and
+// dropped; stop what records (the requests, the reconciler) first.
 func (b *EventBatcher) Close() {
-	b.once.Do(func() { close(b.queue) })
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.queue)
+	}
+	b.mu.Unlock()
 	<-b.done
 }
 

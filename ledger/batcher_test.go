@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,5 +49,27 @@ func TestEventBatcherCoalesces(t *testing.T) {
 	}
 	if es[1].RunID != "run-2" || strings.Contains(es[1].Reason, "requests") {
 		t.Fatalf("another run's replay: %+v", es[1])
+	}
+}
+
+// TestEventBatcherRecordAfterClose: a Record that comes after Close (a
+// shutdown out of order) is dropped and logged; it never crashes the
+// process, and Close may be called again.
+func TestEventBatcherRecordAfterClose(t *testing.T) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	b := ledger.NewEventBatcher(s, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	b.Close()
+	b.Record(audit.Event{Tenant: "acme", OperationID: "op_late", Kind: audit.Replayed, Key: "k"})
+	b.Close()
+	if !strings.Contains(logs.String(), "after the batcher closed") || !strings.Contains(logs.String(), "op_late") {
+		t.Fatalf("the late event was not said: %q", logs.String())
 	}
 }

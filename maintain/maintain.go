@@ -77,6 +77,11 @@ type Options struct {
 	OnLeasesExpired    func(n int)
 	OnApprovalsExpired func(n int)
 	OnPurged           func(n int)
+	// Flush, if set, is called once every job has stopped and before the
+	// sealer's final seal: the caller's audit batcher (ledger.EventBatcher)
+	// writes what it holds, so that a service stopped gracefully leaves
+	// every event sealed. Once calls it before its seal.
+	Flush func()
 }
 
 // Batch sizes of the sweeps and the purge: small enough that one
@@ -91,22 +96,35 @@ const (
 const reconcileEvery = time.Second
 
 // job is one of the plane's jobs: pass runs it once to completion; run,
-// until ctx ends.
+// until ctx ends; last, if set, once every job has stopped and Flush has
+// been called (the sealer's final seal).
 type job struct {
 	name string
 	pass func(ctx context.Context) (int, error)
 	run  func(ctx context.Context)
+	last func(ctx context.Context)
 }
 
-// Run runs the jobs until ctx ends, and returns once all have stopped
-// (the sealer's final seal included): close the store after it returns.
-// s is required.
+// Run runs the jobs until ctx ends, and returns once all have stopped.
+// It stops in an order that leaves nothing behind: every job first (the
+// reconciler records no more events), then Flush (the caller's audit
+// batcher writes what it holds), then the sealer's final seal, which so
+// covers every event. Close the store after it returns. s is required.
 func Run(ctx context.Context, s Store, o Options) {
+	jobs := o.jobs(s)
 	var wg sync.WaitGroup
-	for _, j := range o.jobs(s) {
+	for _, j := range jobs {
 		wg.Go(func() { j.run(ctx) })
 	}
 	wg.Wait()
+	if o.Flush != nil {
+		o.Flush()
+	}
+	for _, j := range jobs {
+		if j.last != nil {
+			j.last(ctx)
+		}
+	}
 }
 
 // Counts is what Once did.
@@ -118,8 +136,8 @@ type Counts struct {
 
 // Once runs each job once to completion, one after the other: the
 // sweeps (so that lapsed leases are unknown before the reconciler
-// looks), the reconciler, the purge, then the sealer (which seals what
-// they recorded). A job that fails does not stop the next; the error
+// looks), the reconciler, the purge, Flush, then the sealer (which seals
+// what they recorded). A job that fails does not stop the next; the error
 // joins every job's.
 func Once(ctx context.Context, s Store, o Options) (Counts, error) {
 	var c Counts
@@ -127,6 +145,9 @@ func Once(ctx context.Context, s Store, o Options) (Counts, error) {
 		jobReconcile: &c.Settled, jobPurge: &c.Purged, jobSeal: &c.Sealed}
 	var errs []error
 	for _, j := range o.jobs(s) {
+		if j.name == jobSeal && o.Flush != nil {
+			o.Flush()
+		}
 		n, err := j.pass(ctx)
 		*counts[j.name] = n
 		if err != nil {
@@ -183,8 +204,8 @@ func (o Options) jobs(s Store) []job {
 			},
 			// Sealer.Run logs its own failures; the final seal's are
 			// logged here.
-			run: func(ctx context.Context) {
-				sl.Run(ctx)
+			run: sl.Run,
+			last: func(ctx context.Context) {
 				fin, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
 				defer cancel()
 				if _, err := untilNone(fin, sl.Round); err != nil {

@@ -219,6 +219,33 @@ func TestFinalSeal(t *testing.T) {
 	})
 }
 
+// TestFlushBeforeTheFinalSeal: at the stop, every job ends first, then
+// Flush writes what the caller's batcher holds, then the final seal
+// covers it: an event still queued at the stop is sealed once Run
+// returns, and nothing records into a closed batcher.
+func TestFlushBeforeTheFinalSeal(t *testing.T) {
+	eachStore(t, func(t *testing.T, s ledger.Store) {
+		log := &countedLog{Log: s}
+		sealer := &audit.Sealer{Log: log, Signing: audit.Signing{Name: "maintain-test"}, Idle: time.Hour}
+		events := ledger.NewEventBatcher(s, time.Hour, nil) // nothing written before Flush
+		stop := run(t, s, maintain.Options{Sealer: sealer, Flush: events.Close})
+		waitFor(t, "the sealer's first round", func() bool { return log.rounds.Load() > 0 })
+		op := done(t, s, "k-flushed", time.Hour)
+		events.Record(audit.Event{Tenant: op.Tenant, OperationID: op.ID, Kind: audit.Replayed, Key: op.Key,
+			Fingerprint: op.Fingerprint})
+		before, err := s.AuditEvents(ctx(), ledger.AuditParams{OperationID: op.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		after, err := s.AuditEvents(ctx(), ledger.AuditParams{OperationID: op.ID})
+		if err != nil || len(after) != len(before)+1 || unsealed(t, s, op.ID) != 0 {
+			t.Fatalf("%d events before the stop, %d after (%v); %d unsealed", len(before), len(after), err,
+				unsealed(t, s, op.ID))
+		}
+	})
+}
+
 // countedLog counts the sealer's rounds, once each is over.
 type countedLog struct {
 	audit.Log

@@ -72,7 +72,8 @@ func TestExplorer(t *testing.T) {
 	if !strings.Contains(page.body, "executing past its lease") || !strings.Contains(page.body, "outcome unknown") {
 		t.Error("the stuck operations are not marked")
 	}
-	if r := alice.get("/ui/operations?state=lost"); r.status != http.StatusBadRequest {
+	// The control API's status for the same refusal: one error map.
+	if r := alice.get("/ui/operations?state=lost"); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("an unknown state: %d", r.status)
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -106,8 +107,8 @@ type operationsData struct {
 // operations is the explorer.
 func (u *UI) operations(w http.ResponseWriter, r *http.Request, s *session) {
 	f, bad := readFilter(r)
-	if bad != "" {
-		u.fail(w, r, s, http.StatusBadRequest, "Not accepted", bad)
+	if bad != "" { // the control API's status for a bad filter: one error map
+		u.storeFail(w, r, s, contract.NewProblem(contract.CodeInvalidCommand, bad), "operations")
 		return
 	}
 	data, err := u.scan(r, s.principal.Tenant, f)

@@ -267,7 +267,7 @@ routes:
 	background := make(chan struct{})
 	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
-	e.closers = append(e.closers, func() { _ = srv.Close(); s.Close(); stop(); <-background })
+	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
 	e.targets = append(e.targets, target{name, "http://" + ln.Addr().String()})
 	return nil
 }

@@ -233,9 +233,14 @@ func approvalErr(verb, id string, err error) error {
 	return fmt.Errorf("%s %s: %w", verb, safe(id), err)
 }
 
-// printable is err with the gateway's code and detail made safe to print
-// on a terminal, and a hint where a 401 means the token.
+// printable is err with the gateway's words (a problem's code and
+// detail, another answer's text) made safe to print on a terminal, and a
+// hint where a 401 means the token.
 func printable(err error) error {
+	var se *client.StatusError
+	if errors.As(err, &se) { // a proxy's page, say: its status only, as it stands
+		return fmt.Errorf("the gateway answered %d, not a problem: %s", se.Status, safe(se.Text))
+	}
 	var p *contract.Problem
 	if !errors.As(err, &p) {
 		return err

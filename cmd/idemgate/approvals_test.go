@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -282,5 +283,24 @@ func TestApprovalsNeedGatewayAndToken(t *testing.T) {
 	if r := runEnv(t, []string{"IDEMGATE_URL=http://127.0.0.1:1", "IDEMGATE_TOKEN=x"}, "", "approvals", "list",
 		"--status", "waiting"); r.code != 1 || !strings.Contains(r.stderr, "unknown approval status") {
 		t.Errorf("bad status: %+v", r)
+	}
+}
+
+// TestApprovalsPrintNoControlCharacters: an answer that is no problem (a
+// proxy's error page, or a hostile one) never reaches the terminal raw:
+// no escape sequence, bell or carriage return is printed.
+func TestApprovalsPrintNoControlCharacters(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("\x1b[2J\x1b]0;pwned\x07 bad gateway\r approved"))
+	}))
+	defer srv.Close()
+	for _, args := range [][]string{{"approvals", "show", "apr_1"}, {"approvals", "list"},
+		{"approvals", "approve", "apr_1", "--fingerprint", "sha256:" + strings.Repeat("a", 64)}} {
+		r := runEnv(t, []string{"IDEMGATE_TOKEN=t", "IDEMGATE_URL=" + srv.URL}, "", args...)
+		if r.code != 1 || strings.ContainsAny(r.stderr, "\x1b\x07\r") || !strings.Contains(r.stderr, "answered 502") {
+			t.Errorf("%v: %d %q", args, r.code, r.stderr)
+		}
 	}
 }

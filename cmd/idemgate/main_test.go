@@ -281,6 +281,24 @@ func TestOps(t *testing.T) {
 			if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 				t.Fatalf("ops show missing: %+v", r)
 			}
+			// An operation waiting for a human: show says which approval,
+			// and --json carries it whole, as the control API renders it.
+			waiting, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "/v1/deployments",
+				Fingerprint: "sha256:bb", Retention: time.Hour, Actor: "gw", Approval: &ledger.ApprovalRequest{
+					Target: "POST /v1/deployments", Summary: "Deploy api to production", Command: []byte(`{}`),
+					RequestedBy: "agent", Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn)
+			if r.code != 0 || !strings.Contains(r.stdout, waiting.Op.Approval.ID+" pending") ||
+				!strings.Contains(r.stdout, "Deploy api to production") {
+				t.Fatalf("ops show of a waiting operation: %+v", r)
+			}
+			r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn, "--json")
+			if r.code != 0 || !strings.Contains(r.stdout, `"summary": "Deploy api to production"`) {
+				t.Fatalf("ops show --json of a waiting operation: %+v", r)
+			}
 			testResolve(t, s, dsn, ops[1], *leases[1])
 			if name == "sqlite" {
 				missing := "sqlite:" + filepath.Join(t.TempDir(), "typo.db")

@@ -154,6 +154,12 @@ func writeDetail(w io.Writer, v contract.View) error {
 	if v.LastError != "" {
 		row("last error", v.LastError)
 	}
+	if a := v.Approval; a != nil {
+		row("approval", fmt.Sprintf("%s %s (expires %s): %s", safe(a.ID), safe(string(a.Status)), stamp(a.ExpiresAt), safe(a.Summary)))
+		if a.DecidedBy != "" {
+			row("decided by", safe(a.DecidedBy)+": "+safe(a.Note))
+		}
+	}
 	fmt.Fprintln(tw, "\nhistory:\tAT\tFROM\tTO\tACTOR\tREASON")
 	for _, h := range v.History {
 		from := "-"

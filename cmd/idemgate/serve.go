@@ -105,15 +105,15 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 func (gs *gatewayServer) addr() string { return gs.ln.Addr().String() }
 
 // run serves until ctx ends, then lets requests in flight finish within
-// shutdown_timeout, waits for the background work's last seal, and closes
-// the store.
+// shutdown_timeout, then stops the background work (its jobs, then the
+// audit batcher's flush, then the final seal), and closes the store.
 func (gs *gatewayServer) run(ctx context.Context) error {
 	defer gs.store.Close()
 	srv := gs.s.HTTPServer()
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background := make(chan struct{})
 	go func() { defer close(background); gs.s.RunBackground(bg) }()
-	defer func() { stopBackground(); <-background }()
+	defer func() { stopBackground(); <-background; gs.s.Close() }()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(gs.ln) }()
 	if gs.metricsLn != nil {
@@ -133,6 +133,5 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 		return err
 	}
 	_ = srv.Close()
-	gs.s.Close()
-	return nil
+	return nil // the deferred stop: the background work, then the store
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,7 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // startGateway starts serve on config, as a real process, and waits for
@@ -256,4 +262,100 @@ func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 	if status, body := post(t, g.URL, "/v1/writes", "cut-off"); status != 409 || !strings.Contains(body, "outcome_unknown") {
 		t.Fatalf("retry after the cut-off: %d %s", status, body)
 	}
+}
+
+// TestShutdownWithAProbeInFlight: serve is stopped (SIGTERM) while the
+// reconciler's probe of an unknown operation waits on the upstream, with
+// an audit log. The stop is orderly: the probe's cut is recorded as an
+// "answered" event, the audit batcher writes it, then the final seal
+// covers it, and only then does the store close; run returns without a
+// panic (a Record into a closed batcher crashed the process).
+func TestShutdownWithAProbeInFlight(t *testing.T) {
+	inFlight := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case inFlight <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // the probe waits until the stop cuts it
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "audit.key")
+	if _, err := audit.Keygen(key, "shutdown-test"); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "gw.db")
+	cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(fmt.Sprintf(`store: sqlite:%s
+listen: 127.0.0.1:0
+shutdown_timeout: 5s
+upstreams: {pay: {url: %s, timeout: 30s}}
+routes:
+  - match: "POST /v1/intents/{id}/capture"
+    upstream: pay
+    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'status == 200', not_applied: 'status == 404', every: 1ms}
+audit: {signing_key: %s, checkpoint_interval: 1h}
+`, db, up.URL, key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opID := unknownCapture(t, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	gs, err := listenGateway(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gs.run(ctx) }()
+	<-inFlight
+	cancel() // SIGTERM
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	s, err := sqlite.Open(context.Background(), db, sqlite.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs, err := s.AuditEvents(context.Background(), ledger.AuditParams{OperationID: opID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for _, e := range evs {
+		if e.Kind == audit.Answered {
+			answered++
+		}
+		if e.Seq < 0 {
+			t.Errorf("event %s %s is not sealed after a graceful stop", e.Kind, e.Reason)
+		}
+	}
+	if answered == 0 {
+		t.Fatalf("the cut probe left no answered event: %+v", evs)
+	}
+}
+
+// unknownCapture makes, in the store at path, a capture whose outcome is
+// unknown and whose probe is due at once.
+func unknownCapture(t *testing.T, path string) string {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
+		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:" + strings.Repeat("a", 64), Lease: time.Minute,
+		Retention: time.Hour, Actor: "gw", Probe: "GET /v1/intents/7"})
+	if err == nil {
+		_, err = s.MarkUnknown(context.Background(), *r.Lease, ledger.Note{Reason: "answer lost"})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Op.ID
 }

@@ -10,10 +10,11 @@ import (
 )
 
 // RunBackground runs the maintenance plane until ctx ends (the sweeps,
-// the purge, the audit sealer with its final seal, the reconciler), the
-// metrics counting what it expires, and the dashboard's history. Every
-// instance runs it all; the stores make that safe. It returns once the
-// final seal is done: close the store after it.
+// the purge, the audit sealer, the reconciler), the metrics counting what
+// it expires, and the dashboard's history. Every instance runs it all;
+// the stores make that safe. Cancel ctx once the HTTP server has stopped:
+// the jobs stop, the audit batcher writes what it holds (Close), and the
+// final seal covers it. It returns then: close the store after it.
 func (s *Server) RunBackground(ctx context.Context) {
 	go s.metrics.History().Run(ctx, 0)
 	maintain.Run(ctx, s.store, s.Maintenance())
@@ -25,7 +26,7 @@ func (s *Server) Maintenance() maintain.Options {
 	return maintain.Options{SweepInterval: s.cfg.SweepInterval, PurgeInterval: s.cfg.PurgeInterval,
 		ShutdownTimeout: s.cfg.ShutdownTimeout, Logger: s.log, Sealer: s.cfg.Sealer(s.store, s.log),
 		Reconciler: s.Reconciler(), OnLeasesExpired: s.metrics.LeasesExpired,
-		OnApprovalsExpired: s.metrics.ApprovalsExpired}
+		OnApprovalsExpired: s.metrics.ApprovalsExpired, Flush: s.Close}
 }
 
 // Reconciler is the server's reconciler: its routes' probes, and each

@@ -124,8 +124,10 @@ func (s *Server) HTTPServer() *gateway.Server { return s.gw.NewServer(s.handler)
 // when metrics_listen is set), and the dashboard's history.
 func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 
-// Close writes the audit events still queued; call it once the HTTP
-// server has stopped, before the store closes.
+// Close writes the audit events still queued and stops the batcher; a
+// second call does nothing. RunBackground calls it at its stop, before
+// the final seal; without RunBackground, call it once the HTTP server
+// has stopped, before the store closes.
 func (s *Server) Close() {
 	if s.events != nil {
 		s.events.Close()
