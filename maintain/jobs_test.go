@@ -31,6 +31,8 @@ func TestJobs(t *testing.T) {
 		want []string
 	}{
 		{Options{}, []string{jobLeases, jobApprovals, jobPurge}},
+		{Options{SweepInterval: -1, PurgeInterval: -1}, nil},
+		{Options{PurgeInterval: -1, Sealer: &audit.Sealer{}}, []string{jobLeases, jobApprovals, jobSeal}},
 		{Options{Reconciler: &reconcile.Reconciler{}}, []string{jobLeases, jobApprovals, jobPurge}},
 		{Options{Reconciler: &reconcile.Reconciler{Probes: map[string]*reconcile.Probe{"POST /v1/x": {}}},
 			Sealer: &audit.Sealer{}}, []string{jobLeases, jobApprovals, jobReconcile, jobPurge, jobSeal}},

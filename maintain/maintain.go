@@ -54,6 +54,8 @@ type Options struct {
 	// SweepInterval paces the lease and approval expiry sweeps (1s);
 	// PurgeInterval the retention purge (1m). Each run is jittered (-10%
 	// to +10%), so that instances started together do not sweep in step.
+	// A negative interval leaves that job out (a one-shot reconciliation
+	// purges nothing).
 	SweepInterval time.Duration
 	PurgeInterval time.Duration
 	// Sealer, if set, seals the audit log until the context ends, then
@@ -183,16 +185,20 @@ func (o Options) jobs(s Store) []job {
 		}
 		return job{name: name, pass: pass, run: func(ctx context.Context) { every(ctx, log, d, name, pass) }}
 	}
-	jobs := []job{
-		sweep(jobLeases, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireLeases, o.OnLeasesExpired),
-		sweep(jobApprovals, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireApprovals, o.OnApprovalsExpired),
+	var jobs []job
+	if o.SweepInterval >= 0 {
+		jobs = append(jobs,
+			sweep(jobLeases, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireLeases, o.OnLeasesExpired),
+			sweep(jobApprovals, or(o.SweepInterval, time.Second), sweepBatch, s.ExpireApprovals, o.OnApprovalsExpired))
 	}
 	if r := o.Reconciler; r != nil && r.Probing() {
 		jobs = append(jobs, job{name: jobReconcile,
 			pass: func(ctx context.Context) (int, error) { return untilNone(ctx, r.Once) },
 			run:  func(ctx context.Context) { r.Run(ctx, reconcileEvery) }})
 	}
-	jobs = append(jobs, sweep(jobPurge, or(o.PurgeInterval, time.Minute), purgeBatch, s.Purge, o.OnPurged))
+	if o.PurgeInterval >= 0 {
+		jobs = append(jobs, sweep(jobPurge, or(o.PurgeInterval, time.Minute), purgeBatch, s.Purge, o.OnPurged))
+	}
 	if sl := o.Sealer; sl != nil {
 		shutdown := or(o.ShutdownTimeout, 20*time.Second)
 		jobs = append(jobs, job{name: jobSeal,

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/maintain"
 )
 
 func newReconcileCmd() *cobra.Command {
@@ -26,7 +27,9 @@ operation at a time (so it is safe beside running gateways), sends each its prob
 upstream's credentials, and records the verdict with its evidence: applied → succeeded, the
 probe's answer replayed (Idempotency-Reconciled: true); not applied → prepared, the next
 retry runs it; anything else stays unknown, probed again later, until give_up_after.
-It prints how many it settled; logs are JSON lines on stderr.`,
+It first expires lapsed leases (an operation whose owner died becomes unknown, and so is
+probed), and, when the configuration keeps an audit log, seals the events it recorded.
+It purges nothing. It prints how many it settled; logs are JSON lines on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !once {
@@ -45,10 +48,11 @@ It prints how many it settled; logs are JSON lines on stderr.`,
 	return cmd
 }
 
-// reconcileOnce runs the configuration's reconciler until no probe is
-// due: only the reconciler is built (and the audit batcher its verdicts'
-// events go through, when the configuration keeps an audit log), never a
-// whole gateway.
+// reconcileOnce runs the maintenance plane once, without its purge: the
+// lease sweep first (an operation whose owner died is unknown, and so
+// probed), then the configuration's reconciler until no probe is due, then
+// the audit batcher's flush and a seal of what was recorded, when the
+// configuration keeps an audit log. It builds no gateway.
 func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 	defer cancel()
@@ -61,26 +65,22 @@ func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+	o := maintain.Options{PurgeInterval: -1, Logger: log, Sealer: cfg.Sealer(store, log)}
 	var record func(audit.Event)
 	if cfg.Audit != nil {
 		events := ledger.NewEventBatcher(store, 0, log)
 		defer events.Close()
-		record = events.Record
+		record, o.Flush = events.Record, events.Close
 	}
 	r := gateway.NewReconciler(cfg, store, record, log)
-	if len(r.Probes) == 0 {
+	if !r.Probing() {
 		return errors.New("no route declares a probe (reconcile: in the configuration)")
 	}
-	total := 0
-	for {
-		n, err := r.Once(ctx)
-		if err != nil {
-			return err
-		}
-		if total += n; n == 0 {
-			break
-		}
+	o.Reconciler = r
+	counts, err := maintain.Once(ctx, store, o)
+	if err != nil {
+		return err
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "settled %d unknown operation(s)\n", total)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "settled %d unknown operation(s)\n", counts.Settled)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
@@ -69,5 +70,71 @@ routes:
 	show := run(t, "", "ops", "show", r.Op.ID, "--store", "sqlite:"+db)
 	if !strings.Contains(show.stdout, "succeeded") || !strings.Contains(show.stdout, ledger.ActorReconciler) {
 		t.Fatalf("after the probe: %s", show.stdout)
+	}
+}
+
+// TestReconcileOnceSweepsAndSeals: reconcile --once first makes unknown an
+// operation whose owner died (its lease lapsed, nobody swept it), then
+// probes it with the others, and seals the events it recorded, as serve's
+// maintenance plane would.
+func TestReconcileOnceSweepsAndSeals(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"status":"captured"}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "audit.key")
+	if _, err := audit.Keygen(key, "reconcile-test"); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "gw.db")
+	config := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`store: sqlite:%s
+upstreams: {pay: {url: %s}}
+routes:
+  - match: "POST /v1/intents/{id}/capture"
+    upstream: pay
+    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'body.status == "captured"',
+                not_applied: 'body.status == "requires_capture"'}
+audit: {signing_key: %s, checkpoint_interval: 1h}
+`, db, up.URL, key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-8",
+		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Millisecond,
+		Retention: time.Hour, Actor: "dead-gateway", Probe: "GET /v1/intents/8"})
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the owner is gone: its lease lapses
+	res := run(t, "", "reconcile", "--config", config, "--once")
+	if res.code != 0 || !strings.Contains(res.stdout, "settled 1 unknown operation") {
+		t.Fatalf("reconcile --once: %+v", res)
+	}
+	s, err = sqlite.Open(context.Background(), db, sqlite.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	op, err := s.Get(context.Background(), r.Op.ID)
+	if err != nil || op.State != ledger.Succeeded {
+		t.Fatalf("after reconcile --once: %+v %v", op, err)
+	}
+	evs, err := s.AuditEvents(context.Background(), ledger.AuditParams{OperationID: op.ID})
+	if err != nil || len(evs) < 3 {
+		t.Fatalf("events %+v %v", evs, err)
+	}
+	for _, e := range evs {
+		if e.Seq < 0 {
+			t.Errorf("event %s not sealed", e.Kind)
+		}
 	}
 }
