@@ -30,19 +30,7 @@ func TestReconcileOnce(t *testing.T) {
 		fmt.Fprint(w, `{"status":"captured"}`)
 	}))
 	defer up.Close()
-	dir := t.TempDir()
-	db := filepath.Join(dir, "gw.db")
-	config := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`store: sqlite:%s
-upstreams: {pay: {url: %s, headers: {Authorization: "Bearer up-secret"}}}
-routes:
-  - match: "POST /v1/intents/{id}/capture"
-    upstream: pay
-    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'body.status == "captured"',
-                not_applied: 'body.status == "requires_capture"'}
-`, db, up.URL)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config, db := probedConfig(t, t.TempDir(), up.URL, "")
 	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -87,19 +75,7 @@ func TestReconcileOnceSweepsAndSeals(t *testing.T) {
 	if _, err := audit.Keygen(key, "reconcile-test"); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(dir, "gw.db")
-	config := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`store: sqlite:%s
-upstreams: {pay: {url: %s}}
-routes:
-  - match: "POST /v1/intents/{id}/capture"
-    upstream: pay
-    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'body.status == "captured"',
-                not_applied: 'body.status == "requires_capture"'}
-audit: {signing_key: %s, checkpoint_interval: 1h}
-`, db, up.URL, key)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config, db := probedConfig(t, dir, up.URL, fmt.Sprintf("audit: {signing_key: %s, checkpoint_interval: 1h}\n", key))
 	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -137,4 +113,23 @@ audit: {signing_key: %s, checkpoint_interval: 1h}
 			t.Errorf("event %s not sealed", e.Kind)
 		}
 	}
+}
+
+// probedConfig writes, in dir, a configuration whose capture route
+// declares a probe to upstream, with extra lines at its end; it returns
+// the file and the store's path.
+func probedConfig(t *testing.T, dir, upstream, extra string) (config, db string) {
+	t.Helper()
+	db, config = filepath.Join(dir, "gw.db"), filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`store: sqlite:%s
+upstreams: {pay: {url: %s, headers: {Authorization: "Bearer up-secret"}}}
+routes:
+  - match: "POST /v1/intents/{id}/capture"
+    upstream: pay
+    reconcile: {probe: 'GET /v1/intents/{{.params.id}}', applied: 'body.status == "captured"',
+                not_applied: 'body.status == "requires_capture"'}
+%s`, db, upstream, extra)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config, db
 }
