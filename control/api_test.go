@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control/client"
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -33,8 +33,8 @@ func (fx *fixture) pending(key string) *ledger.Operation {
 // a principal without the role, another fingerprint and a long note are
 // refused, and change nothing; a decision wakes the waiting requests.
 func TestDecisions(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		fx := newFixture(t, open(t), "")
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		fx := newFixture(t, db.Open(t), "")
 		op := fx.pending("dep-1")
 		ctx := context.Background()
 		a, err := fx.as("bob").Approval(ctx, op.Approval.ID)
@@ -83,8 +83,8 @@ func TestDecisions(t *testing.T) {
 // page, each whole with its effects; an admin settles an effect that
 // waits, and nobody else does, nor another tenant's.
 func TestOperationsAndEffects(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		fx := newFixture(t, open(t), "")
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		fx := newFixture(t, db.Open(t), "")
 		op := fx.unknown("acme", "dossier_42:v5")
 		fx.unknown("globex", "theirs")
 		ctx := context.Background()
@@ -133,7 +133,7 @@ func TestOperationsAndEffects(t *testing.T) {
 // that is not there an error, and the checkpoint not found before the
 // first.
 func TestAPIRefusals(t *testing.T) {
-	fx := newFixture(t, teststore.SQLite(t), "")
+	fx := newFixture(t, dbtest.SQLite(t), "")
 	ctx := context.Background()
 	if _, err := fx.as("nobody").Approvals(ctx, client.ApprovalQuery{}); code(err) != contract.CodeUnauthorized {
 		t.Fatalf("no principal: %v", err)

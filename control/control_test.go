@@ -13,7 +13,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/control/client"
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -90,8 +90,8 @@ func code(err error) string {
 // finding, and keeps that finding in the history; a second one is refused
 // naming the state that refused it.
 func TestResolveIsTheOperatorsAlone(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		fx := newFixture(t, open(t), "")
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		fx := newFixture(t, db.Open(t), "")
 		op := fx.unknown("acme", "charge-1")
 		ctx := context.Background()
 		good := contract.ResolveRequest{State: "succeeded", Note: "the bank shows it once", Duplicate: true}
@@ -135,7 +135,7 @@ func TestResolveIsTheOperatorsAlone(t *testing.T) {
 // TestAdminRoleIsOneSetting: the role that resolves is the Operator's one
 // setting, for every action that needs it (resolve, export, effects).
 func TestAdminRoleIsOneSetting(t *testing.T) {
-	fx := newFixture(t, teststore.SQLite(t), "ops")
+	fx := newFixture(t, dbtest.SQLite(t), "ops")
 	op := fx.unknown("acme", "charge-ops")
 	ctx := context.Background()
 	if _, err := fx.as("alice").Resolve(ctx, op.ID, contract.ResolveRequest{State: "failed", Note: "x"}); code(err) !=
@@ -153,7 +153,7 @@ func TestAdminRoleIsOneSetting(t *testing.T) {
 // TestLocalOperator: the CLI's operator, at the store, resolves in any
 // tenant, and still needs a note.
 func TestLocalOperator(t *testing.T) {
-	s := teststore.SQLite(t)
+	s := dbtest.SQLite(t)
 	fx := newFixture(t, s, "")
 	op := fx.unknown("globex", "charge-local")
 	o := &control.Operator{Store: s}

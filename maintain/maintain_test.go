@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/maintain"
 	"github.com/idemgate/idemgate/reconcile"
@@ -18,7 +18,7 @@ import (
 
 // eachStore runs fn on a fresh store of each kind.
 func eachStore(t *testing.T, fn func(t *testing.T, s ledger.Store)) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) { fn(t, open(t)) })
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) { fn(t, db.Open(t)) })
 }
 
 // run runs the maintenance plane until the returned stop, which waits

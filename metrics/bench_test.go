@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -46,22 +46,19 @@ func fill(b *testing.B, s ledger.Store, n int) {
 // BenchmarkScrape100k is one /metrics scrape, the store read included,
 // with 100,000 operations in the store (issue 12's measure).
 func BenchmarkScrape100k(b *testing.B) {
-	stores := map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite, "postgres": teststore.Postgres}
-	for _, name := range []string{"sqlite", "postgres"} {
-		b.Run(name, func(b *testing.B) {
-			s := stores[name](b)
-			fill(b, s, 100_000)
-			m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
-			h := m.Handler()
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-				if rec.Code != 200 {
-					b.Fatalf("scrape: %d", rec.Code)
-				}
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		s := db.Open(b)
+		fill(b, s, 100_000)
+		m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
+		h := m.Handler()
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			if rec.Code != 200 {
+				b.Fatalf("scrape: %d", rec.Code)
 			}
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkObserve is what the metrics add to one request: the Observer's

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 )
@@ -73,40 +73,37 @@ func BenchmarkByHand(b *testing.B) {
 // BenchmarkRelay is the relay (Run) delivering b.N effects already
 // enqueued, each its own operation's.
 func BenchmarkRelay(b *testing.B) {
-	for name, open := range map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite,
-		"postgres": teststore.Postgres} {
-		b.Run(name, func(b *testing.B) {
-			s := open(b)
-			url := trivialTarget(b)
-			b.StopTimer()
-			batch := make([]outbox.Effect, 0, 256)
-			for i := range b.N {
-				batch = append(batch, outbox.Effect{Tenant: "acme", OperationKey: fmt.Sprint("op-", i), Name: "step-1",
-					Target: "crm", Path: "/v1/steps/1", Header: http.Header{"Content-Type": {"application/json"}},
-					Body: []byte(`{"step":1}`)})
-				if len(batch) == cap(batch) || i == b.N-1 {
-					if _, err := outbox.Enqueue(context.Background(), s, batch...); err != nil {
-						b.Fatal(err)
-					}
-					batch = batch[:0]
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		s := db.Open(b)
+		url := trivialTarget(b)
+		b.StopTimer()
+		batch := make([]outbox.Effect, 0, 256)
+		for i := range b.N {
+			batch = append(batch, outbox.Effect{Tenant: "acme", OperationKey: fmt.Sprint("op-", i), Name: "step-1",
+				Target: "crm", Path: "/v1/steps/1", Header: http.Header{"Content-Type": {"application/json"}},
+				Body: []byte(`{"step":1}`)})
+			if len(batch) == cap(batch) || i == b.N-1 {
+				if _, err := outbox.Enqueue(context.Background(), s, batch...); err != nil {
+					b.Fatal(err)
 				}
+				batch = batch[:0]
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			var delivered atomic.Int64
-			r := &outbox.Relay{Store: s, Targets: map[string]outbox.Target{"crm": {URL: url, ResultRef: "body:/id"}},
-				Concurrency: benchConcurrency, Client: benchClient, OnDelivery: func(d outbox.Delivery) {
-					if d.Recorded != nil || d.Outcome.State != ledger.Succeeded {
-						b.Errorf("delivery %+v", d)
-					}
-					if delivered.Add(1) == int64(b.N) {
-						cancel()
-					}
-				}}
-			b.StartTimer()
-			if err := r.Run(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
-		})
-	}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var delivered atomic.Int64
+		r := &outbox.Relay{Store: s, Targets: map[string]outbox.Target{"crm": {URL: url, ResultRef: "body:/id"}},
+			Concurrency: benchConcurrency, Client: benchClient, OnDelivery: func(d outbox.Delivery) {
+				if d.Recorded != nil || d.Outcome.State != ledger.Succeeded {
+					b.Errorf("delivery %+v", d)
+				}
+				if delivered.Add(1) == int64(b.N) {
+					cancel()
+				}
+			}}
+		b.StartTimer()
+		if err := r.Run(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
+	})
 }

@@ -18,8 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgate/idemgate/internal/testenv"
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -274,8 +273,7 @@ func openStoreAt(ctx context.Context, dsn string) (ledger.Store, error) {
 // ledger's, and returns its DSN and a reader of the committed orders.
 func sqliteOrders(t *testing.T) (string, func() []int) {
 	path := filepath.Join(t.TempDir(), "shop.db")
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	teststore.Migrated(t, s, err)
+	dbtest.SQLiteAt(t, path)
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
@@ -306,9 +304,8 @@ func sqliteOrders(t *testing.T) (string, func() []int) {
 
 // postgresOrders is sqliteOrders on a schema of the test's own.
 func postgresOrders(t *testing.T) (string, func() []int) {
-	dsn, _ := testenv.PostgresSchema(t)
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	teststore.Migrated(t, s, err)
+	dsn := dbtest.PostgresDSN(t)
+	dbtest.PostgresAt(t, dsn)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)

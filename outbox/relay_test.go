@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 )
@@ -18,8 +18,8 @@ import (
 // its derived key in the tenant's name, the target's credentials and the
 // effect's own headers; the target's reference is kept.
 func TestRelayDelivers(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		target := newHonouring()
 		if _, err := outbox.Enqueue(context.Background(), s, effects("dossier_42:v5", 3)...); err != nil {
 			t.Fatal(err)
@@ -93,8 +93,8 @@ func TestRelayErrorFamilies(t *testing.T) {
 			conn.Close()
 		}, ledger.Unknown, "target_reset", true},
 	}
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		for _, c := range cases {
 			url := serve(t, c.handler)
 			r := relay(s, url)
@@ -154,8 +154,8 @@ func TestRelayTest11(t *testing.T) {
 		{"server errors", 500, true, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-				s := open(t)
+			dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+				s := db.Open(t)
 				target := newHonouring()
 				broken := true
 				target.behave = func(key string, n int) int { // called under target.mu
@@ -209,8 +209,8 @@ func TestRelayTest11(t *testing.T) {
 // eight deliveries each at a time, against a slow target: no key is ever
 // in flight twice, and each effect is delivered once.
 func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		const ops = 60
 		for i := range ops {
 			if _, err := outbox.Enqueue(context.Background(), s, effects("race-"+string(rune('A'+i%26))+
@@ -222,7 +222,7 @@ func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 		target.hold = 5 * time.Millisecond
 		url := serve(t, target)
 		var wg sync.WaitGroup
-		for _, h := range []ledger.Store{s, open(t)} {
+		for _, h := range []ledger.Store{s, db.Open(t)} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -248,8 +248,8 @@ func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 // TestRelayStopsCleanly: Run returns when its context ends, and a bad
 // configuration is refused before any claim.
 func TestRelayStopsCleanly(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		bad := relay(s, "ftp://x")
 		if err := bad.Run(context.Background()); err == nil {
 			t.Fatal("a relay with a bad target ran")
@@ -281,8 +281,8 @@ func TestRelayStopsCleanly(t *testing.T) {
 // before the first sent them, both would deliver them. Each is delivered
 // once.
 func TestRelayNeverDeliversPastItsLease(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		for i := range 20 {
 			if _, err := outbox.Enqueue(context.Background(), s, effects("slow-"+string(rune('a'+i)), 1)...); err != nil {
 				t.Fatal(err)
@@ -293,7 +293,7 @@ func TestRelayNeverDeliversPastItsLease(t *testing.T) {
 		url := serve(t, target)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		for _, h := range []ledger.Store{s, open(t)} {
+		for _, h := range []ledger.Store{s, db.Open(t)} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -348,8 +348,8 @@ func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams
 // be in flight when another relay, the lease lapsed, sends it too); it is
 // released, and the next relay delivers it, once.
 func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
-	teststore.Each(t, func(t *testing.T, open func(testing.TB) ledger.Store) {
-		s := open(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
 		if _, err := outbox.Enqueue(context.Background(), s, effects("late-claim", 1)...); err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(3100 * time.Millisecond) // past a's lease
-			drain(t, relay(open(t), url))
+			drain(t, relay(db.Open(t), url))
 		}()
 		wg.Wait()
 		applied, delivered := target.counts()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/teststore"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/reconcile"
 )
@@ -38,32 +38,29 @@ func BenchmarkReconcile(b *testing.B) {
 		body, err := io.ReadAll(resp.Body)
 		return reconcile.Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}, err
 	}
-	for name, open := range map[string]func(testing.TB) ledger.Store{"sqlite": teststore.SQLite,
-		"postgres": teststore.Postgres} {
-		b.Run(name, func(b *testing.B) {
-			s := open(b)
-			b.StopTimer()
-			for i := range b.N {
-				r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "t", Key: fmt.Sprint("k-", i),
-					Route: "POST /v1/x/{id}", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour,
-					Actor: "b", Probe: fmt.Sprint("GET /v1/x/", i)})
-				if err == nil {
-					_, err = s.MarkUnknown(context.Background(), *r.Lease, ledger.Note{Reason: "lost"})
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		s := db.Open(b)
+		b.StopTimer()
+		for i := range b.N {
+			r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "t", Key: fmt.Sprint("k-", i),
+				Route: "POST /v1/x/{id}", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour,
+				Actor: "b", Probe: fmt.Sprint("GET /v1/x/", i)})
+			if err == nil {
+				_, err = s.MarkUnknown(context.Background(), *r.Lease, ledger.Note{Reason: "lost"})
 			}
-			rc := &reconcile.Reconciler{Store: s, Probes: map[string]*reconcile.Probe{"POST /v1/x/{id}": probe},
-				Send: send, Batch: 64}
-			b.StartTimer()
-			for done := 0; done < b.N; {
-				n, err := rc.Once(context.Background())
-				if err != nil || n == 0 {
-					b.Fatalf("settled %d of %d: %v", done, b.N, err)
-				}
-				done += n
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+		}
+		rc := &reconcile.Reconciler{Store: s, Probes: map[string]*reconcile.Probe{"POST /v1/x/{id}": probe},
+			Send: send, Batch: 64}
+		b.StartTimer()
+		for done := 0; done < b.N; {
+			n, err := rc.Once(context.Background())
+			if err != nil || n == 0 {
+				b.Fatalf("settled %d of %d: %v", done, b.N, err)
+			}
+			done += n
+		}
+	})
 }
