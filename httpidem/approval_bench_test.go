@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -109,13 +110,13 @@ func TestPendingRetryIsOneRead(t *testing.T) {
 // approval is pending with a replay of a finished operation: from the
 // replay cache (the default) and from the store.
 func BenchmarkRetries(b *testing.B) {
-	for _, name := range []string{"sqlite", "postgres"} {
-		s := stores[name](b)
-		b.Run(name+"/pending", func(b *testing.B) { benchRetry(b, s, 0, prod) })
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		s := db.Open(b, roomy)
+		b.Run("pending", func(b *testing.B) { benchRetry(b, s, 0, prod) })
 		staging := `{"artifact":"api@sha256:aaaa","environment":"staging"}`
-		b.Run(name+"/replay-cached", func(b *testing.B) { benchRetry(b, s, 0, staging) })
-		b.Run(name+"/replay-store", func(b *testing.B) { benchRetry(b, s, -1, staging) })
-	}
+		b.Run("replay-cached", func(b *testing.B) { benchRetry(b, s, 0, staging) })
+		b.Run("replay-store", func(b *testing.B) { benchRetry(b, s, -1, staging) })
+	})
 }
 
 func benchRetry(b *testing.B, s ledger.Store, cache int64, body string) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -13,7 +14,7 @@ import (
 // log's events recorded (through a real batcher into a real store) and
 // without, side by side: what the audit log costs a replay's path.
 func BenchmarkReplayAudit(b *testing.B) {
-	s := stores["sqlite"](b)
+	s := dbtest.SQLite(b)
 	for _, audited := range []bool{false, true} {
 		b.Run(map[bool]string{false: "off", true: "on"}[audited], func(b *testing.B) {
 			opts := httpidem.Options{Store: s, Tenant: func(*http.Request) (string, error) { return "acme", nil },

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -91,7 +92,7 @@ func TestAuditAnswersTheFourQuestions(t *testing.T) {
 // TestAuditResultRefFromAHeader: a reference named by a header is read
 // from the upstream's answer; a failed answer has none.
 func TestAuditResultRefFromAHeader(t *testing.T) {
-	s := stores["sqlite"](t)
+	s := dbtest.SQLite(t)
 	a, b := auditedApp(t, s, []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets", ResultRef: "header:X-Request-Id"}})
 	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
 		w.Header().Set("X-Request-Id", "req-42")
@@ -116,7 +117,7 @@ func TestAuditResultRefFromAHeader(t *testing.T) {
 // of 255 bytes at most, or is sent twice, is refused before anything is
 // reserved.
 func TestAuditBadRunIsRefused(t *testing.T) {
-	s := stores["sqlite"](t)
+	s := dbtest.SQLite(t)
 	a, b := auditedApp(t, s, nil)
 	defer b.Close()
 	for _, extra := range [][]string{{"Idempotency-Run", strings.Repeat("r", 256)},

@@ -4,20 +4,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/store/sqlite"
+	"github.com/idemgate/idemgate/internal/dbtest"
 )
 
 // TestPathParametersAreFingerprinted: in a Go service the middleware runs
 // before the service's own mux has matched, so it reads the path
 // parameters itself; a key reused for another intent is refused.
 func TestPathParametersAreFingerprinted(t *testing.T) {
-	s := openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
+	s := dbtest.SQLite(t)
 	m, err := httpidem.New(httpidem.Options{Store: s, Tenant: func(*http.Request) (string, error) { return "acme", nil },
 		Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/intents/{id}/capture"},
 			{Method: "POST", Pattern: "/v1/files/{path...}"}}})

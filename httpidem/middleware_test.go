@@ -10,7 +10,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,21 +19,9 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
-
-// stores opens a fresh store of each kind.
-var stores = map[string]func(t testing.TB) ledger.Store{
-	"sqlite": func(t testing.TB) ledger.Store {
-		return openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
-	},
-	"postgres": func(t testing.TB) ledger.Store {
-		dsn, _ := testenv.PostgresSchema(t)
-		return openPostgres(t, dsn)
-	},
-}
 
 // app is a counting business handler behind the middleware, on a real socket.
 type app struct {
@@ -135,10 +122,9 @@ func (a *app) operations() int {
 	return len(page.Operations)
 }
 
+// forEachStore runs test on a new store of each kind.
 func forEachStore(t *testing.T, test func(t *testing.T, s ledger.Store)) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) { test(t, open(t)) })
-	}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) { test(t, db.Open(t, roomy)) })
 }
 
 func TestReplayIsByteIdentical(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -31,7 +32,7 @@ type outage struct {
 var outages = map[string]func(t *testing.T) outage{
 	"sqlite": func(t *testing.T) outage {
 		path := filepath.Join(t.TempDir(), "l.db")
-		s := openSQLite(t, path, sqlite.Options{})
+		s := dbtest.SQLiteAt(t, path)
 		var mu sync.Mutex
 		var undo func()
 		return outage{store: s, down: func() {
@@ -45,45 +46,17 @@ var outages = map[string]func(t *testing.T) outage{
 		}}
 	},
 	"postgres": func(t *testing.T) outage {
-		dsn, _ := testenv.PostgresSchema(t)
-		u, _ := url.Parse(dsn)
+		u, _ := url.Parse(dbtest.PostgresDSN(t))
 		proxy := testenv.NewProxy(t, u.Host)
 		u.Host = proxy.Addr
-		s := openPostgres(t, u.String())
+		s := dbtest.PostgresAt(t, u.String(), roomy.Postgres)
 		return outage{store: s, down: proxy.Down, up: proxy.Up}
 	},
 }
 
-// openPostgres opens and migrates a store on dsn, closed at the test's end.
-func openPostgres(t testing.TB, dsn string) *postgres.Store {
-	t.Helper()
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 16})
-	return migrated(t, s, err)
-}
-
-// openSQLite opens and migrates a store at path, closed at the test's end.
-func openSQLite(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, opts)
-	return migrated(t, s, err)
-}
-
-type migrator interface {
-	ledger.Store
-	Migrate(context.Context) error
-}
-
-func migrated[S migrator](t testing.TB, s S, err error) S {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// roomy is the options of the stores these tests open: a PostgreSQL pool
+// of 16 connections.
+var roomy = dbtest.Options{Postgres: postgres.Options{MaxConns: 16}}
 
 // logs collects what the middleware logs.
 type logs struct {
@@ -174,7 +147,7 @@ func TestAnswerUnrecordedPastDeadline(t *testing.T) {
 // state, so with durability=relaxed there is none: a replay needs the
 // store.
 func TestRelaxedStoreHasNoReplayCache(t *testing.T) {
-	s := openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{Relaxed: true})
+	s := dbtest.SQLite(t, sqlite.Options{Relaxed: true})
 	a := newApp(t, s, httpidem.Options{})
 	if r := a.post("k", "acme", `{}`); r.status != 201 {
 		t.Fatalf("first: %+v", r)
@@ -188,7 +161,7 @@ func TestRelaxedStoreHasNoReplayCache(t *testing.T) {
 // TestReserveFailureLogged: a reservation the store cannot make is a 503
 // for the client and an error line for the operator.
 func TestReserveFailureLogged(t *testing.T) {
-	s := openSQLite(t, filepath.Join(t.TempDir(), "l.db"), sqlite.Options{})
+	s := dbtest.SQLite(t)
 	var log logs
 	a := newApp(t, s, httpidem.Options{Logger: log.logger()})
 	s.Close()

@@ -12,10 +12,8 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // business is a service keeping its tickets in the ledger's database, and
@@ -28,14 +26,7 @@ type business struct {
 
 func sqliteBusiness(t *testing.T) business {
 	path := filepath.Join(t.TempDir(), "app.db")
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(t, path)
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
@@ -66,15 +57,8 @@ func sqliteBusiness(t *testing.T) business {
 }
 
 func postgresBusiness(t *testing.T) business {
-	dsn, _ := testenv.PostgresSchema(t)
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	dsn := dbtest.PostgresDSN(t)
+	s := dbtest.PostgresAt(t, dsn)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
