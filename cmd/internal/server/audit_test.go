@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/dbtest"
 )
 
 // auditSection writes a signing key and returns an audit section using it,
@@ -31,59 +32,57 @@ func auditSection(t *testing.T) (section, pub, checkpoints string) {
 // admin, its export, which verifies offline with the checkpoints file;
 // a route's result_ref lands in the operation's view.
 func TestAuditThroughTheGateway(t *testing.T) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			section, pub, checkpoints := auditSection(t)
-			store, dsn := open(t)
-			e := newEnv(t, store, dsn, "  - {match: POST /v1/refs, upstream: ops, result_ref: body:/id}\n"+section)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go e.g.RunBackground(ctx)
-			r := e.do("POST", "/v1/refs", "agent-token", `{"title":"x"}`, "Idempotency-Key", "k-1",
-				"Idempotency-Run", "run-1")
-			if again := e.do("POST", "/v1/refs", "agent-token", `{"title":"x"}`, "Idempotency-Key", "k-1"); r.status != 201 ||
-				again.status != 201 {
-				t.Fatalf("statuses %d %d", r.status, again.status)
-			}
-			view := e.do("GET", "/_idem/v1/operations/"+r.header.Get("Idempotency-Operation"), "agent-token", "")
-			if !strings.Contains(view.body, `"result_ref":"R-1"`) || !strings.Contains(view.body, `"principal":"agent"`) ||
-				!strings.Contains(view.body, `"target":"POST /v1/refs"`) {
-				t.Fatalf("the view: %s", view.body)
-			}
-			var cp reply
-			waitUntil(t, "a checkpoint covering the replay", func() bool {
-				cp = e.do("GET", "/_idem/v1/audit/checkpoint", "agent-token", "")
-				c, err := audit.ParseCheckpoint(cp.body)
-				return cp.status == 200 && err == nil && c.Size == 3 // forwarded, succeeded, replayed
-			})
-			if !strings.HasPrefix(cp.body, "gw-test/acme\n3\n") {
-				t.Fatalf("checkpoint %q", cp.body)
-			}
-			if other := e.do("GET", "/_idem/v1/audit/checkpoint", "globex-token", ""); other.status != 404 {
-				t.Fatalf("another tenant's checkpoint: %d %s", other.status, other.body)
-			}
-			if denied := e.do("GET", "/_idem/v1/audit/export", "agent-token", ""); denied.status != 403 {
-				t.Fatalf("an agent's export: %d", denied.status)
-			}
-			export := e.do("GET", "/_idem/v1/audit/export", "alice-token", "")
-			path := filepath.Join(t.TempDir(), "export.jsonl")
-			if err := os.WriteFile(path, []byte(export.body), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			v, err := audit.LoadVerifier(pub)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep, err := audit.Verify(path, v, checkpoints)
-			if err != nil || rep.Events != 3 || rep.Origin != "gw-test/acme" {
-				t.Fatalf("verify the export: %+v %v\n%s", rep, err, export.body)
-			}
-			if strings.Contains(export.body, "agent-token") || strings.Contains(export.body, "upstream-secret") ||
-				strings.Contains(export.body, `"title"`) {
-				t.Fatal("a secret or a body in the export")
-			}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		section, pub, checkpoints := auditSection(t)
+		store, dsn := db.Open(t), db.DSN
+		e := newEnv(t, store, dsn, "  - {match: POST /v1/refs, upstream: ops, result_ref: body:/id}\n"+section)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go e.g.RunBackground(ctx)
+		r := e.do("POST", "/v1/refs", "agent-token", `{"title":"x"}`, "Idempotency-Key", "k-1",
+			"Idempotency-Run", "run-1")
+		if again := e.do("POST", "/v1/refs", "agent-token", `{"title":"x"}`, "Idempotency-Key", "k-1"); r.status != 201 ||
+			again.status != 201 {
+			t.Fatalf("statuses %d %d", r.status, again.status)
+		}
+		view := e.do("GET", "/_idem/v1/operations/"+r.header.Get("Idempotency-Operation"), "agent-token", "")
+		if !strings.Contains(view.body, `"result_ref":"R-1"`) || !strings.Contains(view.body, `"principal":"agent"`) ||
+			!strings.Contains(view.body, `"target":"POST /v1/refs"`) {
+			t.Fatalf("the view: %s", view.body)
+		}
+		var cp reply
+		waitUntil(t, "a checkpoint covering the replay", func() bool {
+			cp = e.do("GET", "/_idem/v1/audit/checkpoint", "agent-token", "")
+			c, err := audit.ParseCheckpoint(cp.body)
+			return cp.status == 200 && err == nil && c.Size == 3 // forwarded, succeeded, replayed
 		})
-	}
+		if !strings.HasPrefix(cp.body, "gw-test/acme\n3\n") {
+			t.Fatalf("checkpoint %q", cp.body)
+		}
+		if other := e.do("GET", "/_idem/v1/audit/checkpoint", "globex-token", ""); other.status != 404 {
+			t.Fatalf("another tenant's checkpoint: %d %s", other.status, other.body)
+		}
+		if denied := e.do("GET", "/_idem/v1/audit/export", "agent-token", ""); denied.status != 403 {
+			t.Fatalf("an agent's export: %d", denied.status)
+		}
+		export := e.do("GET", "/_idem/v1/audit/export", "alice-token", "")
+		path := filepath.Join(t.TempDir(), "export.jsonl")
+		if err := os.WriteFile(path, []byte(export.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		v, err := audit.LoadVerifier(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := audit.Verify(path, v, checkpoints)
+		if err != nil || rep.Events != 3 || rep.Origin != "gw-test/acme" {
+			t.Fatalf("verify the export: %+v %v\n%s", rep, err, export.body)
+		}
+		if strings.Contains(export.body, "agent-token") || strings.Contains(export.body, "upstream-secret") ||
+			strings.Contains(export.body, `"title"`) {
+			t.Fatal("a secret or a body in the export")
+		}
+	})
 }
 
 // waitUntil polls cond for up to 5 s.

@@ -21,10 +21,8 @@ import (
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // upstream is a counting test API. Effects are counted by what it did, not
@@ -190,40 +188,11 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-var stores = map[string]func(t *testing.T) (ledger.Store, string){
-	"sqlite": func(t *testing.T) (ledger.Store, string) {
-		path := filepath.Join(t.TempDir(), "gw.db")
-		s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return s, "sqlite:" + path
-	},
-	"postgres": func(t *testing.T) (ledger.Store, string) {
-		dsn, _ := testenv.PostgresSchema(t)
-		s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return s, dsn
-	},
-}
-
+// forEachStore runs test on a gateway on a new store of each kind.
 func forEachStore(t *testing.T, test func(t *testing.T, e *env)) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			store, dsn := open(t)
-			test(t, newEnv(t, store, dsn, ""))
-		})
-	}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		test(t, newEnv(t, db.Open(t), db.DSN, ""))
+	})
 }
 
 const configTemplate = `store: %s
@@ -539,31 +508,29 @@ func TestSchemaPolicy(t *testing.T) {
 	if err := os.WriteFile(path, []byte(schema), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			store, dsn := open(t)
-			e := newEnv(t, store, dsn, "  - {match: POST /v1/typed, upstream: ops, schema: "+path+"}\n")
-			e.up.srv.Config.Handler.(*http.ServeMux).HandleFunc("POST /v1/typed", func(w http.ResponseWriter, r *http.Request) {
-				n := e.up.effect(r)
-				w.WriteHeader(201)
-				fmt.Fprintf(w, "typed %d", n)
-			})
-			for _, bad := range []string{`{"title":"x","surprise":1}`, `{"priority":1}`, `{"title":5}`} {
-				if r := e.do("POST", "/v1/typed", "agent-token", bad, "Idempotency-Key", "s-bad"); r.status != 422 ||
-					code(r) != "invalid_command" {
-					t.Fatalf("%s: %+v", bad, r)
-				}
-			}
-			if len(e.operations()) != 0 {
-				t.Fatal("an invalid command was reserved")
-			}
-			a := e.do("POST", "/v1/typed", "agent-token", `{"title":"x"}`, "Idempotency-Key", "s-1")
-			b := e.do("POST", "/v1/typed", "agent-token", `{"title":"x","priority":3}`, "Idempotency-Key", "s-1")
-			if a.status != 201 || b.status != 201 || b.header.Get("Idempotent-Replayed") != "true" {
-				t.Fatalf("a default sent or omitted is one command: %+v %+v", a, b)
-			}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		store, dsn := db.Open(t), db.DSN
+		e := newEnv(t, store, dsn, "  - {match: POST /v1/typed, upstream: ops, schema: "+path+"}\n")
+		e.up.srv.Config.Handler.(*http.ServeMux).HandleFunc("POST /v1/typed", func(w http.ResponseWriter, r *http.Request) {
+			n := e.up.effect(r)
+			w.WriteHeader(201)
+			fmt.Fprintf(w, "typed %d", n)
 		})
-	}
+		for _, bad := range []string{`{"title":"x","surprise":1}`, `{"priority":1}`, `{"title":5}`} {
+			if r := e.do("POST", "/v1/typed", "agent-token", bad, "Idempotency-Key", "s-bad"); r.status != 422 ||
+				code(r) != "invalid_command" {
+				t.Fatalf("%s: %+v", bad, r)
+			}
+		}
+		if len(e.operations()) != 0 {
+			t.Fatal("an invalid command was reserved")
+		}
+		a := e.do("POST", "/v1/typed", "agent-token", `{"title":"x"}`, "Idempotency-Key", "s-1")
+		b := e.do("POST", "/v1/typed", "agent-token", `{"title":"x","priority":3}`, "Idempotency-Key", "s-1")
+		if a.status != 201 || b.status != 201 || b.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a default sent or omitted is one command: %+v %+v", a, b)
+		}
+	})
 }
 
 func TestHealthAndReadiness(t *testing.T) {

@@ -3,6 +3,8 @@ package server_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/internal/dbtest"
 )
 
 // bindingRoutes are the routes of the fingerprint tests: a path parameter,
@@ -96,10 +98,7 @@ func TestBodiesByMediaType(t *testing.T) {
 
 // forEachStoreRoutes is forEachStore with routes added to the configuration.
 func forEachStoreRoutes(t *testing.T, routes string, test func(t *testing.T, e *env)) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			store, dsn := open(t)
-			test(t, newEnv(t, store, dsn, routes))
-		})
-	}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		test(t, newEnv(t, db.Open(t), db.DSN, routes))
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -26,7 +27,8 @@ type served struct {
 }
 
 func serve(t *testing.T, settings string) *served {
-	store, dsn := stores["sqlite"](t)
+	db := dbtest.SQLiteDB(t)
+	store, dsn := db.Open(t), db.DSN
 	e := newEnv(t, store, dsn, settings)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // recorder is an upstream that keeps every request exactly as it arrived:
@@ -107,14 +107,7 @@ type hygieneEnv struct {
 func newHygieneEnv(t *testing.T) *hygieneEnv {
 	up := newRecorder(t)
 	dir := t.TempDir()
-	store, err := sqlite.Open(context.Background(), filepath.Join(dir, "gw.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := dbtest.SQLiteAt(t, filepath.Join(dir, "gw.db"))
 	path := filepath.Join(dir, "gw.yaml")
 	text := fmt.Sprintf(hygieneConfig, filepath.Join(dir, "gw.db"), up.srv.URL, up.srv.URL, sha("agent-token"), sha("alice-token"))
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {

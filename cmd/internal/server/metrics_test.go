@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
-	"github.com/idemgate/idemgate/store/postgres"
 )
 
 // The ten indicators as the scrape names them (a gauge's series selected
@@ -94,8 +94,9 @@ func (e *env) moved(what string, want map[string]float64, act func()) {
 // TestMetricsIndicators: each of the ten indicators moves when its event
 // happens, and only the indicators that event is an instance of move.
 func TestMetricsIndicators(t *testing.T) {
-	store, dsn := stores["sqlite"](t)
-	e := newEnv(t, store, dsn, "")
+	db := dbtest.SQLiteDB(t)
+	store := db.Open(t)
+	e := newEnv(t, store, db.DSN, "")
 	post := func(path, key, body string) reply {
 		return e.do("POST", path, "agent-token", body, "Idempotency-Key", key)
 	}
@@ -155,10 +156,9 @@ func noKeyInLabels(t *testing.T, fams map[string]*dto.MetricFamily, secrets ...s
 // TestMetricsInstancesAgree: two gateways on one PostgreSQL report the
 // same state gauges, read from the store, whichever served the writes.
 func TestMetricsInstancesAgree(t *testing.T) {
-	store, dsn := stores["postgres"](t)
-	one := newEnv(t, store, dsn, "")
-	otherStore, _ := storeOn(t, dsn)
-	two := newEnv(t, otherStore, dsn, "")
+	db := dbtest.PostgresDB(t)
+	one := newEnv(t, db.Open(t), db.DSN, "")
+	two := newEnv(t, db.Open(t), db.DSN, "")
 	for i, e := range []*env{one, two, one} {
 		if r := e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "k-"+string(rune('a'+i))); r.status != 201 {
 			t.Fatalf("write %d: %d", i, r.status)
@@ -176,15 +176,4 @@ func TestMetricsInstancesAgree(t *testing.T) {
 		t.Fatalf("the gauges do not show the store: %v succeeded, %v unknown",
 			value(a, "idemgate_operations{state=succeeded}"), value(b, "idemgate_operations{state=unknown}"))
 	}
-}
-
-// storeOn opens another handle on the PostgreSQL store at dsn, as a
-// second gateway instance would.
-func storeOn(t *testing.T, dsn string) (ledger.Store, string) {
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, dsn
 }

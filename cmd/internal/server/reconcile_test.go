@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -32,68 +33,66 @@ const probeRoutes = `  - match: POST /v1/lost/probed
 // leaves it unknown, probed again later, until it gives up and waits for
 // an operator. Each verdict, with its evidence, is in the history.
 func TestReconcileFromProof(t *testing.T) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			store, dsn := open(t)
-			e := newEnv(t, store, dsn, probeRoutes)
-			r := e.g.Reconciler()
-			once := func() int {
-				n, err := r.Once(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		store, dsn := db.Open(t), db.DSN
+		e := newEnv(t, store, dsn, probeRoutes)
+		r := e.g.Reconciler()
+		once := func() int {
+			n, err := r.Once(context.Background())
+			if err != nil {
+				t.Fatal(err)
 			}
-			post := func(path, key, body string) reply {
-				return e.do("POST", path, "agent-token", body, "Idempotency-Key", key)
+			return n
+		}
+		post := func(path, key, body string) reply {
+			return e.do("POST", path, "agent-token", body, "Idempotency-Key", key)
+		}
+		lost := post("/v1/lost/probed", "p-1", `{"path":"/v1/lost/probed"}`)
+		dropped := post("/v1/dropped/probed", "p-2", `{"path":"/v1/dropped/probed"}`)
+		failing := post("/v1/failing/probed", "p-3", `{}`)
+		for _, r := range []reply{lost, dropped, failing} {
+			if r.status/100 != 5 {
+				t.Fatalf("a lost answer: %d %s", r.status, r.body)
 			}
-			lost := post("/v1/lost/probed", "p-1", `{"path":"/v1/lost/probed"}`)
-			dropped := post("/v1/dropped/probed", "p-2", `{"path":"/v1/dropped/probed"}`)
-			failing := post("/v1/failing/probed", "p-3", `{}`)
-			for _, r := range []reply{lost, dropped, failing} {
-				if r.status/100 != 5 {
-					t.Fatalf("a lost answer: %d %s", r.status, r.body)
-				}
-			}
-			if n := once(); n != 2 {
-				t.Fatalf("settled %d, want 2", n)
-			}
-			replay := post("/v1/lost/probed", "p-1", `{"path":"/v1/lost/probed"}`)
-			if replay.status != 200 || replay.header.Get("Idempotency-Reconciled") != "true" ||
-				replay.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(replay.body, `"count":1`) {
-				t.Fatalf("the retry after the proof: %d %v %s", replay.status, replay.header, replay.body)
-			}
-			if e.up.count("/v1/lost/probed") != 1 {
-				t.Fatalf("the capture was sent %d times", e.up.count("/v1/lost/probed"))
-			}
-			op, _ := store.Get(context.Background(), lost.header.Get("Idempotency-Operation"))
-			h, _ := store.History(context.Background(), op.ID)
-			if op.State != ledger.Succeeded || op.ResultRef != "E-1" || h[len(h)-1].Actor != ledger.ActorReconciler ||
-				!strings.Contains(h[len(h)-1].Reason, "answered 200: applied") {
-				t.Fatalf("the reconciled operation: %+v %+v", op, h[len(h)-1])
-			}
-			if again := post("/v1/dropped/probed", "p-2", `{"path":"/v1/dropped/probed"}`); again.status/100 != 5 ||
-				e.up.count("/v1/dropped/probed") != 0 {
-				t.Fatalf("the retry of the proven-unapplied one: %d", again.status)
-			}
-			failingOp := failing.header.Get("Idempotency-Operation")
-			time.Sleep(5 * time.Millisecond)
-			once() // inconclusive: due again after its backoff
-			time.Sleep(350 * time.Millisecond)
-			once() // past give_up_after: it waits for an operator
-			time.Sleep(50 * time.Millisecond)
-			if n := once(); n != 0 {
-				t.Fatalf("settled %d after giving up", n)
-			}
-			op, _ = store.Get(context.Background(), failingOp)
-			if op.State != ledger.Unknown {
-				t.Fatalf("an inconclusive probe moved it: %s", op.State)
-			}
-			cs, err := store.ClaimProbes(context.Background(), ledger.ProbeClaimParams{
-				Routes: []string{"POST /v1/failing/probed"}, Limit: 10, Lease: time.Minute})
-			if err != nil || len(cs) != 0 {
-				t.Fatalf("given up, it was claimed again: %+v %v", cs, err)
-			}
-		})
-	}
+		}
+		if n := once(); n != 2 {
+			t.Fatalf("settled %d, want 2", n)
+		}
+		replay := post("/v1/lost/probed", "p-1", `{"path":"/v1/lost/probed"}`)
+		if replay.status != 200 || replay.header.Get("Idempotency-Reconciled") != "true" ||
+			replay.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(replay.body, `"count":1`) {
+			t.Fatalf("the retry after the proof: %d %v %s", replay.status, replay.header, replay.body)
+		}
+		if e.up.count("/v1/lost/probed") != 1 {
+			t.Fatalf("the capture was sent %d times", e.up.count("/v1/lost/probed"))
+		}
+		op, _ := store.Get(context.Background(), lost.header.Get("Idempotency-Operation"))
+		h, _ := store.History(context.Background(), op.ID)
+		if op.State != ledger.Succeeded || op.ResultRef != "E-1" || h[len(h)-1].Actor != ledger.ActorReconciler ||
+			!strings.Contains(h[len(h)-1].Reason, "answered 200: applied") {
+			t.Fatalf("the reconciled operation: %+v %+v", op, h[len(h)-1])
+		}
+		if again := post("/v1/dropped/probed", "p-2", `{"path":"/v1/dropped/probed"}`); again.status/100 != 5 ||
+			e.up.count("/v1/dropped/probed") != 0 {
+			t.Fatalf("the retry of the proven-unapplied one: %d", again.status)
+		}
+		failingOp := failing.header.Get("Idempotency-Operation")
+		time.Sleep(5 * time.Millisecond)
+		once() // inconclusive: due again after its backoff
+		time.Sleep(350 * time.Millisecond)
+		once() // past give_up_after: it waits for an operator
+		time.Sleep(50 * time.Millisecond)
+		if n := once(); n != 0 {
+			t.Fatalf("settled %d after giving up", n)
+		}
+		op, _ = store.Get(context.Background(), failingOp)
+		if op.State != ledger.Unknown {
+			t.Fatalf("an inconclusive probe moved it: %s", op.State)
+		}
+		cs, err := store.ClaimProbes(context.Background(), ledger.ProbeClaimParams{
+			Routes: []string{"POST /v1/failing/probed"}, Limit: 10, Lease: time.Minute})
+		if err != nil || len(cs) != 0 {
+			t.Fatalf("given up, it was claimed again: %+v %v", cs, err)
+		}
+	})
 }

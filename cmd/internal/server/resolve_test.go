@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -142,12 +143,9 @@ func TestResolveWithoutAnAnswerSaysSo(t *testing.T) {
 }
 
 func forEachResolveStore(t *testing.T, test func(t *testing.T, e *env)) {
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			store, dsn := open(t)
-			test(t, newEnv(t, store, dsn, "max_response: 4KiB\n"))
-		})
-	}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		test(t, newEnv(t, db.Open(t), db.DSN, "max_response: 4KiB\n"))
+	})
 }
 
 func mustJSON(t *testing.T, v any) string {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/postgres"
 )
 
 // TestLostReservationReplyIsRecognised: the connection of a reservation is
@@ -19,18 +19,11 @@ import (
 // it, and unknown once its lease lapsed, although nothing was sent.
 func TestLostReservationReplyIsRecognised(t *testing.T) {
 	c := context.Background()
-	dsn, _ := testenv.PostgresSchema(t)
+	dsn := dbtest.PostgresDSN(t)
 	u, _ := url.Parse(dsn)
 	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr
-	store, err := postgres.Open(c, u.String(), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(c); err != nil {
-		t.Fatal(err)
-	}
+	store := dbtest.PostgresAt(t, u.String())
 	e := newEnv(t, store, dsn, "")
 	// Another session's uncommitted row for the key makes the reservation
 	// wait, inside the server, until that session rolls back.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/dbtest"
 )
 
 // TestUIThroughTheGateway: the page is mounted at /ui/, signs in with a
@@ -16,7 +18,8 @@ import (
 // refused), and shows the tenant's dashboard charted from the gateway's
 // own metrics history.
 func TestUIThroughTheGateway(t *testing.T) {
-	store, dsn := stores["sqlite"](t)
+	db := dbtest.SQLiteDB(t)
+	store, dsn := db.Open(t), db.DSN
 	e := newEnv(t, store, dsn, "")
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar}
