@@ -18,8 +18,8 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // principalHeaders names the caller to the middleware (X-Principal,
@@ -51,15 +51,7 @@ func (p *principalHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 // the gateway's control API renders it.
 func approvalMiddleware(t *testing.T) (url string, effects *atomic.Int64) {
 	t.Helper()
-	ctx := context.Background()
-	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLite(t)
 	pol, err := approval.Compile(approval.Config{When: `body.environment == "production"`, TTL: time.Hour,
 		Summary: `Deploy {{.body.artifact}} to {{.body.environment}} ({{.params.service}})`})
 	if err != nil {

@@ -3,14 +3,13 @@ package ledger_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // TestEventBatcherCoalesces: a retry storm (one run, one key, one request,
@@ -18,14 +17,7 @@ import (
 // requests it stands for; a request that differs in anything but its time
 // keeps an event of its own; Close writes what is queued.
 func TestEventBatcherCoalesces(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLite(t)
 	b := ledger.NewEventBatcher(s, time.Hour, nil)       // one batch, written at Close
 	start := time.Now().UTC().Truncate(time.Microsecond) // a store's resolution
 	replay := audit.Event{Tenant: "acme", OperationID: "op_1", Kind: audit.Replayed, RunID: "run-1", Key: "k",
@@ -56,14 +48,7 @@ func TestEventBatcherCoalesces(t *testing.T) {
 // shutdown out of order) is dropped and logged; it never crashes the
 // process, and Close may be called again.
 func TestEventBatcherRecordAfterClose(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLite(t)
 	var logs strings.Builder
 	b := ledger.NewEventBatcher(s, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
 	b.Close()

@@ -2,27 +2,19 @@ package metrics_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // TestHistoryPerTenant: each tenant's samples hold its own requests and
 // its own store gauges, never another's; counters restart every interval.
 func TestHistoryPerTenant(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "h.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLite(t)
 	if _, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "globex", Key: "k", Route: "POST /v1/t",
 		Fingerprint: "sha256:aa", Lease: time.Microsecond, Retention: time.Hour, Actor: "t"}); err != nil {
 		t.Fatal(err)

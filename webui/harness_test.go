@@ -25,8 +25,8 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
-	"github.com/idemgate/idemgate/store/sqlite"
 	"github.com/idemgate/idemgate/webui"
 )
 
@@ -58,7 +58,7 @@ var principals = []approval.Principal{
 func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 	t.Helper()
 	fx := &fixture{t: t, log: &syncBuffer{}, tokens: map[string]string{}, seen: &recorder{}}
-	fx.store = openStore(t)
+	fx.store = dbtest.SQLite(t)
 	fx.sealer = newSealer(t, fx.store)
 	hashes := map[string][]byte{}
 	for _, p := range principals {
@@ -94,19 +94,6 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 	fx.srv = httptest.NewServer(mux)
 	t.Cleanup(fx.srv.Close)
 	return fx
-}
-
-func openStore(t *testing.T) ledger.Store {
-	t.Helper()
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ui.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // newSealer signs a checkpoint after every event, so that a sealed event
