@@ -20,6 +20,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -40,18 +41,10 @@ type auditStore struct {
 
 func newAuditStore(t *testing.T) *auditStore {
 	t.Helper()
-	c := context.Background()
 	a := &auditStore{dir: t.TempDir(), traceDisputed: "4bf92f3577b34da6a3ce929d0e0e4736",
 		disputedFP: "sha256:" + strings.Repeat("a1", 32), failedFP: "sha256:" + strings.Repeat("b2", 32)}
 	a.dsn = "sqlite:" + filepath.Join(a.dir, "audit.db")
-	s, err := openStore(c, a.dsn, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(c); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(t, filepath.Join(a.dir, "audit.db"))
 	a.s = s
 	key := filepath.Join(a.dir, "audit.key")
 	if _, err := audit.Keygen(key, "idemgate"); err != nil {

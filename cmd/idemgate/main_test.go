@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
-	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -167,34 +167,25 @@ func TestFingerprintTargetAndBodies(t *testing.T) {
 	}
 }
 
-// stores makes a DSN of each kind on fresh storage; the PostgreSQL one
-// skips (or, under CI, fails) only its own subtest when there is no server.
-var stores = map[string]func(t *testing.T) string{
-	"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "ops.db") },
-	"postgres": func(t *testing.T) string { dsn, _ := testenv.PostgresSchema(t); return dsn },
-}
-
 func TestMigrateTwiceAndAtOnce(t *testing.T) {
-	for name, fresh := range stores {
-		t.Run(name, func(t *testing.T) {
-			dsn := fresh(t)
-			var wg sync.WaitGroup
-			results := make([]result, 3)
-			for i := range results {
-				wg.Add(1)
-				go func() { defer wg.Done(); results[i] = run(t, "", "migrate", "--store", dsn) }()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		dsn := db.DSN
+		var wg sync.WaitGroup
+		results := make([]result, 3)
+		for i := range results {
+			wg.Add(1)
+			go func() { defer wg.Done(); results[i] = run(t, "", "migrate", "--store", dsn) }()
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r.code != 0 || r.stdout != "migrated\n" {
+				t.Fatalf("concurrent migrate %d: %+v", i, r)
 			}
-			wg.Wait()
-			for i, r := range results {
-				if r.code != 0 || r.stdout != "migrated\n" {
-					t.Fatalf("concurrent migrate %d: %+v", i, r)
-				}
-			}
-			if r := run(t, "", "migrate", "--store", dsn); r.code != 0 {
-				t.Fatalf("migrate again: %+v", r)
-			}
-		})
-	}
+		}
+		if r := run(t, "", "migrate", "--store", dsn); r.code != 0 {
+			t.Fatalf("migrate again: %+v", r)
+		}
+	})
 	if r := run(t, "", "migrate", "--store", "mysql://x"); r.code != 1 || !strings.Contains(r.stderr, "sqlite:PATH") {
 		t.Errorf("unknown store kind: %+v", r)
 	}
@@ -205,113 +196,103 @@ func TestMigrateTwiceAndAtOnce(t *testing.T) {
 }
 
 func TestOps(t *testing.T) {
-	for name, fresh := range stores {
-		t.Run(name, func(t *testing.T) {
-			dsn := fresh(t)
-			c := context.Background()
-			s, err := openStore(c, dsn, false)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		dsn, s := db.DSN, db.Open(t)
+		c := context.Background()
+		var ops []*ledger.Operation
+		var leases []*ledger.Lease
+		for i, tenant := range []string{"acme", "acme", "globex"} {
+			r, err := s.Reserve(c, ledger.ReserveParams{Tenant: tenant, Key: "k" + string(rune('a'+i)),
+				Route: "/v1/tickets", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
-			if err := s.Migrate(c); err != nil {
-				t.Fatal(err)
+			ops, leases = append(ops, r.Op), append(leases, r.Lease)
+		}
+		// A stored body may hold personal data: no view shows it.
+		if _, err := s.Complete(c, *leases[0], ledger.Outcome{State: ledger.Succeeded,
+			Response: &ledger.Response{Status: 201, Body: []byte(`{"email":"pii@example.com"}`)}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"show", ops[0].ID}, {"show", ops[0].ID, "--json"}, {"list", "--json"}} {
+			r := run(t, "", append(append([]string{"ops"}, args...), "--store", dsn)...)
+			if r.code != 0 || strings.Contains(r.stdout, "pii@") || !strings.Contains(r.stdout, "201") && args[0] == "show" {
+				t.Fatalf("ops %v: %+v", args, r)
 			}
-			var ops []*ledger.Operation
-			var leases []*ledger.Lease
-			for i, tenant := range []string{"acme", "acme", "globex"} {
-				r, err := s.Reserve(c, ledger.ReserveParams{Tenant: tenant, Key: "k" + string(rune('a'+i)),
-					Route: "/v1/tickets", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ops, leases = append(ops, r.Op), append(leases, r.Lease)
-			}
-			// A stored body may hold personal data: no view shows it.
-			if _, err := s.Complete(c, *leases[0], ledger.Outcome{State: ledger.Succeeded,
-				Response: &ledger.Response{Status: 201, Body: []byte(`{"email":"pii@example.com"}`)}}); err != nil {
-				t.Fatal(err)
-			}
-			for _, args := range [][]string{{"show", ops[0].ID}, {"show", ops[0].ID, "--json"}, {"list", "--json"}} {
-				r := run(t, "", append(append([]string{"ops"}, args...), "--store", dsn)...)
-				if r.code != 0 || strings.Contains(r.stdout, "pii@") || !strings.Contains(r.stdout, "201") && args[0] == "show" {
-					t.Fatalf("ops %v: %+v", args, r)
-				}
-			}
+		}
 
-			r := run(t, "", "ops", "list", "--store", dsn, "--tenant", "acme")
-			if r.code != 0 || !strings.Contains(r.stdout, ops[0].ID) || !strings.Contains(r.stdout, ops[1].ID) ||
-				strings.Contains(r.stdout, ops[2].ID) || !strings.HasPrefix(r.stdout, "ID") {
-				t.Fatalf("ops list --tenant acme: %+v", r)
-			}
-			r = run(t, "", "ops", "list", "--store", dsn, "--limit", "2", "--json")
-			var lv contract.ListView
-			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || r.code != 0 {
-				t.Fatalf("ops list --json: %v %+v", err, r)
-			}
-			if len(lv.Operations) != 2 || lv.Next == nil || *lv.Next != ops[1].ID {
-				t.Fatalf("first page: %+v", lv)
-			}
-			r = run(t, "", "ops", "list", "--store", dsn, "--after", *lv.Next, "--json", "--state", "executing")
-			lv = contract.ListView{}
-			if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || len(lv.Operations) != 1 ||
-				lv.Operations[0].ID != ops[2].ID || lv.Next != nil {
-				t.Fatalf("second page: %+v %v", lv, err)
-			}
-			if r := run(t, "", "ops", "list", "--store", dsn, "--state", "done"); r.code != 1 ||
-				!strings.Contains(r.stderr, "unknown state") {
-				t.Fatalf("bad state: %+v", r)
-			}
+		r := run(t, "", "ops", "list", "--store", dsn, "--tenant", "acme")
+		if r.code != 0 || !strings.Contains(r.stdout, ops[0].ID) || !strings.Contains(r.stdout, ops[1].ID) ||
+			strings.Contains(r.stdout, ops[2].ID) || !strings.HasPrefix(r.stdout, "ID") {
+			t.Fatalf("ops list --tenant acme: %+v", r)
+		}
+		r = run(t, "", "ops", "list", "--store", dsn, "--limit", "2", "--json")
+		var lv contract.ListView
+		if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || r.code != 0 {
+			t.Fatalf("ops list --json: %v %+v", err, r)
+		}
+		if len(lv.Operations) != 2 || lv.Next == nil || *lv.Next != ops[1].ID {
+			t.Fatalf("first page: %+v", lv)
+		}
+		r = run(t, "", "ops", "list", "--store", dsn, "--after", *lv.Next, "--json", "--state", "executing")
+		lv = contract.ListView{}
+		if err := json.Unmarshal([]byte(r.stdout), &lv); err != nil || len(lv.Operations) != 1 ||
+			lv.Operations[0].ID != ops[2].ID || lv.Next != nil {
+			t.Fatalf("second page: %+v %v", lv, err)
+		}
+		if r := run(t, "", "ops", "list", "--store", dsn, "--state", "done"); r.code != 1 ||
+			!strings.Contains(r.stderr, "unknown state") {
+			t.Fatalf("bad state: %+v", r)
+		}
 
-			r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn, "--json")
-			var v map[string]any
-			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
-				t.Fatalf("ops show --json: %v %+v", err, r)
+		r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn, "--json")
+		var v map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
+			t.Fatalf("ops show --json: %v %+v", err, r)
+		}
+		for _, field := range []string{"id", "key", "tenant", "route", "state", "fingerprint", "attempts",
+			"created_at", "updated_at", "lease_until", "expires_at", "response", "approval", "history"} {
+			if _, ok := v[field]; !ok {
+				t.Errorf("ops show --json lacks %q: %s", field, r.stdout)
 			}
-			for _, field := range []string{"id", "key", "tenant", "route", "state", "fingerprint", "attempts",
-				"created_at", "updated_at", "lease_until", "expires_at", "response", "approval", "history"} {
-				if _, ok := v[field]; !ok {
-					t.Errorf("ops show --json lacks %q: %s", field, r.stdout)
-				}
+		}
+		r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn)
+		if r.code != 0 || !strings.Contains(r.stdout, "globex") || !strings.Contains(r.stdout, "reserve with lease") {
+			t.Fatalf("ops show: %+v", r)
+		}
+		if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+			t.Fatalf("ops show missing: %+v", r)
+		}
+		// An operation waiting for a human: show says which approval,
+		// and --json carries it whole, as the control API renders it.
+		waiting, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "/v1/deployments",
+			Fingerprint: "sha256:bb", Retention: time.Hour, Actor: "gw", Approval: &ledger.ApprovalRequest{
+				Target: "POST /v1/deployments", Summary: "Deploy api to production", Command: []byte(`{}`),
+				RequestedBy: "agent", Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn)
+		if r.code != 0 || !strings.Contains(r.stdout, waiting.Op.Approval.ID+" pending") ||
+			!strings.Contains(r.stdout, "Deploy api to production") {
+			t.Fatalf("ops show of a waiting operation: %+v", r)
+		}
+		r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn, "--json")
+		if r.code != 0 || !strings.Contains(r.stdout, `"summary": "Deploy api to production"`) {
+			t.Fatalf("ops show --json of a waiting operation: %+v", r)
+		}
+		testResolve(t, s, dsn, ops[1], *leases[1])
+		if db.Kind == dbtest.KindSQLite {
+			missing := "sqlite:" + filepath.Join(t.TempDir(), "typo.db")
+			r := run(t, "", "ops", "list", "--store", missing)
+			if r.code != 1 || !strings.Contains(r.stderr, "idemgate migrate") {
+				t.Fatalf("ops list on a missing file: %+v", r)
 			}
-			r = run(t, "", "ops", "show", ops[2].ID, "--store", dsn)
-			if r.code != 0 || !strings.Contains(r.stdout, "globex") || !strings.Contains(r.stdout, "reserve with lease") {
-				t.Fatalf("ops show: %+v", r)
+			if _, err := os.Stat(strings.TrimPrefix(missing, "sqlite:")); err == nil {
+				t.Fatal("ops list created the missing file")
 			}
-			if r := run(t, "", "ops", "show", "op_nope", "--store", dsn); r.code != 1 || !strings.Contains(r.stderr, "not found") {
-				t.Fatalf("ops show missing: %+v", r)
-			}
-			// An operation waiting for a human: show says which approval,
-			// and --json carries it whole, as the control API renders it.
-			waiting, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "/v1/deployments",
-				Fingerprint: "sha256:bb", Retention: time.Hour, Actor: "gw", Approval: &ledger.ApprovalRequest{
-					Target: "POST /v1/deployments", Summary: "Deploy api to production", Command: []byte(`{}`),
-					RequestedBy: "agent", Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn)
-			if r.code != 0 || !strings.Contains(r.stdout, waiting.Op.Approval.ID+" pending") ||
-				!strings.Contains(r.stdout, "Deploy api to production") {
-				t.Fatalf("ops show of a waiting operation: %+v", r)
-			}
-			r = run(t, "", "ops", "show", waiting.Op.ID, "--store", dsn, "--json")
-			if r.code != 0 || !strings.Contains(r.stdout, `"summary": "Deploy api to production"`) {
-				t.Fatalf("ops show --json of a waiting operation: %+v", r)
-			}
-			testResolve(t, s, dsn, ops[1], *leases[1])
-			if name == "sqlite" {
-				missing := "sqlite:" + filepath.Join(t.TempDir(), "typo.db")
-				r := run(t, "", "ops", "list", "--store", missing)
-				if r.code != 1 || !strings.Contains(r.stderr, "idemgate migrate") {
-					t.Fatalf("ops list on a missing file: %+v", r)
-				}
-				if _, err := os.Stat(strings.TrimPrefix(missing, "sqlite:")); err == nil {
-					t.Fatal("ops list created the missing file")
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // testResolve settles an unknown operation with ops resolve, and checks

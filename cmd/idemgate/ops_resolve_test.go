@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -33,50 +34,40 @@ func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 // ops resolve stores the upstream's answer an operator found, checked as
 // the control API checks it; a refused one changes nothing.
 func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
-	for name, fresh := range stores {
-		t.Run(name, func(t *testing.T) {
-			dsn := fresh(t)
-			s, err := openStore(context.Background(), dsn, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			op := unknownOp(t, s, "pay-1")
-			dir := t.TempDir()
-			const body = "{\"id\":\"ch_1\",\"status\":\"captured\"}\n"
-			file, big := filepath.Join(dir, "answer.json"), filepath.Join(dir, "big.json")
-			if os.WriteFile(file, []byte(body), 0o600) != nil || os.WriteFile(big, make([]byte, 65), 0o600) != nil {
-				t.Fatal("cannot write the bodies")
-			}
-			testResolveRefusals(t, s, dsn, op, big)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		dsn, s := db.DSN, db.Open(t)
+		op := unknownOp(t, s, "pay-1")
+		dir := t.TempDir()
+		const body = "{\"id\":\"ch_1\",\"status\":\"captured\"}\n"
+		file, big := filepath.Join(dir, "answer.json"), filepath.Join(dir, "big.json")
+		if os.WriteFile(file, []byte(body), 0o600) != nil || os.WriteFile(big, make([]byte, 65), 0o600) != nil {
+			t.Fatal("cannot write the bodies")
+		}
+		testResolveRefusals(t, s, dsn, op, big)
 
-			r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "charge ch_1 found",
-				"--status", "201", "--header", "content-type: application/json", "--header", "Set-Cookie: a=1",
-				"--header", "Set-Cookie:b=2", "--body-file", file, "--result-ref", "ch_1", "--json")
-			var v contract.View
-			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded ||
-				v.Response == nil || v.Response.Status != 201 || v.ResultRef != "ch_1" {
-				t.Fatalf("ops resolve with an answer: %v %+v", err, r)
-			}
-			got, err := s.Get(context.Background(), op.ID)
-			want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
-			if err != nil || got.Response.Status != 201 || string(got.Response.Body) != body ||
-				!reflect.DeepEqual(got.Response.Header, want) {
-				t.Fatalf("stored: %+v %v", got.Response, err)
-			}
+		r := run(t, "", "ops", "resolve", op.ID, "--store", dsn, "--state", "succeeded", "--note", "charge ch_1 found",
+			"--status", "201", "--header", "content-type: application/json", "--header", "Set-Cookie: a=1",
+			"--header", "Set-Cookie:b=2", "--body-file", file, "--result-ref", "ch_1", "--json")
+		var v contract.View
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 || v.State != ledger.Succeeded ||
+			v.Response == nil || v.Response.Status != 201 || v.ResultRef != "ch_1" {
+			t.Fatalf("ops resolve with an answer: %v %+v", err, r)
+		}
+		got, err := s.Get(context.Background(), op.ID)
+		want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
+		if err != nil || got.Response.Status != 201 || string(got.Response.Body) != body ||
+			!reflect.DeepEqual(got.Response.Header, want) {
+			t.Fatalf("stored: %+v %v", got.Response, err)
+		}
 
-			other := unknownOp(t, s, "pay-2")
-			r = run(t, "{\"declined\":true}", "ops", "resolve", other.ID, "--store", dsn, "--state", "failed",
-				"--note", "declined", "--status", "402", "--body-file", "-")
-			if got, _ := s.Get(context.Background(), other.ID); r.code != 0 || got.Response == nil ||
-				got.Response.Status != 402 || string(got.Response.Body) != `{"declined":true}` {
-				t.Fatalf("a body from standard input: %+v", r)
-			}
-		})
-	}
+		other := unknownOp(t, s, "pay-2")
+		r = run(t, "{\"declined\":true}", "ops", "resolve", other.ID, "--store", dsn, "--state", "failed",
+			"--note", "declined", "--status", "402", "--body-file", "-")
+		if got, _ := s.Get(context.Background(), other.ID); r.code != 0 || got.Response == nil ||
+			got.Response.Status != 402 || string(got.Response.Body) != `{"declined":true}` {
+			t.Fatalf("a body from standard input: %+v", r)
+		}
+	})
 }
 
 // testResolveRefusals tries answers ops resolve must refuse, and checks

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
@@ -31,13 +32,7 @@ func TestReconcileOnce(t *testing.T) {
 	}))
 	defer up.Close()
 	config, db := probedConfig(t, t.TempDir(), up.URL, "")
-	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(t, db)
 	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Minute, Retention: time.Hour,
 		Actor: "gw", Probe: "GET /v1/intents/7"})
@@ -76,13 +71,7 @@ func TestReconcileOnceSweepsAndSeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	config, db := probedConfig(t, dir, up.URL, fmt.Sprintf("audit: {signing_key: %s, checkpoint_interval: 1h}\n", key))
-	s, err := sqlite.Open(context.Background(), db, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(t, db)
 	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-8",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Millisecond,
 		Retention: time.Hour, Actor: "dead-gateway", Probe: "GET /v1/intents/8"})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -47,15 +48,7 @@ func newRelayFixture(t *testing.T) *relayFixture {
 	if err := os.WriteFile(f.config, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f.store = s
+	f.store = dbtest.SQLiteAt(t, path)
 	return f
 }
 

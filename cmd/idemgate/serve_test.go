@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -340,14 +341,8 @@ audit: {signing_key: %s, checkpoint_interval: 1h}
 // unknown and whose probe is due at once.
 func unknownCapture(t *testing.T, path string) string {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(t, path)
+	defer s.Close() // before the gateway opens the file
 	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:" + strings.Repeat("a", 64), Lease: time.Minute,
 		Retention: time.Hour, Actor: "gw", Probe: "GET /v1/intents/7"})
