@@ -14,51 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
-	"github.com/idemgate/idemgate/store/postgres"
-	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // The relay drills run `idemgate relay` as real processes on a store a Go
 // service filled (the test enqueues its effects), SIGKILL them, and count
 // the effects at the target.
-
-// relayStore is a store both the test and the relays use, by its DSN.
-type relayStore struct {
-	dsn string
-	ledger.Store
-}
-
-func relayStores(t *testing.T) map[string]func(t *testing.T) relayStore {
-	return map[string]func(t *testing.T) relayStore{
-		"sqlite": func(t *testing.T) relayStore {
-			path := filepath.Join(t.TempDir(), "outbox.db")
-			s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-			return relayStore{"sqlite:" + path, migrated(t, s, err)}
-		},
-		"postgres": func(t *testing.T) relayStore {
-			dsn, _ := testenv.PostgresSchema(t)
-			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-			return relayStore{dsn, migrated(t, s, err)}
-		},
-	}
-}
-
-func migrated[S interface {
-	ledger.Store
-	Migrate(context.Context) error
-}](t *testing.T, s S, err error) S {
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // startRelay runs `idemgate relay` on the store, delivering to target
 // "ops" at url.
@@ -102,53 +66,51 @@ func waitEffects(t *testing.T, s ledger.Store, opKey string, state ledger.State)
 // process sends it again with the same key, and the target, which
 // honours keys, shows one ticket.
 func TestDrillRelayKilledAfterDelivery(t *testing.T) {
-	for name, open := range relayStores(t) {
-		t.Run(name, func(t *testing.T) {
-			d := newDrill(t, setup{idempotentAPI: true})
-			s := open(t)
-			var mu sync.Mutex
-			var keys []string
-			var first *testenv.Process
-			killed := make(chan struct{})
-			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				keys = append(keys, r.Header.Get("Idempotency-Key"))
-				kill, relay := len(keys) == 1, first
-				mu.Unlock()
-				resp, body := forward(t, d.api.URL, r)
-				if kill { // applied at the API; the relay never hears of it
-					relay.Kill()
-					close(killed)
-					return
-				}
-				w.WriteHeader(resp.StatusCode)
-				_, _ = w.Write(body)
-			}))
-			t.Cleanup(proxy.Close)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		d := newDrill(t, setup{idempotentAPI: true})
+		s := db.Open(t)
+		var mu sync.Mutex
+		var keys []string
+		var first *testenv.Process
+		killed := make(chan struct{})
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
-			first = startRelay(t, s.dsn, proxy.URL, "--lease", "3s")
+			keys = append(keys, r.Header.Get("Idempotency-Key"))
+			kill, relay := len(keys) == 1, first
 			mu.Unlock()
-			if _, err := outbox.Enqueue(context.Background(), s, ticketEffect("incident-7", "open-ticket")); err != nil {
-				t.Fatal(err)
+			resp, body := forward(t, d.api.URL, r)
+			if kill { // applied at the API; the relay never hears of it
+				relay.Kill()
+				close(killed)
+				return
 			}
-			select {
-			case <-killed:
-			case <-time.After(time.Minute):
-				t.Fatal("the first relay never delivered")
-			}
-			startRelay(t, s.dsn, proxy.URL, "--lease", "3s")
-			es := waitEffects(t, s, "incident-7", ledger.Succeeded)
-			mu.Lock()
-			defer mu.Unlock()
-			if len(keys) != 2 || keys[0] != keys[1] || keys[0] != "acme:incident-7/open-ticket" {
-				t.Fatalf("deliveries with keys %q, want the same derived key twice", keys)
-			}
-			if es[0].Attempts != 2 {
-				t.Fatalf("effect %+v", es[0])
-			}
-			d.wantEffects("tickets_created", 1)
-		})
-	}
+			w.WriteHeader(resp.StatusCode)
+			_, _ = w.Write(body)
+		}))
+		t.Cleanup(proxy.Close)
+		mu.Lock()
+		first = startRelay(t, db.DSN, proxy.URL, "--lease", "3s")
+		mu.Unlock()
+		if _, err := outbox.Enqueue(context.Background(), s, ticketEffect("incident-7", "open-ticket")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-killed:
+		case <-time.After(time.Minute):
+			t.Fatal("the first relay never delivered")
+		}
+		startRelay(t, db.DSN, proxy.URL, "--lease", "3s")
+		es := waitEffects(t, s, "incident-7", ledger.Succeeded)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(keys) != 2 || keys[0] != keys[1] || keys[0] != "acme:incident-7/open-ticket" {
+			t.Fatalf("deliveries with keys %q, want the same derived key twice", keys)
+		}
+		if es[0].Attempts != 2 {
+			t.Fatalf("effect %+v", es[0])
+		}
+		d.wantEffects("tickets_created", 1)
+	})
 }
 
 // forward sends r on to the API and reads its whole answer.
@@ -175,38 +137,36 @@ func forward(t *testing.T, api string, r *http.Request) (*http.Response, []byte)
 // watches what is in flight: no key is ever delivered twice at the same
 // moment, and every effect is delivered once, in its operation's order.
 func TestDrillTwoRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
-	for name, open := range relayStores(t) {
-		t.Run(name, func(t *testing.T) {
-			s := open(t)
-			w := &watcher{inFlight: map[string]int{}, delivered: map[string]int{}}
-			target := httptest.NewServer(w)
-			t.Cleanup(target.Close)
-			const ops = 40
-			for i := range ops {
-				op := fmt.Sprintf("dossier_%d:v5", i)
-				if _, err := outbox.Enqueue(context.Background(), s, ticketEffect(op, "make-pdf"),
-					ticketEffect(op, "store-pdf"), ticketEffect(op, "send-link")); err != nil {
-					t.Fatal(err)
-				}
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
+		w := &watcher{inFlight: map[string]int{}, delivered: map[string]int{}}
+		target := httptest.NewServer(w)
+		t.Cleanup(target.Close)
+		const ops = 40
+		for i := range ops {
+			op := fmt.Sprintf("dossier_%d:v5", i)
+			if _, err := outbox.Enqueue(context.Background(), s, ticketEffect(op, "make-pdf"),
+				ticketEffect(op, "store-pdf"), ticketEffect(op, "send-link")); err != nil {
+				t.Fatal(err)
 			}
-			startRelay(t, s.dsn, target.URL, "--concurrency", "8")
-			startRelay(t, s.dsn, target.URL, "--concurrency", "8")
-			for i := range ops {
-				waitEffects(t, s, fmt.Sprintf("dossier_%d:v5", i), ledger.Succeeded)
+		}
+		startRelay(t, db.DSN, target.URL, "--concurrency", "8")
+		startRelay(t, db.DSN, target.URL, "--concurrency", "8")
+		for i := range ops {
+			waitEffects(t, s, fmt.Sprintf("dossier_%d:v5", i), ledger.Succeeded)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.maxFlight != 1 || len(w.delivered) != 3*ops || w.outOfOrder != 0 {
+			t.Fatalf("%d keys delivered (want %d), at most %d in flight at once, %d out of order", len(w.delivered),
+				3*ops, w.maxFlight, w.outOfOrder)
+		}
+		for key, n := range w.delivered {
+			if n != 1 {
+				t.Fatalf("%s delivered %d times", key, n)
 			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.maxFlight != 1 || len(w.delivered) != 3*ops || w.outOfOrder != 0 {
-				t.Fatalf("%d keys delivered (want %d), at most %d in flight at once, %d out of order", len(w.delivered),
-					3*ops, w.maxFlight, w.outOfOrder)
-			}
-			for key, n := range w.delivered {
-				if n != 1 {
-					t.Fatalf("%s delivered %d times", key, n)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // watcher is a slow target that watches deliveries: how many of one key
