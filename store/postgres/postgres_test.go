@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
@@ -20,22 +21,14 @@ var sent postgres.CommitLog
 
 func open(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()
-	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Tracer: &sent})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
+	s := dbtest.PostgresAt(tb, dsn, postgres.Options{Tracer: &sent})
 	dsns[s] = dsn
 	return s
 }
 
 // fresh opens a store on a schema of the test's own.
 func fresh(tb testing.TB) *postgres.Store {
-	dsn, _ := testenv.PostgresSchema(tb)
-	return open(tb, dsn)
+	return open(tb, dbtest.PostgresDSN(tb))
 }
 
 var backend = storetest.Backend{

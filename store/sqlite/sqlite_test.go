@@ -11,6 +11,7 @@ import (
 
 	sqlitedrv "modernc.org/sqlite"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -21,14 +22,7 @@ var paths = map[ledger.Store]string{}
 
 func open(tb testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	tb.Helper()
-	s, err := sqlite.Open(context.Background(), path, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
+	s := dbtest.SQLiteAt(tb, path, opts)
 	paths[s] = path
 	return s
 }
