@@ -19,13 +19,13 @@ import (
 )
 
 func runAuditLog(t *testing.T, b Backend) {
-	t.Run("AuditTransitions", func(t *testing.T) { testAuditTransitions(t, b) })
-	t.Run("AuditContext", func(t *testing.T) { testAuditContext(t, b) })
-	t.Run("AuditRecordEvents", func(t *testing.T) { testAuditRecordEvents(t, b) })
-	t.Run("AuditSeal", func(t *testing.T) { testAuditSeal(t, b) })
-	t.Run("AuditCheckpointsDue", func(t *testing.T) { testAuditCheckpointsDue(t, b) })
-	t.Run("AuditNeverForks", func(t *testing.T) { testAuditNeverForks(t, b) })
-	t.Run("RaceSealers", func(t *testing.T) { testRaceSealers(t, b) })
+	t.Run("AuditTransitions", inParallel(b, testAuditTransitions))
+	t.Run("AuditContext", inParallel(b, testAuditContext))
+	t.Run("AuditRecordEvents", inParallel(b, testAuditRecordEvents))
+	t.Run("AuditSeal", inParallel(b, testAuditSeal))
+	t.Run("AuditCheckpointsDue", inParallel(b, testAuditCheckpointsDue))
+	t.Run("AuditNeverForks", inParallel(b, testAuditNeverForks))
+	t.Run("RaceSealers", inParallel(b, testRaceSealers))
 }
 
 // testAuditContext: the request's context (principal, target, agent run,

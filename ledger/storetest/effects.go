@@ -12,18 +12,18 @@ import (
 
 // runEffects runs the tests of multi-effect operations and the outbox.
 func runEffects(t *testing.T, b Backend) {
-	t.Run("EffectsEnqueue", func(t *testing.T) { testEffectsEnqueue(t, b) })
-	t.Run("EffectsAllOrNothing", func(t *testing.T) { testEffectsAllOrNothing(t, b) })
-	t.Run("EffectsInTx", func(t *testing.T) { testEffectsInTx(t, b) })
-	t.Run("EffectsInOrder", func(t *testing.T) { testEffectsInOrder(t, b) })
-	t.Run("EffectsFenced", func(t *testing.T) { testEffectsFenced(t, b) })
-	t.Run("EffectsParked", func(t *testing.T) { testEffectsParked(t, b) })
-	t.Run("EffectsTargets", func(t *testing.T) { testEffectsTargets(t, b) })
-	t.Run("EffectsPurge", func(t *testing.T) { testEffectsPurge(t, b) })
-	t.Run("EffectsLateResult", func(t *testing.T) { testEffectsLateResult(t, b) })
-	t.Run("EffectsFailedResumes", func(t *testing.T) { testEffectsFailedResumes(t, b) })
-	t.Run("EffectsEnqueuedAtOnce", func(t *testing.T) { testEffectsEnqueuedAtOnce(t, b) })
-	t.Run("RaceEffectClaims", func(t *testing.T) { testRaceEffectClaims(t, b) })
+	t.Run("EffectsEnqueue", inParallel(b, testEffectsEnqueue))
+	t.Run("EffectsAllOrNothing", inParallel(b, testEffectsAllOrNothing))
+	t.Run("EffectsInTx", inParallel(b, testEffectsInTx))
+	t.Run("EffectsInOrder", inParallel(b, testEffectsInOrder))
+	t.Run("EffectsFenced", inParallel(b, testEffectsFenced))
+	t.Run("EffectsParked", inParallel(b, testEffectsParked))
+	t.Run("EffectsTargets", inParallel(b, testEffectsTargets))
+	t.Run("EffectsPurge", inParallel(b, testEffectsPurge))
+	t.Run("EffectsLateResult", inParallel(b, testEffectsLateResult))
+	t.Run("EffectsFailedResumes", inParallel(b, testEffectsFailedResumes))
+	t.Run("EffectsEnqueuedAtOnce", inParallel(b, testEffectsEnqueuedAtOnce))
+	t.Run("RaceEffectClaims", inParallel(b, testRaceEffectClaims))
 }
 
 // effectsOf returns n effects of one new operation, named step-1 … step-n.

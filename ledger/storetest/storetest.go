@@ -17,7 +17,8 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Backend makes stores for the suite.
+// Backend makes stores for the suite. The suite's subtests run in
+// parallel: its functions are called from several goroutines at once.
 type Backend struct {
 	// Fresh returns an empty, migrated store of its own (its own schema or
 	// file), closed when tb ends.
@@ -38,36 +39,54 @@ type Backend struct {
 	Rows  func(tb testing.TB, s ledger.Store, id string) int
 }
 
-// Run runs the whole suite.
+// Run runs the whole suite. Its subtests run in parallel, each on a store
+// of its own, except the few run alone, first, one at a time: one counts
+// commits across stores, the others need a step done within tens of
+// milliseconds.
 func Run(t *testing.T, b Backend) {
-	t.Run("Reserve", func(t *testing.T) { testReserve(t, b) })
-	t.Run("TwoCommits", func(t *testing.T) { testTwoCommits(t, b) })
-	t.Run("Validation", func(t *testing.T) { testValidation(t, b) })
-	t.Run("LegalTransitions", func(t *testing.T) { testLegalTransitions(t, b) })
-	t.Run("IllegalTransitions", func(t *testing.T) { testIllegalTransitions(t, b) })
-	t.Run("OwnerRetry", func(t *testing.T) { testOwnerRetry(t, b) })
-	t.Run("ReserveRetry", func(t *testing.T) { testReserveRetry(t, b) })
-	t.Run("FingerprintMismatch", func(t *testing.T) { testFingerprintMismatch(t, b) })
-	t.Run("Tenants", func(t *testing.T) { testTenants(t, b) })
-	t.Run("BusinessKey", func(t *testing.T) { testBusinessKey(t, b) })
-	t.Run("ConcurrencyKey", func(t *testing.T) { testConcurrencyKey(t, b) })
-	t.Run("StoredResponse", func(t *testing.T) { testStoredResponse(t, b) })
-	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
-	t.Run("Fencing", func(t *testing.T) { testFencing(t, b) })
-	t.Run("ExpireLeases", func(t *testing.T) { testExpireLeases(t, b) })
-	t.Run("Retention", func(t *testing.T) { testRetention(t, b) })
-	t.Run("List", func(t *testing.T) { testList(t, b) })
-	t.Run("Usage", func(t *testing.T) { testUsage(t, b) })
-	t.Run("RaceReserve", func(t *testing.T) { testRaceReserve(t, b) })
-	t.Run("RaceTwoHandles", func(t *testing.T) { testRaceTwoHandles(t, b) })
-	t.Run("RaceCompleteVsExpiry", func(t *testing.T) { testRaceCompleteVsExpiry(t, b) })
+	// The longest first, so that the others run beside it.
+	t.Run("Model", inParallel(b, testModel))
+	t.Run("Reserve", inParallel(b, testReserve))
+	// Alone: it counts the commits of every store the backend opened.
+	t.Run("TwoCommits", alone(b, testTwoCommits))
+	t.Run("Validation", inParallel(b, testValidation))
+	t.Run("LegalTransitions", inParallel(b, testLegalTransitions))
+	t.Run("IllegalTransitions", inParallel(b, testIllegalTransitions))
+	t.Run("OwnerRetry", inParallel(b, testOwnerRetry))
+	t.Run("ReserveRetry", inParallel(b, testReserveRetry))
+	t.Run("FingerprintMismatch", inParallel(b, testFingerprintMismatch))
+	t.Run("Tenants", inParallel(b, testTenants))
+	t.Run("BusinessKey", inParallel(b, testBusinessKey))
+	t.Run("ConcurrencyKey", inParallel(b, testConcurrencyKey))
+	t.Run("StoredResponse", inParallel(b, testStoredResponse))
+	t.Run("Leases", inParallel(b, testLeases))
+	t.Run("Fencing", inParallel(b, testFencing))
+	t.Run("ExpireLeases", inParallel(b, testExpireLeases))
+	t.Run("Retention", inParallel(b, testRetention))
+	t.Run("List", inParallel(b, testList))
+	t.Run("Usage", inParallel(b, testUsage))
+	t.Run("RaceReserve", inParallel(b, testRaceReserve))
+	t.Run("RaceTwoHandles", inParallel(b, testRaceTwoHandles))
+	t.Run("RaceCompleteVsExpiry", inParallel(b, testRaceCompleteVsExpiry))
 	runApprovals(t, b)
 	runAuditLog(t, b)
-	t.Run("Stats", func(t *testing.T) { testStats(t, b) })
+	t.Run("Stats", inParallel(b, testStats))
 	runProbes(t, b)
 	runTx(t, b)
 	runEffects(t, b)
-	t.Run("Model", func(t *testing.T) { testModel(t, b) })
+}
+
+// inParallel is a subtest run beside the others.
+func inParallel(b Backend, test func(*testing.T, Backend)) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Parallel()
+		test(t, b)
+	}
+}
+
+// alone is a subtest run by itself, before the parallel ones start.
+func alone(b Backend, test func(*testing.T, Backend)) func(*testing.T) {
+	return func(t *testing.T) { test(t, b) }
 }
 
 // Long is a lease no test outlives; Lapsing is one that has lapsed by the

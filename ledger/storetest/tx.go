@@ -31,13 +31,13 @@ func needTx(t *testing.T, b Backend) {
 
 // runTx runs the tests of steps bound to a caller's transaction.
 func runTx(t *testing.T, b Backend) {
-	t.Run("TxRollbackUndoesAll", func(t *testing.T) { testTxRollback(t, b) })
-	t.Run("TxCommitKeepsAll", func(t *testing.T) { testTxCommit(t, b) })
-	t.Run("TxCompleteJoins", func(t *testing.T) { testTxCompleteJoins(t, b) })
-	t.Run("TxFenced", func(t *testing.T) { testTxFenced(t, b) })
-	t.Run("TxOneWinner", func(t *testing.T) { testTxOneWinner(t, b) })
-	t.Run("TxReadsItsWrites", func(t *testing.T) { testTxReadsItsWrites(t, b) })
-	t.Run("TxClockRuns", func(t *testing.T) { testTxClockRuns(t, b) })
+	t.Run("TxRollbackUndoesAll", inParallel(b, testTxRollback))
+	t.Run("TxCommitKeepsAll", inParallel(b, testTxCommit))
+	t.Run("TxCompleteJoins", inParallel(b, testTxCompleteJoins))
+	t.Run("TxFenced", inParallel(b, testTxFenced))
+	t.Run("TxOneWinner", inParallel(b, testTxOneWinner))
+	t.Run("TxReadsItsWrites", inParallel(b, testTxReadsItsWrites))
+	t.Run("TxClockRuns", inParallel(b, testTxClockRuns))
 }
 
 // testTxClockRuns: in a caller's long transaction the store's clock is

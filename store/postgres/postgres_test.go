@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +14,10 @@ import (
 	"github.com/idemgate/idemgate/store/postgres"
 )
 
+// mu guards dsns and businessPools: the conformance suite's subtests run
+// in parallel.
+var mu sync.Mutex
+
 // dsns remembers which DSN each store was opened on, for Another.
 var dsns = map[ledger.Store]string{}
 
@@ -22,8 +27,17 @@ var sent postgres.CommitLog
 func open(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()
 	s := dbtest.PostgresAt(tb, dsn, postgres.Options{Tracer: &sent})
+	mu.Lock()
+	defer mu.Unlock()
 	dsns[s] = dsn
 	return s
+}
+
+// dsnOf is the DSN s was opened on.
+func dsnOf(s ledger.Store) string {
+	mu.Lock()
+	defer mu.Unlock()
+	return dsns[s]
 }
 
 // fresh opens a store on a schema of the test's own.
@@ -33,7 +47,7 @@ func fresh(tb testing.TB) *postgres.Store {
 
 var backend = storetest.Backend{
 	Fresh:   func(tb testing.TB) ledger.Store { return fresh(tb) },
-	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsns[s]) },
+	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, dsnOf(s)) },
 	Commits: sent.N.Load,
 	Begin:   begin,
 	Rows: func(tb testing.TB, s ledger.Store, id string) (n int) {
@@ -50,6 +64,8 @@ var backend = storetest.Backend{
 var businessPools = map[ledger.Store]*pgxpool.Pool{}
 
 func business(tb testing.TB, s ledger.Store) *pgxpool.Pool {
+	mu.Lock()
+	defer mu.Unlock()
 	if p, ok := businessPools[s]; ok {
 		return p
 	}
@@ -57,7 +73,12 @@ func business(tb testing.TB, s ledger.Store) *pgxpool.Pool {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { p.Close(); delete(businessPools, s) })
+	tb.Cleanup(func() {
+		p.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		delete(businessPools, s)
+	})
 	if _, err := p.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS biz (id text PRIMARY KEY)`); err != nil {
 		tb.Fatal(err)
 	}
@@ -102,6 +123,7 @@ func TestMain(m *testing.M) {
 // TestRaceProcesses: two OS processes, each with its own pool, migrate a
 // fresh schema and race for the same keys at the same moment.
 func TestRaceProcesses(t *testing.T) {
+	t.Parallel()
 	dsn, _ := testenv.PostgresSchema(t)
 	storetest.RaceProcesses(t, dsn, 2)
 }

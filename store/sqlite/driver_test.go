@@ -16,6 +16,7 @@ import (
 // read as lapsed; if the lease is live by the time the statement runs, the
 // statement's own guard must refuse.
 func TestExpireNeedsALapsedLease(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	s, r := testStore(t, Options{})
 	_, err := step(s, c, durable, func(ctx context.Context, d driver) (*ledger.Operation, error) {
@@ -31,6 +32,7 @@ func TestExpireNeedsALapsedLease(t *testing.T) {
 // durability=relaxed a batch of owner steps alone does not, and the next
 // batch with a reservation waits again.
 func TestDurability(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	for _, relaxed := range []bool{false, true} {
 		s, r := testStore(t, Options{Relaxed: relaxed})
@@ -56,6 +58,7 @@ func TestDurability(t *testing.T) {
 // cache) takes its word as durable; durability=strict with such a mode is
 // refused as a contradiction.
 func TestWeakSynchronousIsRelaxed(t *testing.T) {
+	t.Parallel()
 	for mode, relaxed := range map[string]bool{"FULL": false, "EXTRA": false, "NORMAL": true, "OFF": true} {
 		s, _ := testStore(t, Options{Synchronous: mode})
 		if s.Relaxed() != relaxed || ledger.IsRelaxed(s) != relaxed {
@@ -109,6 +112,7 @@ func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
 // the row a step scans (where an autocommitted statement commits, and
 // SQLITE_FULL shows up) is the step's error, not lost once the row is read.
 func TestErrorsAfterTheFirstRowCount(t *testing.T) {
+	t.Parallel()
 	s, _ := testStore(t, Options{})
 	var one int
 	err := queryRow(context.Background(), s.reads, `SELECT 1 UNION ALL SELECT abs(-9223372036854775808)`).Scan(&one)

@@ -23,6 +23,7 @@ var answer = &ledger.Response{Status: 201, Body: bytes.Repeat([]byte("x"), 8<<10
 // nothing. No reservation the store acknowledged is lost, none it refused
 // appears, and service comes back when space does.
 func TestFullDisk(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	dir := testenv.Tmpfs(t, 16<<20)
 	path := filepath.Join(dir, "ledger.db")
@@ -75,6 +76,7 @@ func TestFullDisk(t *testing.T) {
 // completions of operations already running go on; above it again,
 // service comes back by itself.
 func TestFreeSpaceFloor(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	dir := testenv.Tmpfs(t, 96<<20)
 	s := open(t, filepath.Join(dir, "ledger.db"), sqlite.Options{MinFree: 64 << 20})
@@ -110,6 +112,7 @@ func TestFreeSpaceFloor(t *testing.T) {
 // binds root too, even through open descriptors) is unavailable, nothing
 // is reserved, and service comes back once it can be written again.
 func TestReadOnlyFile(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := open(t, path, sqlite.Options{})
@@ -130,6 +133,7 @@ func TestReadOnlyFile(t *testing.T) {
 // TestDeletedFile: once its file is deleted, SQLite would go on writing to
 // an inode nobody will find again; the store refuses instead.
 func TestDeletedFile(t *testing.T) {
+	t.Parallel()
 	c := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := open(t, path, sqlite.Options{})

@@ -15,6 +15,7 @@ import (
 // Below the floor, an Enqueue (or a new reservation) fails its writer
 // batch as a whole: the completions that share its commit fail with it.
 func TestFloorRefusalSparesItsBatch(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := open(t, path, sqlite.Options{})
 	var leases []ledger.Lease

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,14 +18,27 @@ import (
 	"github.com/idemgate/idemgate/store/sqlite"
 )
 
+// mu guards paths and businessDBs: the conformance suite's subtests run
+// in parallel.
+var mu sync.Mutex
+
 // paths remembers which file each store was opened on, for Another.
 var paths = map[ledger.Store]string{}
 
 func open(tb testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	tb.Helper()
 	s := dbtest.SQLiteAt(tb, path, opts)
+	mu.Lock()
+	defer mu.Unlock()
 	paths[s] = path
 	return s
+}
+
+// pathOf is the file s was opened on.
+func pathOf(s ledger.Store) string {
+	mu.Lock()
+	defer mu.Unlock()
+	return paths[s]
 }
 
 // commits counts the write transactions committed by every connection the
@@ -44,7 +58,7 @@ var backend = storetest.Backend{
 	Fresh: func(tb testing.TB) ledger.Store {
 		return open(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{})
 	},
-	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, paths[s], sqlite.Options{}) },
+	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, pathOf(s), sqlite.Options{}) },
 	Begin:   begin,
 	Rows: func(tb testing.TB, s ledger.Store, id string) (n int) {
 		if err := business(tb, s).QueryRow(`SELECT count(*) FROM biz WHERE id = ?`, id).Scan(&n); err != nil {
@@ -60,6 +74,8 @@ var backend = storetest.Backend{
 var businessDBs = map[ledger.Store]*sql.DB{}
 
 func business(tb testing.TB, s ledger.Store) *sql.DB {
+	mu.Lock()
+	defer mu.Unlock()
 	if db, ok := businessDBs[s]; ok {
 		return db
 	}
@@ -67,7 +83,12 @@ func business(tb testing.TB, s ledger.Store) *sql.DB {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { db.Close(); delete(businessDBs, s) })
+	tb.Cleanup(func() {
+		db.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		delete(businessDBs, s)
+	})
 	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS biz (id TEXT PRIMARY KEY)`); err != nil {
 		tb.Fatal(err)
 	}
@@ -110,11 +131,13 @@ func TestMain(m *testing.M) {
 // TestRaceProcesses: two OS processes open one new file, migrate it and race
 // for the same keys at the same moment.
 func TestRaceProcesses(t *testing.T) {
+	t.Parallel()
 	storetest.RaceProcesses(t, filepath.Join(t.TempDir(), "shared.db"), 2)
 }
 
 // TestOddPath: a file name with the characters a URI reads as syntax.
 func TestOddPath(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a?b#c%20d.db")
 	s := open(t, path, sqlite.Options{})
 	if _, err := s.Reserve(context.Background(), storetest.Params(time.Minute)); err != nil {
@@ -130,6 +153,7 @@ func TestOddPath(t *testing.T) {
 // does) pins the log, which then grows with every commit, and commits slow
 // down with it.
 func TestWALStaysBounded(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "wal.db")
 	s := open(t, path, sqlite.Options{Synchronous: "OFF"})
 	c := context.Background()
@@ -153,7 +177,8 @@ func TestWALStaysBounded(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: steps that wait for the writer together share one
+// TestGroupCommit (not in parallel: it counts the commits of every store
+// in the process): steps that wait for the writer together share one
 // commit. Another connection holds the write lock while 50 reservations,
 // then 50 completions, queue; once it lets go, each 50 commit in at most
 // two transactions (the first batch may have left before the others
