@@ -112,6 +112,7 @@ var fifteenMinutes = regexp.MustCompile(`(14m[0-5][0-9]s|15m00s)`)
 // TestApprovalsListShowApprove: what alice sees, and a decision with the
 // right fingerprint lets the agent's retry run, once; none other does.
 func TestApprovalsListShowApprove(t *testing.T) {
+	t.Parallel()
 	g := startApprovalGateway(t)
 	status, acc := g.deploy(t, "deploy-1", "api:1.4.2")
 	if status != 202 {
@@ -192,6 +193,7 @@ func testRefusedDecisions(t *testing.T, g *approvalGateway, id, fp string) {
 // TestApprovalsDeny: a denial fails the operation; the agent's retry gets
 // 403 and nothing reaches the upstream.
 func TestApprovalsDeny(t *testing.T) {
+	t.Parallel()
 	g := startApprovalGateway(t)
 	_, acc := g.deploy(t, "deploy-2", "api:2.0.0")
 	fp := g.approval(t, acc.Approval.ID).Fingerprint
@@ -220,6 +222,7 @@ func TestApprovalsDeny(t *testing.T) {
 // TestApprovalsHostileSummary: control characters from a request body
 // reach the screen escaped, never as a sequence the terminal obeys.
 func TestApprovalsHostileSummary(t *testing.T) {
+	t.Parallel()
 	g := startApprovalGateway(t)
 	_, acc := g.deploy(t, "deploy-3", "api:3\x1b[2J\rapproved by security\u202e")
 	for _, args := range [][]string{{"show", acc.Approval.ID}, {"list"}} {
@@ -272,6 +275,7 @@ func TestApprovalsConfirmAtTerminal(t *testing.T) {
 // TestApprovalsNeedGatewayAndToken: both come from the environment, and
 // their absence is said plainly.
 func TestApprovalsNeedGatewayAndToken(t *testing.T) {
+	t.Parallel()
 	r := runEnv(t, []string{"IDEMGATE_URL=", "IDEMGATE_TOKEN=x"}, "", "approvals", "list")
 	if r.code != 1 || !strings.Contains(r.stderr, "no gateway: pass --gateway or set IDEMGATE_URL") {
 		t.Errorf("no gateway: %+v", r)

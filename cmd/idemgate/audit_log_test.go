@@ -176,6 +176,7 @@ func ignore[T any](_ T, err error) error { return err }
 // to a file (and no temporary file left); the export verifies, and a
 // flipped byte is named by its line, exit 3.
 func TestAuditExport(t *testing.T) {
+	t.Parallel()
 	a := newAuditStore(t)
 	if r := run(t, "", "audit", "export", "--store", a.dsn); r.code != 1 || !strings.Contains(r.stderr, "--tenant is required") {
 		t.Fatalf("no tenant: %+v", r)
@@ -237,6 +238,7 @@ func testTamperedExport(t *testing.T, a *auditStore, data []byte) {
 // TestAuditExportAtomic: a failed write leaves the file as it was, and no
 // temporary file; a missing directory is an error, and creates nothing.
 func TestAuditExportAtomic(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "acme.jsonl")
 	must(t, os.WriteFile(path, []byte("earlier export\n"), 0o600))
@@ -312,6 +314,7 @@ func splitProofs(out string) [][]byte {
 // the latest checkpoint, to stdout or one file per event; lists the
 // events with none yet; and exits 2 only when no event is proven.
 func TestAuditProve(t *testing.T) {
+	t.Parallel()
 	a := newAuditStore(t)
 	_, lines := a.export(t)
 	r := run(t, "", "audit", "prove", a.disputed.ID, "--store", a.dsn)

@@ -15,6 +15,7 @@ import (
 // prints the verifier key; verify accepts an export signed with it, and
 // names the edited event of a tampered one, exiting 3.
 func TestAuditKeygenAndVerify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "audit.key")
 	r := run(t, "", "audit", "keygen", keyFile)

@@ -25,6 +25,7 @@ type traceRow struct {
 // "unsealed", and a summary of what was forwarded, replayed and refused;
 // --json gives the export's objects, seq null for an unsealed event.
 func TestAuditTrace(t *testing.T) {
+	t.Parallel()
 	a := newAuditStore(t)
 	_, lines := a.export(t)
 	fp, tr := a.disputedFP, a.traceDisputed
@@ -140,6 +141,7 @@ func jsonText(v any) string {
 // requests forwarded (a replay is never a creation), and a hostile value
 // cannot break the table or reach the terminal raw.
 func TestAuditTraceSummary(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	ev := func(seq int64, kind audit.Kind, run string) audit.Event {
 		return audit.Event{Seq: seq, At: at, Tenant: "acme", OperationID: "op_1", Kind: kind, RunID: run,

@@ -26,6 +26,7 @@ import (
 // outcome and the documented exit status of every kind, and the agent run
 // each request names (Idempotency-Run): --run, else the process's own.
 func TestCallExitCodes(t *testing.T) {
+	t.Parallel()
 	var sends atomic.Int32
 	var runsMu sync.Mutex
 	var runs []string // the Idempotency-Run of each request, in order
@@ -156,7 +157,9 @@ func TestCallExitCodes(t *testing.T) {
 
 // With the gateway down, call says so: nothing was sent, why, and exit 10
 // (rerun it later), not the 9 of a failure that rerunning repeats; call
-// status says the same, and that the gateway could not be asked.
+// status says the same, and that the gateway could not be asked. Not in
+// parallel: the port it finds free, and closes, could be taken by another
+// test's server meanwhile.
 func TestCallGatewayUnreachable(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	down := "http://" + ln.Addr().String()
@@ -181,6 +184,7 @@ func TestCallGatewayUnreachable(t *testing.T) {
 // in call status; --approval-wait re-sends it with the same key until the
 // decision: approved, exit 0; denied, exit 9.
 func TestCallNeedsApproval(t *testing.T) {
+	t.Parallel()
 	exp := time.Now().Add(15 * time.Minute).UTC().Truncate(time.Second)
 	var mu sync.Mutex
 	seen := map[string][]string{} // Prefer of each request, by key
@@ -271,6 +275,7 @@ func TestCallNeedsApproval(t *testing.T) {
 // on in the Go client, which skips the steps call did; a bad step name is
 // refused before anything is journaled or sent.
 func TestCallStep(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string // the Idempotency-Key of each write
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 // TestDemo runs idemgate demo as a process: every act performs the effects
 // it should, and the table says so.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	r := run(t, "", "demo")
 	if r.code != 0 {
 		t.Fatalf("demo exited %d:\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -36,6 +37,7 @@ func TestDemo(t *testing.T) {
 // TestDemoCountsWrongEffects checks the judge: an act whose count differs
 // from its expectation is WRONG, and counted as such.
 func TestDemoCountsWrongEffects(t *testing.T) {
+	t.Parallel()
 	e, err := startDemo(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -174,6 +174,7 @@ func wantJUnit(t *testing.T, path string, rep drill.Report) {
 // TestDrillBadScenario: a scenario that does not load is exit 1, its
 // error naming the file and the line, and nothing is sent.
 func TestDrillBadScenario(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	text := strings.Replace(fmt.Sprintf(drillScenarios["tickets"], "http://127.0.0.1:1"), "method: POST", "method: GET", 1)
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {

@@ -59,6 +59,7 @@ func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 }
 
 func TestCanonicalize(t *testing.T) {
+	t.Parallel()
 	r := run(t, `{"b":1e30,"a":[333333333.3333333,9007199254740994]}`+"\n", "canonicalize")
 	if r.code != 0 || r.stdout != `{"a":[333333333.3333333,9007199254740994],"b":1e+30}` {
 		t.Fatalf("got %+v", r)
@@ -102,6 +103,7 @@ func TestCanonicalize(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
+	t.Parallel()
 	body := `{"title":"Disk full","priority":2}`
 	r := run(t, body, "fingerprint", "--method", "POST", "--route", "/v1/tickets", "--tenant", "acme",
 		"--header", "X-Region: eu")
@@ -129,6 +131,7 @@ func TestFingerprint(t *testing.T) {
 // TestFingerprintTargetAndBodies: --param, --query and --content-type give
 // the fingerprint the library computes for the same request.
 func TestFingerprintTargetAndBodies(t *testing.T) {
+	t.Parallel()
 	capture := []string{"fingerprint", "--method", "POST", "--route", "/v1/payment-intents/{id}/capture", "--tenant", "acme"}
 	form := "amount_to_capture=1999&expand[]=customer&expand[]=invoice"
 	r := run(t, form, append(capture, "--param", "id=pi_1", "--query", "dry_run=true&tag=b&tag=a",
@@ -168,6 +171,7 @@ func TestFingerprintTargetAndBodies(t *testing.T) {
 }
 
 func TestMigrateTwiceAndAtOnce(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		dsn := db.DSN
 		var wg sync.WaitGroup
@@ -196,6 +200,7 @@ func TestMigrateTwiceAndAtOnce(t *testing.T) {
 }
 
 func TestOps(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()

@@ -34,6 +34,7 @@ func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 // ops resolve stores the upstream's answer an operator found, checked as
 // the control API checks it; a refused one changes nothing.
 func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		dsn, s := db.DSN, db.Open(t)
 		op := unknownOp(t, s, "pay-1")

@@ -21,6 +21,7 @@ import (
 // operation of a route that declares a probe, beside any gateway, and
 // settles it from the proof; without --once it refuses to run.
 func TestReconcileOnce(t *testing.T) {
+	t.Parallel()
 	probes := 0
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/intents/7" || r.Header.Get("Authorization") != "Bearer up-secret" {

@@ -76,6 +76,7 @@ func (f *relayFixture) effects(t *testing.T, opKey string) []contract.EffectView
 // enqueued, in order, with the derived key and the configuration's
 // credentials; `idemgate effects list` shows it.
 func TestRelayCommand(t *testing.T) {
+	t.Parallel()
 	f := newRelayFixture(t)
 	f.enqueue(t, "dossier_42:v5", "make-pdf", "send-link")
 	r := run(t, "", "relay", "--config", f.config, "--once")
@@ -120,6 +121,7 @@ func TestRelayCommand(t *testing.T) {
 // `idemgate effects resolve` makes it due again, and the next relay
 // delivers it. A final one cannot be resolved, nor another tenant's.
 func TestEffectsResolve(t *testing.T) {
+	t.Parallel()
 	f := newRelayFixture(t)
 	f.mu.Lock()
 	f.status = 503
@@ -160,6 +162,7 @@ func TestEffectsResolve(t *testing.T) {
 // TestRelayConfig: a relay's configuration needs no routes, but a bad
 // upstream is refused with its line.
 func TestRelayConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "relay.yaml")
 	text := "store: sqlite:" + filepath.Join(dir, "x.db") + "\nupstreams:\n  crm: {url: ftp://nowhere}\n"

@@ -113,6 +113,7 @@ func post(t *testing.T, base, path, key string, headers ...string) (int, string)
 }
 
 func TestServeRefusesABadConfig(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("store: sqlite:/tmp/x.db\nroutes:\n  - {match: POST /x, upstream: nowhere}\n"), 0o600)
 	r := run(t, "", "serve", "--config", path)
@@ -126,6 +127,7 @@ func TestServeRefusesABadConfig(t *testing.T) {
 // lease lapses, and is never re-sent, except, with the same key, to an
 // upstream that honours it.
 func TestCrashMidRequest(t *testing.T) {
+	t.Parallel()
 	up := newSlowUpstream(t, 1500*time.Millisecond)
 	config := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, "")
 	g := startGateway(t, config)
@@ -152,6 +154,7 @@ func TestCrashMidRequest(t *testing.T) {
 
 // TestGracefulShutdown: SIGTERM lets the request in flight finish.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	up := newSlowUpstream(t, 500*time.Millisecond)
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
 	result := make(chan int)
@@ -172,6 +175,7 @@ func TestGracefulShutdown(t *testing.T) {
 // crash tests, a store held up for a second under a loaded CI machine lets
 // the lease lapse, and the operation rightly becomes unknown.
 func TestTwoInstancesOneEffect(t *testing.T) {
+	t.Parallel()
 	dsn, _ := testenv.PostgresSchema(t)
 	up := newSlowUpstream(t, 100*time.Millisecond)
 	config := writeConfig(t, dsn, up.srv.URL, "  - {match: POST /v1/storm, upstream: app, lease: 30s}\n")
@@ -203,6 +207,7 @@ func TestTwoInstancesOneEffect(t *testing.T) {
 // TestLogsHoldNoSecrets: one JSON line per request, and neither the token,
 // the key, the query nor the body in any of them.
 func TestLogsHoldNoSecrets(t *testing.T) {
+	t.Parallel()
 	up := newSlowUpstream(t, 0)
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, ""))
 	req, _ := http.NewRequest("POST", g.URL+"/v1/writes?email=pii@example.com", strings.NewReader(`{"card":"4111-secret"}`))
@@ -238,7 +243,8 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 
 // TestShutdownCutsOffWithoutClaimingSuccess: a request still running when
 // the shutdown deadline passes is never recorded as succeeded; it stays
-// executing, and its lease makes it unknown.
+// executing, and its lease makes it unknown. Not in parallel: the gateway
+// has 2s to stop, of which a race-built process sleeps 1s as it exits.
 func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 	up := newSlowUpstream(t, 3*time.Second)
 	dbPath := filepath.Join(t.TempDir(), "gw.db")
