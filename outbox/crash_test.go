@@ -213,6 +213,7 @@ func killAt(t *testing.T, cmd *exec.Cmd, lines <-chan string, want string) {
 // and at random moments of a storm of orders: every order has exactly its
 // effect, and every effect its order.
 func TestOutboxKill9(t *testing.T) {
+	t.Parallel()
 	for name, prepare := range map[string]func(t *testing.T) (string, func() []int){
 		"sqlite": sqliteOrders, "postgres": postgresOrders,
 	} {

@@ -18,6 +18,7 @@ import (
 // its derived key in the tenant's name, the target's credentials and the
 // effect's own headers; the target's reference is kept.
 func TestRelayDelivers(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
 		target := newHonouring()
@@ -50,6 +51,7 @@ func TestRelayDelivers(t *testing.T) {
 // TestRelayErrorFamilies: each kind of answer, or its absence, leaves the
 // effect where docs/design.md's outcome mapping says.
 func TestRelayErrorFamilies(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		handler http.HandlerFunc
@@ -142,6 +144,7 @@ func TestRelayErrorFamilies(t *testing.T) {
 // succeeds; the resume runs only the third and the fourth. Each step is
 // one effect at the target, which honours keys.
 func TestRelayTest11(t *testing.T) {
+	t.Parallel()
 	const third = "acme:dossier_7:v1/step-3"
 	for _, c := range []struct {
 		name       string
@@ -209,6 +212,7 @@ func TestRelayTest11(t *testing.T) {
 // eight deliveries each at a time, against a slow target: no key is ever
 // in flight twice, and each effect is delivered once.
 func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
 		const ops = 60
@@ -248,6 +252,7 @@ func TestRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 // TestRelayStopsCleanly: Run returns when its context ends, and a bad
 // configuration is refused before any claim.
 func TestRelayStopsCleanly(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
 		bad := relay(s, "ftp://x")
@@ -281,6 +286,7 @@ func TestRelayStopsCleanly(t *testing.T) {
 // before the first sent them, both would deliver them. Each is delivered
 // once.
 func TestRelayNeverDeliversPastItsLease(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
 		for i := range 20 {
@@ -346,7 +352,9 @@ func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams
 // TestRelayDeliveryEndsWithinItsLease: a claim that came back too late
 // for its delivery to finish within the lease is not sent (it would still
 // be in flight when another relay, the lease lapsed, sends it too); it is
-// released, and the next relay delivers it, once.
+// released, and the next relay delivers it, once. Not in parallel: the
+// release must land within the 600ms between the late claim and the next
+// relay, a window the others' load could close.
 func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
