@@ -32,6 +32,7 @@ func auditSection(t *testing.T) (section, pub, checkpoints string) {
 // admin, its export, which verifies offline with the checkpoints file;
 // a route's result_ref lands in the operation's view.
 func TestAuditThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		section, pub, checkpoints := auditSection(t)
 		store, dsn := db.Open(t), db.DSN
@@ -98,6 +99,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // TestAuditConfig: an audit section without a usable key is an error
 // naming its line; its paths are the configuration's relatives.
 func TestAuditConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, err := audit.Keygen(filepath.Join(dir, "k"), "x"); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // their order, those of its own tenant and key only, and never their
 // bodies or headers; one without effects has an empty list.
 func TestControlAPIEffects(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "dossier_42:v5")
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "plain")

@@ -304,6 +304,7 @@ func (e *env) operations() []*ledger.Operation {
 }
 
 func TestAuthenticationAndDenyByDefault(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		checks := []struct {
 			name, method, path, token string
@@ -339,6 +340,7 @@ func TestAuthenticationAndDenyByDefault(t *testing.T) {
 }
 
 func TestWritesAreForwardedOnceAndReplayed(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		first := e.do("POST", "/v1/tickets", "agent-token", `{"title":"Disk full","client_time":"1"}`,
 			"Idempotency-Key", "task-42/create-ticket")
@@ -369,6 +371,7 @@ func TestWritesAreForwardedOnceAndReplayed(t *testing.T) {
 }
 
 func TestLostResponseIsUnknownAndNeverResent(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		r := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", "pay-1")
 		if r.status != 502 || code(r) != "outcome_unknown" {
@@ -386,6 +389,7 @@ func TestLostResponseIsUnknownAndNeverResent(t *testing.T) {
 }
 
 func TestTimeoutAfterSendingIsUnknown(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		r := e.do("POST", "/v1/slow", "agent-token", `{}`, "Idempotency-Key", "slow-1")
 		op, _ := e.store.GetByKey(context.Background(), "acme", "slow-1")
@@ -396,6 +400,7 @@ func TestTimeoutAfterSendingIsUnknown(t *testing.T) {
 }
 
 func TestNothingSentIsReleased(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		for i := 1; i <= 2; i++ {
 			r := e.do("POST", "/v1/down", "agent-token", `{}`, "Idempotency-Key", "down-1")
@@ -411,6 +416,7 @@ func TestNothingSentIsReleased(t *testing.T) {
 }
 
 func TestUnknownIsResentWhereTheUpstreamHonoursTheKey(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		first := e.do("POST", "/v1/honours", "agent-token", `{}`, "Idempotency-Key", "dedup-1")
 		if first.status != 502 || code(first) != "outcome_unknown" {
@@ -434,6 +440,7 @@ func TestUnknownIsResentWhereTheUpstreamHonoursTheKey(t *testing.T) {
 }
 
 func TestUpstreamKey(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("k", 255)
 	for _, c := range []struct{ tenant, key, want string }{
 		{"acme", "task-42", "acme:task-42"},
@@ -451,6 +458,7 @@ func TestUpstreamKey(t *testing.T) {
 }
 
 func TestControlAPI(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1")
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "ok-1")
@@ -501,6 +509,7 @@ func TestControlAPI(t *testing.T) {
 }
 
 func TestSchemaPolicy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	schema := `{"type":"object","properties":{"title":{"type":"string"},"priority":{"type":"integer","default":3}},
 		"required":["title"]}`
@@ -534,6 +543,7 @@ func TestSchemaPolicy(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			if r := e.do("GET", path, "", ""); r.status != 200 {
@@ -551,6 +561,7 @@ func TestHealthAndReadiness(t *testing.T) {
 }
 
 func TestRoutePoliciesThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		// business_key: one alert, whatever the key and the wording.
 		a := e.do("POST", "/v1/policy/alerts", "agent-token", `{"source_event_id":"e1","title":"DB down"}`, "Idempotency-Key", "a1")
@@ -593,6 +604,7 @@ func TestRoutePoliciesThroughTheGateway(t *testing.T) {
 // TestAgentCredentialsNeverReachTheUpstream: even an upstream the gateway
 // adds no credentials for never sees the agent's token.
 func TestAgentCredentialsNeverReachTheUpstream(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/policy/bare", "agent-token", `{}`, "Idempotency-Key", "b1", "Prefer", "wait=5")
 		h := e.up.lastHeaders()
@@ -603,6 +615,7 @@ func TestAgentCredentialsNeverReachTheUpstream(t *testing.T) {
 }
 
 func TestBackgroundSweepAndPurge(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		c := context.Background()
 		lapsing, err := e.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "crashed", Route: "POST /v1/tickets",
@@ -637,6 +650,7 @@ func TestBackgroundSweepAndPurge(t *testing.T) {
 }
 
 func TestControlAPIPagingIsTenantScoped(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		for _, k := range []string{"u1", "u2", "u3"} {
 			e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", k)
@@ -676,6 +690,7 @@ func TestControlAPIPagingIsTenantScoped(t *testing.T) {
 // was written. A bodiless write (a capture) whose answer is lost must still
 // reach the upstream once.
 func TestNoBlindRetryByTheTransport(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "warm") // a reusable connection
 		r := e.do("POST", "/v1/lost", "agent-token", "", "Idempotency-Key", "capture-1")

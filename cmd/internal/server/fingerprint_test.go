@@ -19,6 +19,7 @@ const bindingRoutes = `  - {match: "POST /v1/policy/{name}", upstream: ops}
 // thing) is refused, and the second request never reaches the upstream as
 // a replay of the first. An ignored query parameter changes nothing.
 func TestFingerprintCoversWhatTheRequestDoes(t *testing.T) {
+	t.Parallel()
 	forEachStoreRoutes(t, bindingRoutes, func(t *testing.T, e *env) {
 		if r := e.do("POST", "/v1/policy/1", "agent-token", `{}`, "Idempotency-Key", "cap-K"); r.status != 201 {
 			t.Fatalf("capture 1: %+v", r)
@@ -59,6 +60,7 @@ func TestFingerprintCoversWhatTheRequestDoes(t *testing.T) {
 // reserved, unless the route is opaque; numbers that a double would round
 // are refused with their JSON Pointer.
 func TestBodiesByMediaType(t *testing.T) {
+	t.Parallel()
 	forEachStoreRoutes(t, bindingRoutes, func(t *testing.T, e *env) {
 		form := func(key, body string) reply {
 			return e.do("POST", "/v1/policy/charges", "agent-token", body, "Idempotency-Key", key,

@@ -186,6 +186,7 @@ func (e *hygieneEnv) forwarded(r reply, before int) received {
 // reads (a write decoded it, and /v1/things/..%2F..%2Fv1%2Fadmin-only
 // reached the upstream as /v1/things/../../v1/admin-only).
 func TestEscapedPathIsForwardedAsReceived(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -209,6 +210,7 @@ func TestEscapedPathIsForwardedAsReceived(t *testing.T) {
 // TestDotSegmentsAreRefused: a dot segment, as sent or as an upstream
 // might read it, is 400 before anything is reserved or forwarded.
 func TestDotSegmentsAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -230,6 +232,7 @@ func TestDotSegmentsAreRefused(t *testing.T) {
 // TestConnectionNamedHeadersAreRemoved: every header Connection names is
 // hop-by-hop, like Keep-Alive and Te.
 func TestConnectionNamedHeadersAreRemoved(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -273,6 +276,7 @@ func TestConnectionNamedHeadersAreRemoved(t *testing.T) {
 // forwarding claims and method overrides stay at the gateway, which says
 // itself where the request came from.
 func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	host := strings.TrimPrefix(e.gw.URL, "http://")
 	for _, kind := range kinds {
@@ -304,6 +308,7 @@ func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
 // TestUnderscoreHeaderNamesAreRefused: Idempotency_Key, which some servers
 // read as Idempotency-Key, must not travel next to the gateway's own key.
 func TestUnderscoreHeaderNamesAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -319,6 +324,7 @@ func TestUnderscoreHeaderNamesAreRefused(t *testing.T) {
 // TestRepeatedCredentialsAndKeysAreRefused: with two Authorization or two
 // Idempotency-Key headers, nobody can tell which one was meant.
 func TestRepeatedCredentialsAndKeysAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -339,6 +345,7 @@ func TestRepeatedCredentialsAndKeysAreRefused(t *testing.T) {
 // at the upstream's own origin becomes the gateway's path, its prefix
 // stripped, on the first answer, its replay, and reads; other origins stay.
 func TestUpstreamLocationIsTheGatewaysPath(t *testing.T) {
+	t.Parallel()
 	e := newHygieneEnv(t)
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {

@@ -94,6 +94,7 @@ func (e *env) moved(what string, want map[string]float64, act func()) {
 // TestMetricsIndicators: each of the ten indicators moves when its event
 // happens, and only the indicators that event is an instance of move.
 func TestMetricsIndicators(t *testing.T) {
+	t.Parallel()
 	db := dbtest.SQLiteDB(t)
 	store := db.Open(t)
 	e := newEnv(t, store, db.DSN, "")
@@ -156,6 +157,7 @@ func noKeyInLabels(t *testing.T, fams map[string]*dto.MetricFamily, secrets ...s
 // TestMetricsInstancesAgree: two gateways on one PostgreSQL report the
 // same state gauges, read from the store, whichever served the writes.
 func TestMetricsInstancesAgree(t *testing.T) {
+	t.Parallel()
 	db := dbtest.PostgresDB(t)
 	one := newEnv(t, db.Open(t), db.DSN, "")
 	two := newEnv(t, db.Open(t), db.DSN, "")

@@ -13,6 +13,7 @@ import (
 // (502, 504, a cut body) and the one that sent nothing name the operation
 // and link its status resource, exactly as every retry's 409 does.
 func TestProblemsNamingAnOperationLinkIt(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			path, code, state string
@@ -46,6 +47,7 @@ func TestProblemsNamingAnOperationLinkIt(t *testing.T) {
 // an upstream leaves an error line saying which upstream failed and why,
 // without bodies, credentials or query strings.
 func TestUpstreamFailuresAreLogged(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		for _, c := range []struct{ method, path, errorText string }{
 			{"POST", "/v1/down", "connection refused"},

@@ -31,7 +31,8 @@ const probeRoutes = `  - match: POST /v1/lost/probed
 // reconciled, never sent twice; one the probe proves not applied is
 // released, and the retry runs it once; a probe that proves nothing
 // leaves it unknown, probed again later, until it gives up and waits for
-// an operator. Each verdict, with its evidence, is in the history.
+// an operator. Each verdict, with its evidence, is in the history. Not in
+// parallel: it paces the probes with sleeps of 5 to 350ms.
 func TestReconcileFromProof(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		store, dsn := db.Open(t), db.DSN

@@ -29,6 +29,7 @@ func lostOperation(t *testing.T, e *env, key string) *ledger.Operation {
 // The answer an operator found upstream is what every retry gets, byte
 // for byte, marked as a replay; nothing is sent again.
 func TestResolveWithTheUpstreamsAnswer(t *testing.T) {
+	t.Parallel()
 	forEachResolveStore(t, func(t *testing.T, e *env) {
 		op := lostOperation(t, e, "pay-ans")
 		const body = "{\"id\":\"ch_9\",\"status\":\"captured\",\"memo\":\"caf\u00e9 \\u2028\"}\n"
@@ -63,6 +64,7 @@ func TestResolveWithTheUpstreamsAnswer(t *testing.T) {
 // An answer a replay could not give as it stands is refused, and the
 // operation stays unknown, without an answer or a new history entry.
 func TestResolveRefusesABadAnswer(t *testing.T) {
+	t.Parallel()
 	forEachResolveStore(t, func(t *testing.T, e *env) {
 		op := lostOperation(t, e, "pay-bad")
 		before, _ := e.store.History(context.Background(), op.ID)
@@ -110,6 +112,7 @@ func TestResolveRefusesABadAnswer(t *testing.T) {
 // Without the upstream's answer, the replay says plainly that it is an
 // operator's resolution: who, when, and their note.
 func TestResolveWithoutAnAnswerSaysSo(t *testing.T) {
+	t.Parallel()
 	forEachResolveStore(t, func(t *testing.T, e *env) {
 		for _, tc := range []struct {
 			state  ledger.State

@@ -16,7 +16,8 @@ import (
 // repeats the same reservation, finds the operation its first attempt
 // created, and runs it: one effect and a 201, where the first attempt's
 // error alone would have left an operation executing with nobody to run
-// it, and unknown once its lease lapsed, although nothing was sent.
+// it, and unknown once its lease lapsed, although nothing was sent. Not in
+// parallel: testenv.WaitLockWait sees every session of the database.
 func TestLostReservationReplyIsRecognised(t *testing.T) {
 	c := context.Background()
 	dsn := dbtest.PostgresDSN(t)

@@ -18,6 +18,7 @@ import (
 // refused), and shows the tenant's dashboard charted from the gateway's
 // own metrics history.
 func TestUIThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	db := dbtest.SQLiteDB(t)
 	store, dsn := db.Open(t), db.DSN
 	e := newEnv(t, store, dsn, "")
