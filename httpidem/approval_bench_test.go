@@ -87,6 +87,7 @@ func serveOnce(h http.Handler, key, body string) int {
 // TestPendingRetryIsOneRead: while an approval is pending, each identical
 // retry costs the store one read and no write.
 func TestPendingRetryIsOneRead(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		c := &counting{Store: s}
 		h := retryHandler(t, c, 0)

@@ -21,6 +21,7 @@ import (
 // key on every request (a keyless one would pass unrecorded), and cannot
 // be configured without.
 func TestKeylessNeverBypassesApproval(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		if r := a.deploy("", prod); r.status != 400 || problemCode(t, r) != contract.CodeMissingKey || a.effects.Load() != 0 {
@@ -40,6 +41,7 @@ func TestKeylessNeverBypassesApproval(t *testing.T) {
 // a string, sent as a list (every field of a form body is one) or a
 // number, is refused, not taken for "not production".
 func TestMistypedFieldNeverBypassesApproval(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		for key, body := range map[string]string{

@@ -149,6 +149,7 @@ func (a *deployApp) decide(verb, principal, id, fp string) reply {
 // ones replay, and a changed artifact is refused under the key and needs a
 // new approval under a new one.
 func TestApprovalLifecycle(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		first := a.deploy("dep-1", prod)
@@ -226,6 +227,7 @@ func approvalUsed(t *testing.T, s ledger.Store, id string) {
 
 // TestApprovalNotRequired: a staging deploy runs at once.
 func TestApprovalNotRequired(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		if r := a.deploy("stg", `{"artifact":"api@sha256:aaaa","environment":"staging"}`); r.status != 201 || a.effects.Load() != 1 {
@@ -238,6 +240,7 @@ func TestApprovalNotRequired(t *testing.T) {
 // an approver, nor can a principal without the role; another tenant's
 // approver is told nothing exists.
 func TestWhoMayDecide(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		req := "carol:acme:approver,agent"
@@ -277,6 +280,7 @@ func TestWhoMayDecide(t *testing.T) {
 // fingerprint, another request's fingerprint, a decision on an approval
 // no longer pending: each refused, nothing changed.
 func TestBadDecisions(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		acc := accepted(t, a.deploy("dep", prod))
@@ -317,6 +321,7 @@ func TestBadDecisions(t *testing.T) {
 // TestDenied: a denial is replayed as 403 approval_denied, and frees the
 // environment for another deployment.
 func TestDenied(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		acc := accepted(t, a.deploy("dep", prod))
@@ -396,6 +401,7 @@ func TestWaitForDecision(t *testing.T) {
 // TestApprovedRetriesStorm: 50 identical retries at once right after the
 // approval: one effect, and the approval used once.
 func TestApprovedRetriesStorm(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, prodPolicy)
 		acc := accepted(t, a.deploy("dep", prod))
@@ -424,6 +430,7 @@ func TestApprovedRetriesStorm(t *testing.T) {
 // TestPolicyFailsOnRequest: a `when` that cannot be evaluated on a request
 // (a missing field) refuses it with 422, and reserves nothing.
 func TestPolicyFailsOnRequest(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newDeployApp(t, s, approval.Config{When: `body.region == "eu"`})
 		r := a.deploy("dep", prod)

@@ -51,6 +51,7 @@ func kinds(es []audit.Event) []audit.Kind {
 // answer's hash); a replay is recorded as a replay, never as a creation,
 // and a conflict with the fingerprint the retry had.
 func TestAuditAnswersTheFourQuestions(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		routes := []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets", ResultRef: "body:/ticket"}}
 		a, b := auditedApp(t, s, routes)
@@ -92,6 +93,7 @@ func TestAuditAnswersTheFourQuestions(t *testing.T) {
 // TestAuditResultRefFromAHeader: a reference named by a header is read
 // from the upstream's answer; a failed answer has none.
 func TestAuditResultRefFromAHeader(t *testing.T) {
+	t.Parallel()
 	s := dbtest.SQLite(t)
 	a, b := auditedApp(t, s, []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets", ResultRef: "header:X-Request-Id"}})
 	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
@@ -117,6 +119,7 @@ func TestAuditResultRefFromAHeader(t *testing.T) {
 // of 255 bytes at most, or is sent twice, is refused before anything is
 // reserved.
 func TestAuditBadRunIsRefused(t *testing.T) {
+	t.Parallel()
 	s := dbtest.SQLite(t)
 	a, b := auditedApp(t, s, nil)
 	defer b.Close()

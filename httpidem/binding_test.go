@@ -16,6 +16,7 @@ import (
 // before the service's own mux has matched, so it reads the path
 // parameters itself; a key reused for another intent is refused.
 func TestPathParametersAreFingerprinted(t *testing.T) {
+	t.Parallel()
 	s := dbtest.SQLite(t)
 	m, err := httpidem.New(httpidem.Options{Store: s, Tenant: func(*http.Request) (string, error) { return "acme", nil },
 		Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/intents/{id}/capture"},

@@ -128,6 +128,7 @@ func forEachStore(t *testing.T, test func(t *testing.T, s ledger.Store)) {
 }
 
 func TestReplayIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		first := a.post("k1", "acme", `{"title":"Disk full","client_time":"10:00"}`)
@@ -148,6 +149,7 @@ func TestReplayIsByteIdentical(t *testing.T) {
 }
 
 func TestRefusedRequestsChangeNothing(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{MaxBody: 1024})
 		deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
@@ -185,6 +187,7 @@ func TestRefusedRequestsChangeNothing(t *testing.T) {
 }
 
 func TestChangedPayloadIsRefusedAndRevealsNothing(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		first := a.post("k", "acme", `{"title":"secret-payroll-export"}`)
@@ -203,6 +206,7 @@ func TestChangedPayloadIsRefusedAndRevealsNothing(t *testing.T) {
 }
 
 func TestTenantsAreSeparate(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		x := a.post("same", "acme", `{"t":1}`)
@@ -303,6 +307,7 @@ func TestDuplicateStorm(t *testing.T) {
 }
 
 func TestOutcomes(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		statuses := map[string]int{"refused": 422, "limited": 429, "broken": 500}
@@ -345,6 +350,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestPanicLeavesUnknown(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
@@ -370,6 +376,7 @@ func TestPanicLeavesUnknown(t *testing.T) {
 }
 
 func TestUncapturableResponseIsUnknown(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{MaxResponse: 100})
 		big := strings.Repeat("x", 1000)
@@ -446,6 +453,7 @@ func TestClientGoneGetsReplay(t *testing.T) {
 }
 
 func TestKeyFromAndPassThrough(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		no := false
 		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{
@@ -473,6 +481,7 @@ func TestKeyFromAndPassThrough(t *testing.T) {
 }
 
 func TestBusinessAndConcurrencyKeys(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets",
 			BusinessKey: "/source_event_id", ConcurrencyKey: "/environment"}}})
@@ -526,6 +535,7 @@ func TestBusinessAndConcurrencyKeys(t *testing.T) {
 // TestReplaysNeedNoStore: a final operation never changes, so this process
 // replays it from memory; everything else still needs the store.
 func TestReplaysNeedNoStore(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		first := a.post("k", "acme", `{"title":"cached"}`)
@@ -547,6 +557,7 @@ func TestReplaysNeedNoStore(t *testing.T) {
 }
 
 func TestFingerprintedHeadersAndKeyFromHeader(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets",
 			KeyFrom: "header:X-Delivery-Id", Headers: []string{"X-Region"}}}})

@@ -147,6 +147,7 @@ func TestAnswerUnrecordedPastDeadline(t *testing.T) {
 // state, so with durability=relaxed there is none: a replay needs the
 // store.
 func TestRelaxedStoreHasNoReplayCache(t *testing.T) {
+	t.Parallel()
 	s := dbtest.SQLite(t, sqlite.Options{Relaxed: true})
 	a := newApp(t, s, httpidem.Options{})
 	if r := a.post("k", "acme", `{}`); r.status != 201 {
@@ -161,6 +162,7 @@ func TestRelaxedStoreHasNoReplayCache(t *testing.T) {
 // TestReserveFailureLogged: a reservation the store cannot make is a 503
 // for the client and an error line for the operator.
 func TestReserveFailureLogged(t *testing.T) {
+	t.Parallel()
 	s := dbtest.SQLite(t)
 	var log logs
 	a := newApp(t, s, httpidem.Options{Logger: log.logger()})

@@ -91,6 +91,7 @@ func postgresBusiness(t *testing.T) business {
 // TestCompletionInTheBusinessTransaction: the ticket and the completion
 // commit together or not at all.
 func TestCompletionInTheBusinessTransaction(t *testing.T) {
+	t.Parallel()
 	for name, open := range map[string]func(*testing.T) business{"sqlite": sqliteBusiness, "postgres": postgresBusiness} {
 		t.Run(name, func(t *testing.T) {
 			b := open(t)
