@@ -112,6 +112,7 @@ func TestAgentKilledAndRestartedResumes(t *testing.T) {
 // resume gives one effect, repeat a second; a changed payload on resume is
 // refused locally and nothing is sent.
 func TestAgentResumeRepeatAndChangedPayload(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	journal := filepath.Join(d.dir, "journal.db")
 	body := ticket("", "Rotate keys")
@@ -140,6 +141,7 @@ func TestAgentResumeRepeatAndChangedPayload(t *testing.T) {
 
 // 429 with Retry-After: the client waits, then there is exactly one effect.
 func TestAgentRateLimited(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	d.fault(`{"status":{"code":429,"count":1}}`)
 	start := time.Now()

@@ -124,6 +124,7 @@ func stepKey(out agent.WorkflowOutcome, i int) string { return out.Steps[i].Outc
 // agent on the same journal, skips steps 1 and 2 without sending them,
 // runs step 3 once, then step 4.
 func TestWorkflowStepFailsResumeRunsTheRest(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	journal := filepath.Join(d.dir, "journal.db")
 	first := &writes{d: d, armAt: 3, spec: `{"status":{"code":429,"count":2}}`}
@@ -153,6 +154,7 @@ func TestWorkflowStepFailsResumeRunsTheRest(t *testing.T) {
 // the resume reconciles it (the gateway replays that answer: no second
 // effect) and goes on with step 4.
 func TestWorkflowStepLosesItsAnswer(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	journal := filepath.Join(d.dir, "journal.db")
 	first := &writes{d: d, armAt: 3, spec: `{"drop_response_after_commit":1}`}

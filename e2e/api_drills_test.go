@@ -21,6 +21,7 @@ import (
 
 // The server completes, then the response is dropped.
 func TestDrillServerCompletesThenResponseDropped(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{idempotentAPI: true})
 	d.fault(`{"drop_response_after_commit":1}`)
 	body := ticket("", "Disk full on db-2")
@@ -59,6 +60,7 @@ func TestDrillConcurrentCopiesOneKey(t *testing.T) {
 
 // The key is reused with a changed payload.
 func TestDrillKeyReusedWithChangedPayload(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{idempotentAPI: true})
 	body := `{"order_id":"ord-2","amount_minor":1000,"currency":"EUR","payee":"ACME SAS","invoice_ref":"INV-2"}`
 	if r := d.direct("/v1/payment-intents", "a-3", body); r.status != 201 {

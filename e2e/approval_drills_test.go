@@ -87,6 +87,7 @@ const otherDigest = "sha256:5b6e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab212
 // malformed fingerprint, a decision on an operation no longer waiting;
 // each refused, nothing deployed, the operation unchanged.
 func TestDrillApprovalBadDecisions(t *testing.T) {
+	t.Parallel()
 	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
 		acc := waiting(t, d.keyed("/v1/deployments", "bad", prodDeploy), "approval_required")
 		post := func(path, body string) reply { return d.as("alice", "POST", "/approvals/"+path, body) }
@@ -128,6 +129,7 @@ func TestDrillApprovalBadDecisions(t *testing.T) {
 // operation, its fingerprint and its command, decided by alice; the query
 // is part of what the key is bound to; a retry now replays.
 func TestDrillApprovalProductionDeploy(t *testing.T) {
+	t.Parallel()
 	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
 		s, _ := d.play(scenarios.ActApprovedDeploy)
 		key, prod := s.Key("deploy-prod"), deployment("production", scenarios.DigestProd)
@@ -152,6 +154,7 @@ func TestDrillApprovalProductionDeploy(t *testing.T) {
 // role; a principal without the role cannot decide; another tenant's
 // approver is told there is no such approval.
 func TestDrillApprovalWhoDecides(t *testing.T) {
+	t.Parallel()
 	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
 		r := do("POST", d.gw.URL+"/v1/deployments", prodDeploy, "Authorization", "Bearer "+approvers["carol"],
 			"Idempotency-Key", "dep-carol")

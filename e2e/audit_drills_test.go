@@ -444,6 +444,7 @@ func (d *drill) storyApproval() story {
 // replay or a conflict is never a forwarding, so the forwarded events
 // are the effects the API performed; and the export verifies.
 func TestDrillAuditStories(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{audit: true, approvalTTL: "15m"})
 	stories := []story{d.storyLostAndResolved(), d.storyReplay(), d.storyConflict(), d.storyApproval()}
 	n := 0
@@ -471,6 +472,7 @@ func TestDrillAuditStories(t *testing.T) {
 // TestDrillAuditNoSecrets: an export holds no request body, no response
 // body, no token and no upstream credential, and still verifies.
 func TestDrillAuditNoSecrets(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{audit: true})
 	secret := []string{token, operatorToken, upstreamCredential}
 	post := func(key, body string, status int, headers ...string) reply {
@@ -889,6 +891,7 @@ type tampering struct {
 // key, and a second root for a signed size. Each fresh export fails
 // `idemgate audit verify`, which names the events or the fault.
 func TestDrillAuditTampering(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{audit: true, checkpointEvery: 4})
 	var l auditLog
 	for i := range 6 {

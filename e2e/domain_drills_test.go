@@ -20,6 +20,7 @@ import (
 // title) yields one ticket, through the gateway in front of a naive API and
 // from the API's own uniqueness rule.
 func TestDrillDuplicateAlertOneTicket(t *testing.T) {
+	t.Parallel()
 	t.Run("gateway business key", func(t *testing.T) {
 		d := newDrill(t, setup{}) // the demo's act: the second gets the first one's answer
 		d.play(scenarios.ActDuplicateAlert)
@@ -85,6 +86,7 @@ func TestDrillConcurrentDeployments(t *testing.T) {
 // A mutable ref is refused, with a reason, and nothing is deployed: the
 // demo's act (main refused, a digest deployed), then two more tags.
 func TestDrillMutableRefRefused(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	s, _ := d.play(scenarios.ActMutableRef)
 	wantState(t, d.operation(s.Key("deploy-main")), ledger.Failed)

@@ -33,8 +33,10 @@ concurrency_key: /environment
 // itself. A deployment takes the API a second, as real ones take time,
 // so that two sent at once overlap at the gateway.
 func TestDrillCommandThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	for _, write := range []string{"tickets", "deployments"} {
 		t.Run(write, func(t *testing.T) {
+			t.Parallel()
 			d := newDrill(t, setup{})
 			if write == "deployments" {
 				d.fault(`{"delay_ms":1000}`) // a live deployment holds its group a second at the gateway

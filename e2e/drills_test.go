@@ -46,6 +46,7 @@ func (d *drill) untilSettled(path, key, body string) reply {
 
 // 1. The same request sent twice, one after the other.
 func TestDrillSameRequestTwice(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	first := d.keyed("/v1/tickets", "k-1", ticket("", "Disk full on db-1"))
 	second := d.keyed("/v1/tickets", "k-1", ticket("", "Disk full on db-1"))
@@ -144,6 +145,7 @@ func TestDrillDiesAfterEffectBeforeRecording(t *testing.T) {
 
 // 5. The upstream's response is lost after it committed.
 func TestDrillResponseLost(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	d.fault(`{"drop_response_after_commit":1}`)
 	body := ticket("", "Backup job failed")
@@ -160,6 +162,7 @@ func TestDrillResponseLost(t *testing.T) {
 // (a lost answer, then its key reused for another ticket, refused without
 // revealing the stored request). The first request stays the operation's.
 func TestDrillPayloadChanged(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	s, _ := d.play(scenarios.ActLostAnswer, scenarios.ActChangedPayload)
 	d.wantEffects("tickets_created", 1)
@@ -219,6 +222,7 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 // 8. A rate limit (429 with Retry-After): the retry after the delay
 // performs the effect exactly once.
 func TestDrillRateLimitRetryAfter(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	d.fault(`{"status":{"code":429,"count":1}}`)
 	body := ticket("", "Rate limited")
@@ -245,6 +249,7 @@ func TestDrillRateLimitRetryAfter(t *testing.T) {
 
 // 9. An identical webhook arrives several times: the key is its delivery id.
 func TestDrillWebhookSeveralTimes(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	tk := d.keyed("/v1/tickets", "k-9", ticket("", "Webhook target"))
 	var created struct{ ID int64 }
@@ -275,6 +280,7 @@ func TestDrillWebhookSeveralTimes(t *testing.T) {
 // 10. An operator deliberately asks for a new, identical action: a new key
 // is a new operation, and both are visible.
 func TestDrillOperatorAsksForNewAction(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	body := ticket("", "Rotate the API keys")
 	a := d.keyed("/v1/tickets", "k-10a", body)

@@ -14,6 +14,7 @@ import (
 // TestMCPOverStdio starts `idemgate mcp` as a child process, as an MCP
 // client would, and performs a write through the real gateway with it.
 func TestMCPOverStdio(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	cmd := exec.Command(binary, "mcp", "--journal", filepath.Join(d.dir, "journal.db"))
 	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL)

@@ -39,6 +39,7 @@ func (d *drill) settled(key string) *ledger.Operation {
 // finds it captured, and the operation succeeds with the probe's answer as
 // its replay, marked reconciled. No second capture is ever sent.
 func TestDrillReconcileCaptureApplied(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{probeCaptures: true})
 	path := d.intentFor("ord-r1")
 	d.fault(`{"delay_ms":2500}`) // longer than the upstream's 2s timeout
@@ -61,6 +62,7 @@ func TestDrillReconcileCaptureApplied(t *testing.T) {
 // before committing, with a 500 that leaves it unknown, is probed and
 // found not captured: released, and the agent's next retry captures once.
 func TestDrillReconcileCaptureNotApplied(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{probeCaptures: true})
 	path := d.intentFor("ord-r2")
 	d.fault(`{"fail_before_commit":1}`)
@@ -80,6 +82,7 @@ func TestDrillReconcileCaptureNotApplied(t *testing.T) {
 // reconciling, settle an unknown capture once: one resolution in its
 // history, one capture at the provider, the same replay from either.
 func TestDrillReconcileTwoInstances(t *testing.T) {
+	t.Parallel()
 	dsn, _ := testenv.PostgresSchema(t)
 	d := newDrill(t, setup{storeDSN: dsn, probeCaptures: true})
 	second := d.startGateway(0)

@@ -66,6 +66,7 @@ func waitEffects(t *testing.T, s ledger.Store, opKey string, state ledger.State)
 // process sends it again with the same key, and the target, which
 // honours keys, shows one ticket.
 func TestDrillRelayKilledAfterDelivery(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		d := newDrill(t, setup{idempotentAPI: true})
 		s := db.Open(t)
@@ -137,6 +138,7 @@ func forward(t *testing.T, api string, r *http.Request) (*http.Response, []byte)
 // watches what is in flight: no key is ever delivered twice at the same
 // moment, and every effect is delivered once, in its operation's order.
 func TestDrillTwoRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
+	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		s := db.Open(t)
 		w := &watcher{inFlight: map[string]int{}, delivered: map[string]int{}}

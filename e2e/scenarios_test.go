@@ -60,6 +60,7 @@ func (d *drill) play(acts ...scenarios.Act) (*scenarios.State, string) {
 // operator with the CLI; then the tenant's audit log exported, verified
 // offline, and the capture traced: forwarded once, by the agent's run.
 func TestDrillAuditTrailOfADisputedCapture(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{audit: true})
 	s, story := d.play(scenarios.ActPaymentUnknown, scenarios.ActAuditTrail)
 	for _, want := range []string{"Forwarded upstream: 1 (by run " + s.AgentRun + ")", " resolved ",
