@@ -39,6 +39,7 @@ func listed(r reply) []string {
 // TestExplorer: the explorer filters by state, route, age and "stuck",
 // marks what is stuck (executing past its lease, unknown), and pages.
 func TestExplorer(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	c := context.Background()
 	done := fx.reserve("done", "/v1/tickets", time.Hour)
@@ -95,6 +96,7 @@ func TestExplorer(t *testing.T) {
 // TestDashboardWithoutHistory: with no metrics history the dashboard
 // says so rather than drawing empty charts.
 func TestDashboardWithoutHistory(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	r := fx.signIn(t, "bot").get("/ui/dashboard")
 	if r.status != http.StatusOK || !strings.Contains(r.body, "No data yet") {
@@ -106,6 +108,7 @@ func TestDashboardWithoutHistory(t *testing.T) {
 // order, with their state and attempts; a name or error is text, never
 // markup; an operation without effects shows no such section.
 func TestOperationEffects(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	c := context.Background()
 	r := fx.reserve("dossier_42:v5", "/v1/dossiers", time.Hour)

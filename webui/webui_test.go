@@ -19,6 +19,7 @@ import (
 // over TLS, and 256 random bits; an unknown token is refused, and comes
 // back in no page.
 func TestSignInCookieFlags(t *testing.T) {
+	t.Parallel()
 	for _, secure := range []bool{false, true} {
 		fx := newFixture(t, func(o *webui.Options) { o.Secure = secure })
 		c := fx.anonymous(t)
@@ -56,6 +57,7 @@ func sessionCookie(t *testing.T, h http.Header) *http.Cookie {
 // lifetime is over however busy, and at sign-out; an ended session's
 // cookie opens nothing.
 func TestSessionsExpire(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -99,6 +101,7 @@ func TestSessionsExpire(t *testing.T) {
 // Sec-Fetch-Site) is 403 and decides nothing; the same form from the page
 // itself decides.
 func TestFormsNeedTokenAndOrigin(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	a := fx.deploy("bot", "dep-csrf", prod)
 	alice, other := fx.signIn(t, "alice"), fx.signIn(t, "dana")
@@ -134,6 +137,7 @@ func TestFormsNeedTokenAndOrigin(t *testing.T) {
 // TestHeadersOnEveryPage: each page forbids framing, inline script and
 // referrers, and is never cached.
 func TestHeadersOnEveryPage(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	a := fx.deploy("bot", "dep-headers", prod)
 	c := fx.signIn(t, "alice")
@@ -157,6 +161,7 @@ func TestHeadersOnEveryPage(t *testing.T) {
 // acme's operation, approval, and decision, and sees none of acme's
 // approvals in its inbox.
 func TestOtherTenantIsNotFound(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	a := fx.deploy("bot", "dep-tenant", prod)
 	gina := fx.signIn(t, "gina")
@@ -181,6 +186,7 @@ func TestOtherTenantIsNotFound(t *testing.T) {
 // TestRolesDecideWhatShows: an agent sees operations but not the inbox,
 // and may not resolve.
 func TestRolesDecideWhatShows(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	bot := fx.signIn(t, "bot")
 	if r := bot.get("/ui/"); r.header.Get("Location") != "/ui/operations" {
@@ -219,6 +225,7 @@ func (fx *fixture) unknownCapture(key string) *ledger.Operation {
 // TestSignInReturnsOnlyHere: the page to return to after sign-in is one
 // of the page's own, never another site.
 func TestSignInReturnsOnlyHere(t *testing.T) {
+	t.Parallel()
 	fx := newFixture(t)
 	for next, want := range map[string]string{"/ui/operations?state=unknown": "/ui/operations?state=unknown",
 		"//evil.example/ui/": "/ui/", "https://evil.example/ui/": "/ui/", "/elsewhere": "/ui/", `/ui/\evil`: "/ui/"} {
@@ -233,6 +240,7 @@ func TestSignInReturnsOnlyHere(t *testing.T) {
 // request's fingerprint is refused by the store (409) and decides nothing;
 // the requests waiting on the operation are woken by the one decision.
 func TestDecisionEchoesFingerprint(t *testing.T) {
+	t.Parallel()
 	var woken []string
 	fx := newFixture(t, func(o *webui.Options) { o.Operator.Wake = func(opID string) { woken = append(woken, opID) } })
 	a := fx.deploy("bot", "dep-echo", prod)
@@ -264,6 +272,7 @@ func TestDecisionEchoesFingerprint(t *testing.T) {
 // and a note; an answer goes only with a final state; a resolution without
 // an answer is kept as such.
 func TestResolveChecksItsForm(t *testing.T) {
+	t.Parallel()
 	type heard struct {
 		before, after ledger.State
 		duplicate     bool
