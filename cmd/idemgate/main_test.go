@@ -40,11 +40,21 @@ func run(t *testing.T, stdin string, args ...string) result {
 	return runEnv(t, nil, stdin, args...)
 }
 
+// childEnv is the environment idemgate runs in as a child: this
+// process's with mainEnv set, and env. A race-built child would sleep a
+// second before a clean exit (GORACE's atexit_sleep_ms), for most of the
+// time of these tests; it does not. A race it finds is still reported,
+// and still makes it exit 66.
+func childEnv(env ...string) []string {
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	return append(append(os.Environ(), mainEnv+"=1", "GORACE="+gorace), env...)
+}
+
 // runEnv is run with more environment variables.
 func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), mainEnv+"=1"), env...)
+	cmd.Env = childEnv(env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -33,7 +33,7 @@ import (
 func startGateway(t *testing.T, config string) *testenv.Process {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "--config", config)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Env = childEnv()
 	return testenv.StartProcess(t, cmd)
 }
 
