@@ -105,6 +105,7 @@ func TestDrillMutableRefRefused(t *testing.T) {
 // its lease; an operator reconciles it from the API's records with the
 // CLI (the demo's act, with these checks in its middle).
 func TestDrillCaptureTimeoutUnknown(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	e, s := d.scenarioEnv(&bytes.Buffer{}), scenarios.NewState("cap")
 	ctx := context.Background()

@@ -82,6 +82,7 @@ func TestDrillTwoWorkersSameKey(t *testing.T) {
 // operator who proves it was not applied resolves it to prepared, and the
 // retry then performs it once.
 func TestDrillDiesBeforeUpstreamCall(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{hold: time.Minute})
 	body := ticket("evt-3", "Certificate expires in 3 days")
 	go d.keyed("/v1/tickets", "k-3", body)

@@ -67,6 +67,7 @@ func (d *drill) load(workers int, stop <-chan struct{}, sent *atomic.Int64) (out
 // restart. The ticket route's lease (30s) outlasts the outage, so an
 // answer held while the store is away is recorded once it is back.
 func TestDrillPostgresCrashUnderLoad(t *testing.T) {
+	t.Parallel()
 	pg := testenv.PrivatePostgres(t)
 	d := newDrill(t, setup{storeDSN: pg.DSN, ticketLease: "30s"})
 	stop := make(chan struct{})
