@@ -3,6 +3,7 @@ package storetest_test
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/idemgate/idemgate/ledger"
@@ -17,7 +18,7 @@ import (
 // and the in-memory model. It runs under the store's `go test`, as
 // store/sqlite's and store/postgres's TestConformance do.
 func ExampleRun() {
-	paths := map[ledger.Store]string{}
+	var paths sync.Map // each store's file; Run calls the Backend from parallel subtests
 	open := func(tb testing.TB, path string) ledger.Store {
 		s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 		if err != nil {
@@ -27,14 +28,17 @@ func ExampleRun() {
 		if err := s.Migrate(context.Background()); err != nil {
 			tb.Fatal(err)
 		}
-		paths[s] = path
+		paths.Store(s, path)
 		return s
 	}
 	backend := storetest.Backend{
 		// Fresh: an empty, migrated store of the test's own.
 		Fresh: func(tb testing.TB) ledger.Store { return open(tb, filepath.Join(tb.TempDir(), "ledger.db")) },
 		// Another: a second handle on the same data, as a second gateway.
-		Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, paths[s]) },
+		Another: func(tb testing.TB, s ledger.Store) ledger.Store {
+			path, _ := paths.Load(s)
+			return open(tb, path.(string))
+		},
 		// Commits (the common path's cost), and Begin and Rows (steps in a
 		// caller's transaction), where the store offers them: the tests
 		// that need them say they skip without them.
