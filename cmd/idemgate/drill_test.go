@@ -85,13 +85,14 @@ var drillVerdicts = map[string]map[string]string{
 // TestDrillGrades: against the naive reference API the drill finds exactly
 // the failures above and exits 1; against the idempotent one every
 // applicable check passes and it exits 0. The JUnit parses as JUnit XML
-// with the report's counts.
+// with the report's counts. The drills run one at a time: a naive
+// verdict (wf-8, agent-3) rests on timings of a few hundred ms, and with
+// the four drills two at a time it came out passed now and then.
 func TestDrillGrades(t *testing.T) {
 	for _, write := range []string{"tickets", "deployments"} {
 		for _, naive := range []bool{true, false} {
 			name := write + map[bool]string{true: "/naive", false: "/idempotent"}[naive]
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
+			t.Run(name, func(t *testing.T) { // not in parallel: see above
 				junit := filepath.Join(t.TempDir(), "drill.xml")
 				r := run(t, "", "drill", "--scenario", scenarioFile(t, write, opsAPI(t, naive)), "--json", "--junit", junit)
 				rep := drillReport(t, r)
