@@ -294,6 +294,7 @@ func TestApprovalsNeedGatewayAndToken(t *testing.T) {
 // proxy's error page, or a hostile one) never reaches the terminal raw:
 // no escape sequence, bell or carriage return is printed.
 func TestApprovalsPrintNoControlCharacters(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusBadGateway)

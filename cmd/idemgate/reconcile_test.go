@@ -62,6 +62,7 @@ func TestReconcileOnce(t *testing.T) {
 // probes it with the others, and seals the events it recorded, as serve's
 // maintenance plane would.
 func TestReconcileOnceSweepsAndSeals(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"status":"captured"}`)
 	}))
