@@ -164,12 +164,13 @@ func TestAgentTwoProcessesOneJournal(t *testing.T) {
 	journal := filepath.Join(d.dir, "journal.db")
 	outs := make([]map[string]any, 4)
 	codes := make([]int, 4)
+	stderrs := make([]string, 4)
 	concurrently(4, func(i int) {
-		outs[i], codes[i], _ = d.call(journal, "--intent", "task-6", "POST", "/v1/tickets", "-d", ticket("", "Shared"))
+		outs[i], codes[i], stderrs[i] = d.call(journal, "--intent", "task-6", "POST", "/v1/tickets", "-d", ticket("", "Shared"))
 	})
 	for i := range outs {
 		if codes[i] != 0 || outs[i]["key"] != outs[0]["key"] {
-			t.Fatalf("processes: %v %v", codes, outs)
+			t.Fatalf("processes: %v %v %q", codes, outs, stderrs)
 		}
 	}
 	d.wantEffects("tickets_created", 1)
