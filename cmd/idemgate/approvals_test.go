@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -52,16 +50,9 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gs, err := listenGateway(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gs.run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return &approvalGateway{url: "http://" + gs.addr(), up: up}
+	addr, stop := serveInProcess(t, cfg)
+	t.Cleanup(func() { _ = stop() })
+	return &approvalGateway{url: "http://" + addr, up: up}
 }
 
 // deploy is the agent's request for a production deployment of artifact

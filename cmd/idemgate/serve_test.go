@@ -307,17 +307,9 @@ audit: {signing_key: %s, checkpoint_interval: 1h}
 		t.Fatal(err)
 	}
 	opID := unknownCapture(t, db)
-	ctx, cancel := context.WithCancel(context.Background())
-	gs, err := listenGateway(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gs.run(ctx) }()
+	_, stop := serveInProcess(t, cfg)
 	<-inFlight
-	cancel() // SIGTERM
-	if err := <-done; err != nil {
+	if err := stop(); err != nil { // SIGTERM
 		t.Fatalf("run: %v", err)
 	}
 	s, err := sqlite.Open(context.Background(), db, sqlite.Options{MustExist: true})
@@ -359,4 +351,19 @@ func unknownCapture(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return r.Op.ID
+}
+
+// serveInProcess runs serve's own listen and run on cfg in this process;
+// stop is its SIGTERM, and returns what run returned.
+func serveInProcess(t *testing.T, cfg *gateway.Config) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	gs, err := listenGateway(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gs.run(ctx) }()
+	return gs.addr(), func() error { cancel(); return <-done }
 }
