@@ -1,0 +1,78 @@
+"""The client: one gateway, one principal's token, an optional journal."""
+
+import ssl
+import threading
+from typing import Any, Optional
+
+from . import journal as jr
+from .agent import AgentMixin, Policy
+from .errors import Error
+from .transport import Transport
+
+
+def check_run(run: str) -> None:
+    """A run the gateway receives as written in Idempotency-Run (agent.CheckRun):
+    1 to 255 bytes of printable UTF-8, no surrounding spaces."""
+    if not run or len(run.encode("utf-8", "surrogatepass")) > 255:
+        raise Error("invalid_run", "want 1 to 255 bytes")
+    if run != run.strip() or not run.isprintable():
+        raise Error("invalid_run", "%r starts or ends with a space, or has a non-printing character" % run)
+
+
+class Client(AgentMixin):
+    """A client of one idemgate gateway, as the principal ``token`` names.
+
+    ``journal`` is the path of the agent journal that ``request(...,
+    intent=...)`` keeps its keys in (the Go client's and ``idemgate call``'s
+    file format; default: $IDEMGATE_JOURNAL, else the CLI's
+    ~/.local/state/idemgate/journal.db, opened on first use). ``timeout``
+    bounds each HTTP request; ``wait`` is how long ``action()`` waits for
+    an in-flight duplicate (another process holding the same key) before
+    raising ``InProgress``; ``policy`` bounds the retries of "not now"
+    answers and lost ones. ``run`` names the agent run in every request
+    (Idempotency-Run, which the audit log records); default, one made per
+    client.
+
+    Thread-safe: each thread keeps its own keep-alive connection.
+    """
+
+    def __init__(self, url: str, token: str, journal: Optional[str] = None, timeout: float = 30.0,
+                 wait: float = 30.0, policy: Optional[Policy] = None, run: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        if not token:
+            raise Error("unauthorized", "no token: the gateway needs a principal's bearer token")
+        if run is not None:
+            check_run(run)
+        self.url = url
+        self.token = token
+        self.timeout = timeout
+        self.wait = wait
+        self.policy = policy or Policy()
+        self.run = run or "run_" + jr.new_ulid()
+        self._transport = Transport(url, timeout=timeout, ssl_context=ssl_context)
+        self._journal_path = journal
+        self._journal_obj: Optional[jr.Journal] = None
+        self._journal_lock = threading.Lock()
+
+    def _journal(self) -> jr.Journal:
+        with self._journal_lock:
+            if self._journal_obj is None:
+                self._journal_obj = jr.Journal(self._journal_path or jr.default_path())
+            return self._journal_obj
+
+    def _auth(self) -> dict:
+        return {"Authorization": "Bearer " + self.token, "Idempotency-Run": self.run}
+
+    def close(self) -> None:
+        """Closes the connections and the journal."""
+        self._transport.close()
+        with self._journal_lock:
+            if self._journal_obj is not None:
+                self._journal_obj.close()
+                self._journal_obj = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
