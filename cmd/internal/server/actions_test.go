@@ -120,6 +120,11 @@ func TestActionReserveCompleteReplay(t *testing.T) {
 				t.Fatalf("replay %d: %d %v %s", i, replay.status, replay.header, replay.body)
 			}
 		}
+		// The metrics name the action as the operation's route.
+		if m := e.do("GET", "/metrics", "", ""); !strings.Contains(m.body,
+			`idemgate_operations_created_total{route="action:support.reply.send",tenant="acme"} 1`) {
+			t.Fatalf("metrics: %s", m.body)
+		}
 		changed := e.reserve("support.reply.send", "reply:584:v3", `{"ticket":"584","version":4}`)
 		if changed.status != 422 || code(changed) != "fingerprint_mismatch" {
 			t.Fatalf("changed command: %d %s", changed.status, changed.body)
@@ -227,6 +232,194 @@ func TestActionLeaseLapses(t *testing.T) {
 		}
 		if r := e.reserve("mail.short", "lapse", `{}`); r.status != 409 || code(r) != "outcome_unknown" {
 			t.Fatalf("reserve after the lapse: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// TestActionBadInputChangesNothing: each refusal has its documented
+// status and code, and leaves no operation behind nor any changed.
+func TestActionBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		e := newActionsEnv(t, db)
+		refusals := []struct {
+			name   string
+			r      reply
+			status int
+			code   string
+		}{
+			{"unknown action", e.reserve("no.such", "k", `{}`), 404, "not_found"},
+			{"no key", e.do("POST", "/_idem/v1/actions/support.reply.send", "agent-token", `{}`), 400, "missing_key"},
+			{"not JSON", e.reserve("support.reply.send", "k", `{"ticket":`), 422, "invalid_command"},
+			{"form, not JSON", e.reserve("support.reply.send", "k", `ticket=584`, "Content-Type", "application/x-www-form-urlencoded"), 422, "invalid_command"},
+			{"fails the schema", e.reserve("report.render", "k", `{"order":7}`), 422, "invalid_command"},
+			{"unknown member", e.reserve("report.render", "k", `{"order":"7","extra":1}`), 422, "invalid_command"},
+			{"no token", e.do("POST", "/_idem/v1/actions/support.reply.send", "", `{}`, "Idempotency-Key", "k"), 401, "unauthorized"},
+			{"without the role", e.reserve("admin.only", "k", `{}`), 403, "forbidden"},
+			{"no concurrency value", e.reserve("deploy.run", "k", `{}`), 422, "invalid_command"},
+			{"GET", e.do("GET", "/_idem/v1/actions/support.reply.send", "agent-token", ""), 404, "not_found"},
+		}
+		for _, c := range refusals {
+			if c.r.status != c.status || code(c.r) != c.code {
+				t.Errorf("%s: %d %s", c.name, c.r.status, c.r.body)
+			}
+		}
+		if ops := e.operations(); len(ops) != 0 {
+			t.Fatalf("refused reservations left %d operations", len(ops))
+		}
+		// The schema's defaults are part of the command: an explicit "pdf"
+		// is the same request.
+		if r := e.reserve("report.render", "pdf:7", `{"order":"7"}`); r.status != 201 {
+			t.Fatalf("a valid command: %d %s", r.status, r.body)
+		}
+		if r := e.reserve("report.render", "pdf:7", `{"order":"7","format":"pdf"}`); r.status != 409 || code(r) != "in_progress" {
+			t.Fatalf("the same command with its default written out: %d %s", r.status, r.body)
+		}
+
+		g := decodeGrant(t, e.reserve("support.reply.send", "steps", `{}`))
+		id := g.Operation.ID
+		steps := []struct {
+			name, step, token, body string
+			status                  int
+			code                    string
+		}{
+			{"result over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 80)+`"`), 413, "payload_too_large"},
+			{"body far over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 70<<10)+`"`), 413, "payload_too_large"},
+			{"result not JSON", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":{x}`), 422, "invalid_command"},
+			{"no state", "complete", "agent-token", owner(g.Lease, ""), 422, "invalid_command"},
+			{"state unknown", "complete", "agent-token", owner(g.Lease, `"state":"unknown"`), 422, "invalid_command"},
+			{"no token", "complete", "agent-token", fmt.Sprintf(`{"fence":%d,"state":"succeeded"}`, g.Lease.Fence), 422, "invalid_command"},
+			{"no fence", "heartbeat", "agent-token", fmt.Sprintf(`{"token":%q}`, g.Lease.Token), 422, "invalid_command"},
+			{"a result on release", "release", "agent-token", owner(g.Lease, `"result":1`), 422, "invalid_command"},
+			{"unknown member", "heartbeat", "agent-token", owner(g.Lease, `"lease":"1h"`), 422, "invalid_command"},
+			{"another tenant", "complete", "globex-token", owner(g.Lease, `"state":"succeeded"`), 404, "not_found"},
+			{"no such operation", "complete", "agent-token", owner(g.Lease, `"state":"succeeded"`), 404, "not_found"},
+			{"no such step", "finish", "agent-token", owner(g.Lease, ""), 404, "not_found"},
+		}
+		for _, c := range steps {
+			target := id
+			if c.name == "no such operation" {
+				target = "01J00000000000000000000000"
+			}
+			if r := e.step(target, c.step, c.token, c.body); r.status != c.status || code(r) != c.code {
+				t.Errorf("%s: %d %s", c.name, r.status, r.body)
+			}
+		}
+		op, _ := e.store.Get(context.Background(), id)
+		if op.State != ledger.Executing || op.Response != nil || op.Fence != 1 {
+			t.Fatalf("refused steps changed the operation: %+v", op)
+		}
+		// An operation that is not an action's takes no owner step.
+		ticket := e.do("POST", "/v1/tickets", "agent-token", `{"title":"x"}`, "Idempotency-Key", "route-op")
+		if r := e.step(ticket.header.Get("Idempotency-Operation"), "unknown", "agent-token", owner(g.Lease, "")); r.status != 404 {
+			t.Fatalf("a route's operation: %d %s", r.status, r.body)
+		}
+		// release and unknown of an operation that is no longer executing.
+		if r := e.step(id, "complete", "agent-token", owner(g.Lease, `"state":"failed","result":{"error":"bounced"}`)); r.status != 200 {
+			t.Fatalf("complete failed: %d %s", r.status, r.body)
+		}
+		for _, s := range []string{"release", "unknown"} {
+			if r := e.step(id, s, "agent-token", owner(g.Lease, "")); r.status != 409 || code(r) != "lease_lost" {
+				t.Fatalf("%s of a failed operation: %d %s", s, r.status, r.body)
+			}
+		}
+		replay := decodeGrant(t, e.reserve("support.reply.send", "steps", `{}`))
+		if replay.Operation.State != ledger.Failed || string(replay.Result) != `{"error":"bounced"}` {
+			t.Fatalf("replay of a failed action: %+v", replay)
+		}
+		// An operator's result is checked as an owner's.
+		unk := decodeGrant(t, e.reserve("support.reply.send", "resolve-checks", `{}`))
+		e.step(unk.Operation.ID, "unknown", "agent-token", owner(unk.Lease, ""))
+		for _, body := range []string{
+			`{"state":"succeeded","note":"n","result":"` + strings.Repeat("x", 80) + `"}`,
+			`{"state":"prepared","note":"n","result":{}}`,
+			`{"state":"succeeded","note":"n","result":{},"response":{"status":200}}`,
+		} {
+			if r := e.do("POST", "/_idem/v1/operations/"+unk.Operation.ID+"/resolve", "alice-token", body); r.status/100 != 4 {
+				t.Errorf("resolve %s: %d %s", body, r.status, r.body)
+			}
+		}
+		if r := e.do("POST", "/_idem/v1/operations/"+ticket.header.Get("Idempotency-Operation")+"/resolve", "alice-token",
+			`{"state":"succeeded","note":"n","result":{}}`); r.status != 409 && r.status != 422 {
+			t.Errorf("a result for a route's operation: %d %s", r.status, r.body)
+		}
+		if op, _ := e.store.Get(context.Background(), unk.Operation.ID); op.State != ledger.Unknown {
+			t.Fatalf("refused resolutions changed the operation: %s", op.State)
+		}
+	})
+}
+
+// TestActionPolicies: approvals, business keys and concurrency groups
+// apply to actions as to routes.
+func TestActionPolicies(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		e := newActionsEnv(t, db)
+		// Under the threshold: no approval.
+		if r := e.reserve("refund.pay", "refund:small", `{"amount_minor":50}`); r.status != 201 {
+			t.Fatalf("a small refund: %d %s", r.status, r.body)
+		}
+		wait := e.reserve("refund.pay", "refund:big", `{"amount_minor":5000}`)
+		var acc contract.Accepted
+		_ = json.Unmarshal([]byte(wait.body), &acc)
+		if wait.status != 202 || acc.Code != "approval_required" || acc.Approval.Summary != "Refund 5000" {
+			t.Fatalf("a big refund: %d %s", wait.status, wait.body)
+		}
+		a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
+		if err != nil || a.Target != "ACTION refund.pay" {
+			t.Fatalf("the approval: %+v %v", a, err)
+		}
+		if r := e.reserve("refund.pay", "refund:big", `{"amount_minor":5000}`); r.status != 202 {
+			t.Fatalf("a retry while pending: %d %s", r.status, r.body)
+		}
+		dec := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/approve", "alice-token",
+			fmt.Sprintf(`{"fingerprint":%q,"note":"ok"}`, a.Fingerprint))
+		if dec.status != 200 {
+			t.Fatalf("approve: %d %s", dec.status, dec.body)
+		}
+		owned := e.reserve("refund.pay", "refund:big", `{"amount_minor":5000}`)
+		if g := decodeGrant(t, owned); owned.status != 201 || g.Lease.Token == "" {
+			t.Fatalf("after the approval: %d %s", owned.status, owned.body)
+		}
+
+		// Business key: a second key for the same source event replays the first.
+		first := decodeGrant(t, e.reserve("alert.page", "page-1", `{"source_event_id":"ev-9"}`))
+		e.step(first.Operation.ID, "complete", "agent-token", owner(first.Lease, `"state":"succeeded","result":{"page":"P-1"}`))
+		dup := e.reserve("alert.page", "page-2", `{"source_event_id":"ev-9"}`)
+		if dg := decodeGrant(t, dup); dup.status != 200 || dup.header.Get("Idempotency-Duplicate-Of") != first.Operation.ID ||
+			string(dg.Result) != `{"page":"P-1"}` {
+			t.Fatalf("a business duplicate: %d %v %s", dup.status, dup.header, dup.body)
+		}
+
+		// Concurrency group: one live operation per environment.
+		prod := decodeGrant(t, e.reserve("deploy.run", "deploy-1", `{"environment":"prod"}`))
+		locked := e.reserve("deploy.run", "deploy-2", `{"environment":"prod"}`)
+		if locked.status != 409 || code(locked) != "concurrency_locked" {
+			t.Fatalf("a second deploy to prod: %d %s", locked.status, locked.body)
+		}
+		e.step(prod.Operation.ID, "complete", "agent-token", owner(prod.Lease, `"state":"succeeded"`))
+		if r := e.reserve("deploy.run", "deploy-2", `{"environment":"prod"}`); r.status != 201 {
+			t.Fatalf("after the first ended: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// TestActionReconciledFromProof: an action's unknown operation is probed
+// at its upstream and settled applied; the retry replays the probe's
+// answer as the result.
+func TestActionReconciledFromProof(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		e := newActionsEnv(t, db)
+		// The effect the owner performed: one the probe can see.
+		e.do("POST", "/v1/tickets", "agent-token", `{"title":"x"}`, "Idempotency-Key", "the-effect")
+		g := decodeGrant(t, e.reserve("file.write", "write-1", `{"path":"/v1/tickets"}`))
+		e.step(g.Operation.ID, "unknown", "agent-token", owner(g.Lease, `"reason":"crashed mid-write"`))
+		if n, err := e.g.Reconciler().Once(context.Background()); err != nil || n != 1 {
+			t.Fatalf("reconcile: %d %v", n, err)
+		}
+		r := decodeGrant(t, e.reserve("file.write", "write-1", `{"path":"/v1/tickets"}`))
+		if r.Operation.State != ledger.Succeeded || !strings.Contains(string(r.Result), `"count":1`) {
+			t.Fatalf("after the proof: %+v %s", r.Operation.Summary, r.Result)
 		}
 	})
 }
