@@ -423,3 +423,60 @@ func TestActionReconciledFromProof(t *testing.T) {
 		}
 	})
 }
+
+// TestActionWaitForTheOwner: a duplicate that asks to wait (Prefer: wait)
+// is answered with the owner's result once it completes, not with
+// in_progress: the owner step wakes it.
+func TestActionWaitForTheOwner(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		e := newActionsEnv(t, db)
+		g := decodeGrant(t, e.reserve("support.reply.send", "waited", `{}`))
+		done := make(chan reply, 1)
+		go func() {
+			done <- e.reserve("support.reply.send", "waited", `{}`, "Prefer", "wait=20")
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if r := e.step(g.Operation.ID, "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"sent"`)); r.status != 200 {
+			t.Fatalf("complete: %d %s", r.status, r.body)
+		}
+		r := <-done
+		if w := decodeGrant(t, r); r.status != 200 || string(w.Result) != `"sent"` || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the waiting duplicate: %d %s", r.status, r.body)
+		}
+	})
+}
+
+// TestActionAudit: an action's story is in the tenant's audit log (its
+// reservation, its owner's completion, its replay), under its route and
+// its principal, without its lease token or its result.
+func TestActionAudit(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		section, _, _ := auditSection(t)
+		e := newEnv(t, db.Open(t), db.DSN, "actions:\n  - {name: mail.send}\n"+section)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go e.g.RunBackground(ctx)
+		g := decodeGrant(t, e.reserve("mail.send", "mail-1", `{"to":"a@example.com"}`))
+		e.step(g.Operation.ID, "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":{"secret":"hunter2"}`))
+		if r := e.reserve("mail.send", "mail-1", `{"to":"a@example.com"}`); r.status != 200 {
+			t.Fatalf("replay: %d %s", r.status, r.body)
+		}
+		var export reply
+		waitUntil(t, "three events in the export", func() bool {
+			export = e.do("GET", "/_idem/v1/audit/export", "alice-token", "")
+			return strings.Count(export.body, `"kind"`) == 3
+		})
+		for _, kind := range []string{"forwarded", "succeeded", "replayed"} {
+			if !strings.Contains(export.body, `"kind":"`+kind+`"`) {
+				t.Errorf("no %s event: %s", kind, export.body)
+			}
+		}
+		if !strings.Contains(export.body, `"route":"action:mail.send"`) || !strings.Contains(export.body, `"principal":"agent"`) ||
+			strings.Contains(export.body, g.Lease.Token) || strings.Contains(export.body, "hunter2") ||
+			strings.Contains(export.body, "a@example.com") {
+			t.Fatalf("the export: %s", export.body)
+		}
+	})
+}
