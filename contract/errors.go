@@ -56,6 +56,11 @@ func ledgerProblem(err error) *Problem {
 			"forwarded, retry with the same key")
 		p.RetryAfter = 1
 		return p
+	case errors.Is(err, ledger.ErrStaleOwner):
+		// Before illegal transition: a lapsed lease is both, and what its
+		// owner must hear is that it no longer owns the operation.
+		return NewProblem(CodeLeaseLost, "this token and fence no longer hold the operation's lease (another owner "+
+			"took it, or it lapsed and the operation is unknown); nothing was changed")
 	case errors.Is(err, ledger.ErrIllegalTransition):
 		return NewProblem(CodeIllegalTransition, "the operation's state does not allow this")
 	case errors.Is(err, ledger.ErrInvalid):

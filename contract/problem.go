@@ -77,6 +77,7 @@ var problemKinds = map[string]struct {
 	CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
 	CodeInvalidRequest:       {http.StatusBadRequest, "Invalid request"},
 	CodeIllegalTransition:    {http.StatusConflict, "Not allowed in the operation's state"},
+	CodeLeaseLost:            {http.StatusConflict, "Lease lost"},
 	CodeNotFound:             {http.StatusNotFound, "Not found"},
 	CodeInternal:             {http.StatusInternalServerError, "Internal error"},
 }

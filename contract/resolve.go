@@ -1,6 +1,9 @@
 package contract
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // ResolveRequest is the body of POST …/operations/{id}/resolve
 // (docs/design.md, "The web page" and "Reconciliation"): an admin's
@@ -13,6 +16,9 @@ type ResolveRequest struct {
 	// Response is the upstream's answer, when the operator found it
 	// (headers: name → array of values; body: text): retries replay it.
 	Response *Answer `json:"response,omitempty"`
+	// Result is an action's result (docs/design.md, "Actions"), when the
+	// operator found it: retries replay it. Not with Response.
+	Result json.RawMessage `json:"result,omitempty"`
 	// ResultRef is the upstream's reference for the effect.
 	ResultRef string `json:"result_ref,omitempty"`
 	// Duplicate says the effect was made twice despite the checks.

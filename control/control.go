@@ -62,6 +62,9 @@ func (a *API) routes() {
 	mux.HandleFunc("GET "+p+"/operations/{id}", a.caller(a.getOperation))
 	mux.HandleFunc("GET "+p+"/operations", a.caller(a.listOperations))
 	mux.HandleFunc("POST "+p+"/operations/{id}/resolve", a.caller(a.resolve))
+	for _, step := range []string{contract.StepComplete, contract.StepHeartbeat, contract.StepRelease, contract.StepUnknown} {
+		mux.HandleFunc("POST "+p+"/operations/{id}/"+step, a.caller(a.step(step)))
+	}
 	mux.HandleFunc("GET "+p+"/approvals", a.caller(a.listApprovals))
 	mux.HandleFunc("GET "+p+"/approvals/{id}", a.caller(a.getApproval))
 	mux.HandleFunc("POST "+p+"/approvals/{id}/approve", a.caller(a.decide(true)))

@@ -89,7 +89,7 @@ func (a *API) resolve(w http.ResponseWriter, r *http.Request, c Caller) {
 		return
 	}
 	op, err := a.op.Resolve(r.Context(), c, Resolution{OperationID: r.PathValue("id"), State: body.State,
-		Note: body.Note, Response: body.Response, ResultRef: body.ResultRef, Duplicate: body.Duplicate})
+		Note: body.Note, Response: body.Response, Result: body.Result, ResultRef: body.ResultRef, Duplicate: body.Duplicate})
 	if err != nil {
 		fail(w, err, "operation")
 		return

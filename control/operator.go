@@ -33,6 +33,13 @@ type Operator struct {
 	// the operation before and after it and whether the operator found
 	// the effect made twice: the metrics count it.
 	Resolved func(before, after *ledger.Operation, duplicate bool)
+	// Actions, if set, finds an action's settings by name (its lease, its
+	// max_result) for the owner steps and the resolutions of its
+	// operations; an action it does not know takes the defaults.
+	Actions func(name string) (Action, bool)
+	// Recorded, if set, hears each operation an owner step made final,
+	// with its stored result (the budgets of stored bytes).
+	Recorded func(op *ledger.Operation)
 }
 
 func (o *Operator) adminRole() string {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,6 +24,10 @@ type Resolution struct {
 	// Response is the upstream's answer, when the operator found it:
 	// retries then replay exactly that. Only with succeeded or failed.
 	Response *contract.Answer
+	// Result is an action's result (JSON), when the operator found it:
+	// retries replay it. Only on an action's operation, with succeeded or
+	// failed, and not with Response.
+	Result json.RawMessage
 	// ResultRef is the upstream's reference for the effect.
 	ResultRef string
 	// Duplicate says the effect was made twice despite the checks (the
@@ -43,7 +48,7 @@ func (o *Operator) Resolve(ctx context.Context, c Caller, r Resolution) (*ledger
 	if err != nil {
 		return nil, err
 	}
-	p, err := o.resolveParams(c, r)
+	p, err := o.resolveParams(c, r, before)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +68,7 @@ func (o *Operator) Resolve(ctx context.Context, c Caller, r Resolution) (*ledger
 
 // resolveParams checks a resolution: its state, its note, and the answer
 // (one a replay could send as given, within MaxResponse).
-func (o *Operator) resolveParams(c Caller, r Resolution) (ledger.ResolveParams, error) {
+func (o *Operator) resolveParams(c Caller, r Resolution, op *ledger.Operation) (ledger.ResolveParams, error) {
 	to, err := resolvedState(r.State)
 	if err != nil {
 		return ledger.ResolveParams{}, err
@@ -75,6 +80,10 @@ func (o *Operator) resolveParams(c Caller, r Resolution) (ledger.ResolveParams, 
 	if r.Duplicate {
 		p.Note = "duplicate: " + p.Note // the audit log keeps the operator's finding
 	}
+	if r.Result != nil {
+		p.Response, err = o.resolvedResult(r, to, op)
+		return p, err
+	}
 	if r.Response == nil {
 		return p, nil
 	}
@@ -85,6 +94,26 @@ func (o *Operator) resolveParams(c Caller, r Resolution) (ledger.ResolveParams, 
 		return p, invalid("response: " + err.Error())
 	}
 	return p, nil
+}
+
+// resolvedResult checks an action's result given with a resolution and
+// returns it as the answer to store.
+func (o *Operator) resolvedResult(r Resolution, to ledger.State, op *ledger.Operation) (*ledger.Response, error) {
+	name, isAction := contract.ActionOf(op.Route)
+	result, err := compactResult(r.Result)
+	switch {
+	case !isAction:
+		return nil, invalid("a result belongs to an action's operation; give this one a response")
+	case r.Response != nil:
+		return nil, invalid("give a result or a response, not both")
+	case !to.Final():
+		return nil, invalid("a result can only be stored with succeeded or failed: prepared means nothing was performed")
+	case err != nil:
+		return nil, err
+	case int64(len(result)) > o.action(name).maxResult():
+		return nil, tooLarge(len(result), o.action(name).maxResult())
+	}
+	return contract.ResultResponse(result), nil
 }
 
 // notUnknown is the refusal of a resolution of an operation that is not

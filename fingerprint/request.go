@@ -111,3 +111,19 @@ func headersDoc(headers map[string]string) (map[string]any, error) {
 	}
 	return doc, nil
 }
+
+// OfAction returns the fingerprint of an action's command (docs/design.md,
+// "Actions"): "sha256:" and the hex SHA-256 of the RFC 8785 canonical JSON
+// of {"action","tenant","command"}, command null when there is none. An
+// action has no method, path or query: its name is what it does.
+func OfAction(action, tenant string, command any) (string, error) {
+	if action == "" || tenant == "" {
+		return "", errors.New("fingerprint: action and tenant are required")
+	}
+	canon, err := Canonical(map[string]any{"action": action, "tenant": tenant, "command": command})
+	if err != nil {
+		return "", fmt.Errorf("fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return Prefix + hex.EncodeToString(sum[:]), nil
+}

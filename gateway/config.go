@@ -31,8 +31,11 @@ type Config struct {
 	Upstreams  map[string]*Upstream `yaml:"upstreams"`
 	Principals []*Principal         `yaml:"principals"`
 	Routes     []*RouteConfig       `yaml:"routes"`
-	Limits     LimitsConfig         `yaml:"limits"`
-	Audit      *AuditConfig         `yaml:"audit"`
+	// Actions are the effects callers perform themselves, reserved and
+	// recorded here (docs/design.md, "Actions").
+	Actions []*ActionConfig `yaml:"actions"`
+	Limits  LimitsConfig    `yaml:"limits"`
+	Audit   *AuditConfig    `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.
@@ -230,8 +233,11 @@ func (c *Config) check() error {
 	if err := c.checkAudit(); err != nil {
 		return err
 	}
-	if len(c.Routes) == 0 && !c.noRoutes {
-		return fmt.Errorf("%s: no routes: the gateway would refuse everything", c.file)
+	if len(c.Routes) == 0 && len(c.Actions) == 0 && !c.noRoutes {
+		return fmt.Errorf("%s: no routes and no actions: the gateway would refuse everything", c.file)
+	}
+	if err := c.checkActions(); err != nil {
+		return err
 	}
 	mux := http.NewServeMux()
 	for _, r := range c.Routes {

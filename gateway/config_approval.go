@@ -21,17 +21,23 @@ func (c *Config) checkApproval(r *RouteConfig) error {
 		// A keyless request is forwarded unrecorded: unapproved.
 		return c.errorf(r.line, "route %s: approval: needs require_key (a keyless request would run unapproved)", r.Match)
 	}
-	p, err := approval.Compile(*r.Approval)
+	p, err := c.compileApproval(*r.Approval, r.line, r.approvalLines, "route "+r.Match)
+	r.policy = p
+	return err
+}
+
+// compileApproval compiles an approval policy, its errors naming the line
+// of the key at fault (lines: the approval's keys; line: its owner's).
+func (c *Config) compileApproval(cfg approval.Config, line int, lines map[string]int, what string) (*approval.Policy, error) {
+	p, err := approval.Compile(cfg)
 	if err != nil {
-		line := r.line
 		field, _, _ := strings.Cut(err.Error(), ":")
-		if l, ok := r.approvalLines[field]; ok {
+		if l, ok := lines[field]; ok {
 			line = l
-		} else if l, ok := r.approvalLines["when"]; ok && strings.HasPrefix(field, "when") {
+		} else if l, ok := lines["when"]; ok && strings.HasPrefix(field, "when") {
 			line = l
 		}
-		return c.errorf(line, "route %s: approval: %v", r.Match, err)
+		return nil, c.errorf(line, "%s: approval: %v", what, err)
 	}
-	r.policy = p
-	return nil
+	return p, nil
 }

@@ -148,3 +148,50 @@ func TestExampleConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestActionConfig: actions take their defaults, an actions-only
+// configuration serves, and each mistake names its line.
+func TestActionConfig(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
+	const actions = `actions:
+  - name: support.reply.send
+    lease: 10s
+  - name: refund.pay
+    approval: {when: 'body.amount > 100', approvers: [admin]}
+    upstream: ops
+    reconcile: {probe: 'GET /v1/refunds?ref={{.body.ref}}', applied: 'body.count == 1', not_applied: 'body.count == 0'}
+`
+	cfg, err := ParseConfig("gw.yaml", []byte(goodConfig+actions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Action("support.reply.send"), cfg.Action("refund.pay")
+	if a == nil || a.Lease != 10*time.Second || a.MaxResult != 64<<10 || b == nil || b.Lease != 30*time.Second ||
+		b.policy == nil || b.probe == nil || cfg.Action("nope") != nil {
+		t.Fatalf("actions: %+v %+v", a, b)
+	}
+	only := strings.Split(goodConfig, "routes:")[0] + actions
+	if _, err := ParseConfig("gw.yaml", []byte(only)); err != nil {
+		t.Fatalf("an actions-only configuration: %v", err)
+	}
+	cases := map[string]struct{ from, to, want string }{
+		"bad name":         {"name: support.reply.send", "name: Support/Reply", `gw.yaml:21: action "Support/Reply": want a name`},
+		"twice":            {"name: refund.pay", "name: support.reply.send", `gw.yaml:23: action "support.reply.send" is defined twice`},
+		"negative lease":   {"lease: 10s", "lease: -10s", "gw.yaml:21: action support.reply.send: lease, retention"},
+		"probe upstream":   {"    upstream: ops\n    reconcile", "    reconcile", "gw.yaml:23: action refund.pay: reconcile and upstream go together"},
+		"unknown upstream": {"upstream: ops\n    reconcile", "upstream: opz\n    reconcile", `gw.yaml:23: action refund.pay: upstream "opz" is not defined`},
+		"approval syntax":  {"when: 'body.amount > 100'", "when: 'body.amount >'", "gw.yaml:24: action refund.pay: approval: when:"},
+		"bad pointer":      {"    lease: 10s", "    lease: 10s\n    business_key: ticket", `gw.yaml:21: action support.reply.send: JSON pointer "ticket"`},
+		"unknown key":      {"    lease: 10s", "    lease: 10s\n    leese: 1s", `gw.yaml:23: unknown key "leese"`},
+	}
+	for name, c := range cases {
+		text := strings.Replace(goodConfig+actions, c.from, c.to, 1)
+		if text == goodConfig+actions {
+			t.Fatalf("%s: the mistake was not made", name)
+		}
+		_, err := ParseConfig("gw.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", name, err, c.want)
+		}
+	}
+}

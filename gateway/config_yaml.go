@@ -31,6 +31,12 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			}
 		case "limits":
 			cfg.Limits.lines = limitLines(doc.Content[i].Line, val)
+		case "actions":
+			for j, n := range val.Content {
+				if j < len(cfg.Actions) && cfg.Actions[j] != nil {
+					cfg.Actions[j].line, cfg.Actions[j].approvalLines = n.Line, keyLines(n, "approval")
+				}
+			}
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {

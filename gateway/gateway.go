@@ -39,12 +39,13 @@ type Deps struct {
 // authentication, roles, limits, the idempotency middleware on the write
 // routes, and the reverse proxy.
 type Gateway struct {
-	cfg    *Config
-	store  httpidem.Store
-	log    *slog.Logger
-	limits *limits.Limiter
-	m      *httpidem.Middleware
-	routes http.Handler
+	cfg     *Config
+	store   httpidem.Store
+	log     *slog.Logger
+	limits  *limits.Limiter
+	m       *httpidem.Middleware
+	routes  http.Handler
+	actions http.Handler
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -93,6 +94,13 @@ func (g *Gateway) build(d Deps) error {
 			writes = append(writes, route)
 		}
 	}
+	for _, a := range g.cfg.Actions {
+		route, err := g.actionRoute(a)
+		if err != nil {
+			return err
+		}
+		writes = append(writes, route)
+	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
@@ -108,14 +116,38 @@ func (g *Gateway) build(d Deps) error {
 		if rc.IsWrite() {
 			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse), hold: g.cfg.HoldBeforeForward})
 		}
-		mux.Handle(rc.method+" "+rc.pattern, g.limited(g.allowed(rc, h)))
+		mux.Handle(rc.method+" "+rc.pattern, g.limited(g.allowed(rc.Roles, h)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
 	})
 	g.routes = mux
+	g.actions = g.actionsHandler(m)
 	return nil
 }
+
+// actionsHandler reserves the configured actions, each behind its roles
+// and the tenant's request rate; any other name is 404.
+func (g *Gateway) actionsHandler(m *httpidem.Middleware) http.Handler {
+	// The middleware answers every keyed reservation of an action itself
+	// (it hands over the lease or answers as it stands), and an action's
+	// key is required: this handler is never reached.
+	unreached := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		contract.NewProblem(contract.CodeInternal, "an action's reservation reached no answer").Write(w)
+	})
+	mux := http.NewServeMux()
+	for _, a := range g.cfg.Actions {
+		mux.Handle("POST "+contract.ActionsPath+"/"+a.Name, g.limited(g.allowed(a.Roles, m.Handler(unreached))))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		contract.NewProblem(contract.CodeNotFound, "no such action: "+r.Method+" "+r.URL.EscapedPath()).Write(w)
+	})
+	return mux
+}
+
+// Actions reserves the configured actions (POST /_idem/v1/actions/{name},
+// docs/design.md "Actions"), behind bearer authentication.
+func (g *Gateway) Actions() http.Handler { return g.Authenticated(g.actions) }
 
 func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
 	route := httpidem.Route{Method: rc.method, Pattern: rc.pattern, RequireKey: rc.RequireKey, KeyFrom: rc.KeyFrom,
@@ -208,6 +240,11 @@ func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *c
 	return settle, nil
 }
 
+// Recorded counts an operation's stored answer against its tenant's
+// budget of stored bytes: the control plane's owner steps tell it of the
+// results they record.
+func (g *Gateway) Recorded(op *ledger.Operation) { g.recorded(op) }
+
 // recorded counts a stored response against its tenant's budget.
 func (g *Gateway) recorded(op *ledger.Operation) {
 	if op.Response != nil {
@@ -226,15 +263,15 @@ func refused(r *limits.Refusal) *contract.Problem {
 	return p
 }
 
-// allowed applies a route's roles.
-func (g *Gateway) allowed(rc *RouteConfig, next http.Handler) http.Handler {
-	if len(rc.Roles) == 0 {
+// allowed applies a route's or an action's roles.
+func (g *Gateway) allowed(roles []string, next http.Handler) http.Handler {
+	if len(roles) == 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := PrincipalFrom(r.Context())
-		if !slices.ContainsFunc(rc.Roles, p.HasRole) {
-			contract.NewProblem(contract.CodeForbidden, "this route needs one of the roles "+fmt.Sprint(rc.Roles)).Write(w)
+		if !slices.ContainsFunc(roles, p.HasRole) {
+			contract.NewProblem(contract.CodeForbidden, "this needs one of the roles "+fmt.Sprint(roles)).Write(w)
 			return
 		}
 		next.ServeHTTP(w, r)

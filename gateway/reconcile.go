@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/resultref"
 	"github.com/idemgate/idemgate/reconcile"
 )
@@ -58,6 +59,13 @@ func NewReconciler(cfg *Config, store reconcile.Store, record func(audit.Event),
 		probes[route] = rc.probe
 		upstreams[route] = newUpstreamClient(rc.Upstream, cfg.Upstreams[rc.Upstream], log)
 		refs[route], _ = resultref.Compile(rc.ResultRef) // checked when the configuration was loaded
+	}
+	for _, a := range cfg.Actions {
+		if a.probe != nil {
+			route := contract.ActionRoute(a.Name)
+			probes[route] = a.probe
+			upstreams[route] = newUpstreamClient(a.Upstream, cfg.Upstreams[a.Upstream], log)
+		}
 	}
 	max := int64(cfg.MaxResponse)
 	return &reconcile.Reconciler{Store: store, Probes: probes, Logger: log, Audit: record,

@@ -45,6 +45,9 @@ func (m *Middleware) approvalRequest(req *request, in approval.Input) (*ledger.A
 		return nil, contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 	}
 	target := in.Method + " " + in.Path
+	if req.route.Action != "" {
+		target = req.target
+	}
 	if req.rawQuery != "" {
 		target += "?" + req.rawQuery
 	}

@@ -40,7 +40,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	began := time.Now()
 	next.ServeHTTP(c, r)
 	if m.opts.Observer != nil {
-		m.opts.Observer.Upstream(req.route.Method+" "+req.route.template, c.status, time.Since(began))
+		m.opts.Observer.Upstream(req.route.name, c.status, time.Since(began))
 	}
 	lease = hb.stop()
 	ctx, cancel := context.WithTimeout(detached, m.opts.RecordDeadline)

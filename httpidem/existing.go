@@ -155,5 +155,5 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 		m.problem(w, contract.ProblemFor(err), op)
 		return
 	}
-	m.execute(w, r, req, *res.Lease, next)
+	m.run(w, r, req, res, next)
 }

@@ -87,7 +87,7 @@ func (o *observed) NoteCode(code string) { o.code = code }
 
 // observe tells the Observer how req ended.
 func (m *Middleware) observe(req *request, w *observed, began time.Time) {
-	o := Observation{Route: req.route.Method + " " + req.route.template, Tenant: req.tenant, Retry: req.retry,
+	o := Observation{Route: req.route.name, Tenant: req.tenant, Retry: req.retry,
 		Outcome: w.code, Duration: time.Since(began)}
 	switch h := w.Header(); {
 	case req.executed && req.created:

@@ -12,6 +12,10 @@ import (
 // replay sends a final operation's stored response, byte for byte, marked
 // as a replay.
 func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
+	if _, ok := contract.ActionOf(op.Route); ok && op.LastError != contract.CodeApprovalDenied {
+		m.replayAction(ctx, w, op)
+		return
+	}
 	if op.Response == nil {
 		m.replayWithoutResponse(ctx, w, op)
 		return

@@ -70,7 +70,7 @@ func (m *Middleware) note(req *request, kind audit.Kind, op *ledger.Operation, r
 	}
 	e := audit.Event{At: time.Now(), Tenant: req.tenant, Kind: kind, Principal: req.who, RunID: req.run,
 		TraceID: req.trace, Key: req.key, Fingerprint: req.fingerprint,
-		Route: req.route.Method + " " + req.route.template, Target: req.target, Actor: m.opts.Actor, Reason: reason}
+		Route: req.route.name, Target: req.target, Actor: m.opts.Actor, Reason: reason}
 	if op != nil {
 		e.OperationID = op.ID
 	}
@@ -92,7 +92,7 @@ func (m *Middleware) noteUnrecorded(req *request, opID string, status int, ref s
 	}
 	e := audit.Event{At: time.Now(), Tenant: req.tenant, OperationID: opID, Kind: audit.AnswerUnrecorded,
 		Principal: req.who, RunID: req.run, TraceID: req.trace, Key: req.key, Fingerprint: req.fingerprint,
-		Route: req.route.Method + " " + req.route.template, Target: req.target, Actor: m.opts.Actor,
+		Route: req.route.name, Target: req.target, Actor: m.opts.Actor,
 		UpstreamStatus: status, ResultRef: ref, Reason: "answered to the client, not recorded: the store failed"}
 	m.opts.Audit.Record(e)
 }

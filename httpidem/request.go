@@ -96,6 +96,14 @@ func (req *request) fingerprintOf(r *http.Request) *contract.Problem {
 		return contract.NewProblem(contract.CodeInvalidRequest, err.Error())
 	}
 	req.params, req.query, req.rawQuery, req.headers = params, query, r.URL.RawQuery, fingerprintHeaders(r, rt.Headers)
+	if rt.Action != "" {
+		req.query, req.rawQuery = nil, "" // an action's name is all it does: no query
+		req.fingerprint, err = fingerprint.OfAction(rt.Action, req.tenant, req.command)
+		if err != nil {
+			return contract.NewProblem(contract.CodeInvalidCommand, err.Error())
+		}
+		return nil
+	}
 	req.fingerprint, err = fingerprint.Of(fingerprint.Request{Method: rt.Method, Route: rt.template, Params: params,
 		Query: query, Tenant: req.tenant, Command: req.command, Headers: req.headers})
 	if err != nil {
@@ -134,7 +142,11 @@ func (req *request) parseCommand(r *http.Request) *contract.Problem {
 	if len(types) > 1 {
 		return contract.NewProblem(contract.CodeInvalidRequest, "two Content-Type headers; send one")
 	}
-	cmd, err := fingerprint.ParseBody(r.Header.Get("Content-Type"), req.body,
+	contentType := r.Header.Get("Content-Type")
+	if rt.Action != "" {
+		contentType = "application/json" // an action's command is JSON, whatever a no-code tool says
+	}
+	cmd, err := fingerprint.ParseBody(contentType, req.body,
 		fingerprint.BodyOptions{Limits: fingerprint.Limits{MaxBytes: int(rt.MaxBody)}, Opaque: rt.Opaque})
 	if err != nil {
 		return contract.ProblemFor(err)
@@ -216,7 +228,7 @@ func pointerValue(doc any, toks []string) string {
 
 // reserveParams is what the ledger is asked to reserve for req.
 func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
-	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.Method + " " + req.route.template,
+	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.name,
 		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
 		BusinessKey: pointerValue(req.command, req.route.business), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
 		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace,
@@ -232,7 +244,7 @@ func (m *Middleware) probeOf(req *request) string {
 	}
 	probe, err := req.route.Probe(req.params, req.query, req.command)
 	if err != nil {
-		m.opts.Logger.Warn("probe not rendered", slog.String("route", req.route.Method+" "+req.route.template),
+		m.opts.Logger.Warn("probe not rendered", slog.String("route", req.route.name),
 			slog.String("error", err.Error()))
 		return ""
 	}
@@ -247,6 +259,9 @@ func (m *Middleware) context(r *http.Request, req *request) *contract.Problem {
 		return p
 	}
 	req.trace, req.target = traceOf(r), req.route.Method+" "+r.URL.Path
+	if req.route.Action != "" {
+		req.target = contract.ActionTarget(req.route.Action)
+	}
 	if m.opts.Principal == nil {
 		return nil
 	}

@@ -59,6 +59,17 @@ type Route struct {
 	// the effect: "body:/id" (a JSON Pointer) or "header:X-Request-Id". It
 	// is stored on the operation and in its audit events.
 	ResultRef string
+	// Action, if set, makes the route an action's reservation
+	// (docs/design.md, "Actions"): an effect the caller performs itself.
+	// The body is the command, read as JSON whatever its media type, and
+	// fingerprinted with the action's name and the tenant only
+	// (fingerprint.OfAction); the operation's route is
+	// contract.ActionRoute(Action). Where the middleware would run its
+	// handler, it hands the caller the lease instead (201, contract.ActionGrant)
+	// and the operation stays executing until the caller's owner steps
+	// (package control) end it; a final one replays its recorded result
+	// (contract.ActionReplay). The method must be POST.
+	Action    string
 	Lease     time.Duration
 	Retention time.Duration
 	MaxBody   int64
@@ -68,6 +79,7 @@ type Route struct {
 type route struct {
 	Route
 	template   string // the fingerprinted route: Pattern
+	name       string // the operation's route: "METHOD template", or "action:NAME"
 	params     []param
 	keyHeader  string
 	keyPointer []string
@@ -95,6 +107,12 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		}
 		c.requireKey = true
 	}
+	c.name = c.Method + " " + c.template
+	if r.Action != "" {
+		if err := c.compileAction(); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.compileKeyFrom(); err != nil {
 		return nil, err
 	}
@@ -117,6 +135,21 @@ func compileRoute(r Route, o *Options) (*route, error) {
 	}
 	c.defaults(o)
 	return c, nil
+}
+
+// compileAction checks an action's route: a POST, keyed by its
+// Idempotency-Key, whose body is JSON.
+func (c *route) compileAction() error {
+	switch {
+	case !contract.ValidActionName(c.Action):
+		return fmt.Errorf("action %q: want a name of [a-z0-9._-], starting with a letter or digit, at most 128", c.Action)
+	case c.Method != http.MethodPost || c.KeyFrom != "" || c.Opaque || len(c.Headers) > 0:
+		return fmt.Errorf("action %s: a POST keyed by %s, with a JSON body and no headers fingerprinted", c.Action, contract.HeaderKey)
+	case c.RequireKey != nil && !*c.RequireKey:
+		return fmt.Errorf("action %s: an action always requires a key", c.Action)
+	}
+	c.name, c.requireKey = contract.ActionRoute(c.Action), true
+	return nil
 }
 
 func (c *route) compileKeyFrom() error {

@@ -64,7 +64,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		m.problem(w, contract.ProblemFor(err), res.Op)
 	case res.Owned():
 		req.created = res.Created
-		live = m.execute(w, r, req, *res.Lease, next)
+		live = m.run(w, r, req, res, next)
 	case res.Created: // prepared, waiting for its approval
 		live = true
 		if apr != nil {

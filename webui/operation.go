@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,9 @@ type operationData struct {
 	ProofError string
 	CanResolve bool
 	Resolvable bool // the operation is unknown: only then can it be resolved
+	// Action marks an action's operation (docs/design.md, "Actions"): its
+	// resolution takes a result, not the upstream's answer.
+	Action bool
 }
 
 // moment is one audit event on the timeline, with its proof's status.
@@ -52,6 +56,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	data := operationData{Row: u.rowOf(op, u.opts.Now()), CanResolve: u.isAdmin(s.principal),
 		Resolvable: op.State == ledger.Unknown}
+	_, data.Action = contract.ActionOf(op.Route)
 	if data.History, err = u.opts.Store.History(r.Context(), op.ID); err != nil {
 		u.storeFail(w, r, s, err, "operations")
 		return
@@ -98,13 +103,16 @@ func (u *UI) timeline(r *http.Request, op *ledger.Operation, data *operationData
 }
 
 // readResolution reads the resolve form: the state, a note, and
-// optionally the upstream's answer (status, content type, body) and its
-// reference for the effect. The Operator checks the rest, as it checks
+// optionally the upstream's answer (status, content type, body), or an
+// action's result, and the reference for the effect. The Operator checks the rest, as it checks
 // the control API's.
 func readResolution(r *http.Request, id string) (control.Resolution, error) {
 	res := control.Resolution{OperationID: id, State: r.PostFormValue("state"),
 		Note: strings.TrimSpace(r.PostFormValue("note")), ResultRef: strings.TrimSpace(r.PostFormValue("result_ref")),
 		Duplicate: r.PostFormValue("duplicate") == "1"}
+	if result := strings.TrimSpace(r.PostFormValue("result")); result != "" {
+		res.Result = json.RawMessage(result) // an action's; the Operator checks it is JSON
+	}
 	status := strings.TrimSpace(r.PostFormValue("status"))
 	if status == "" {
 		return res, nil

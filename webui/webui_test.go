@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/webui"
 )
@@ -324,5 +325,42 @@ func TestResolveChecksItsForm(t *testing.T) {
 	want := []heard{{ledger.Unknown, ledger.Prepared, false}, {ledger.Unknown, ledger.Succeeded, true}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the hook heard %v, want %v", got, want)
+	}
+}
+
+// TestResolveAnActionWithItsResult: an action's unknown operation offers a
+// result, not an answer; the result is checked as the control API checks
+// it (not JSON: 422, nothing changed) and then kept for the replays.
+func TestResolveAnActionWithItsResult(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	c := context.Background()
+	r, err := fx.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
+		Fingerprint: "sha256:bb", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.store.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "owner_unknown"}); err != nil {
+		t.Fatal(err)
+	}
+	alice := fx.signIn(t, "alice")
+	page := alice.get("/ui/operations/" + r.Op.ID)
+	if !strings.Contains(page.body, `name="result"`) || strings.Contains(page.body, `name="status"`) {
+		t.Fatalf("the resolve form of an action: %s", page.body)
+	}
+	path := "/ui/operations/" + r.Op.ID + "/resolve"
+	bad := url.Values{"csrf": {alice.csrf}, "state": {"succeeded"}, "note": {"x"}, "result": {`{"id":`}}
+	if got := alice.post(path, bad); got.status != http.StatusUnprocessableEntity {
+		t.Fatalf("a result that is not JSON: %d", got.status)
+	}
+	if got := fx.operation(r.Op.ID); got.State != ledger.Unknown {
+		t.Fatalf("a refused form changed the operation to %s", got.State)
+	}
+	good := url.Values{"csrf": {alice.csrf}, "state": {"succeeded"}, "note": {"in the SMTP log"}, "result": {`{"id": "m-1"}`}}
+	if got := alice.post(path, good); got.status != http.StatusSeeOther {
+		t.Fatalf("resolve with a result: %d %s", got.status, got.body)
+	}
+	if got := fx.operation(r.Op.ID); got.State != ledger.Succeeded || string(contract.ResultOf(got)) != `{"id":"m-1"}` {
+		t.Fatalf("resolved: %s %s", got.State, contract.ResultOf(got))
 	}
 }

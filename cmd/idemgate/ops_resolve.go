@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,12 +29,13 @@ type answerFlags struct {
 func newOpsResolveCmd() *cobra.Command {
 	var (
 		dsn, state, note, actor string
+		result                  string
 		asJSON, duplicate       bool
 		a                       answerFlags
 	)
 	cmd := &cobra.Command{
 		Use: "resolve OP_ID --state succeeded|failed|prepared --note TEXT --store DSN " +
-			"[--status N [--header 'Name: value']... [--body-file FILE | --body TEXT]] [--result-ref REF]",
+			"[--status N [--header 'Name: value']... [--body-file FILE | --body TEXT] | --result JSON] [--result-ref REF]",
 		Short: "Settle an unknown operation on an operator's word, recorded in its history",
 		Long: `resolve is reconciliation by hand: an operation is unknown when nobody knows
 whether its effect happened. After checking the upstream (its records, its
@@ -47,7 +49,9 @@ With succeeded or failed, give the upstream's answer if you found it:
 text, at most --max-response). Retries then get exactly that answer, marked
 Idempotent-Replayed; without one they get the gateway's summary, which says
 that an operator resolved the operation. --result-ref is the upstream's
-reference for the effect (a ticket's id, a payment's).`,
+reference for the effect (a ticket's id, a payment's). An action's operation
+(docs/design.md, "Actions") takes --result instead: the JSON its owner would
+have recorded (at most 64KiB), which retries then get as their result.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			answer, max, err := a.answer(cmd)
@@ -60,8 +64,12 @@ reference for the effect (a ticket's id, a payment's).`,
 			}
 			defer s.Close()
 			o := &control.Operator{Store: s, MaxResponse: max}
-			op, err := o.Resolve(cmd.Context(), control.Local(actor), control.Resolution{OperationID: args[0],
-				State: state, Note: note, Response: answer, ResultRef: a.resultRef, Duplicate: duplicate})
+			res := control.Resolution{OperationID: args[0], State: state, Note: note, Response: answer,
+				ResultRef: a.resultRef, Duplicate: duplicate}
+			if cmd.Flags().Changed("result") {
+				res.Result = json.RawMessage(result)
+			}
+			op, err := o.Resolve(cmd.Context(), control.Local(actor), res)
 			if err != nil {
 				return fmt.Errorf("resolve %s: %w", args[0], err)
 			}
@@ -74,6 +82,7 @@ reference for the effect (a ticket's id, a payment's).`,
 	f.StringVar(&note, "note", "", "what you checked (recorded in the history)")
 	f.StringVar(&actor, "actor", defaultActor(), "who decides (recorded in the history)")
 	f.BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	f.StringVar(&result, "result", "", "an action's result, as JSON (instead of an answer)")
 	f.BoolVar(&duplicate, "duplicate", false, "the effect was made twice despite the checks (recorded as such)")
 	a.define(cmd)
 	_ = cmd.MarkFlagRequired("state")

@@ -96,3 +96,42 @@ func testResolveRefusals(t *testing.T, s ledger.Store, dsn string, op *ledger.Op
 		t.Fatalf("after refused answers: %+v %v", got, err)
 	}
 }
+
+// ops resolve gives an action's unknown operation the result its owner
+// would have recorded; a result that is not JSON, or one for a route's
+// operation, is refused and changes nothing.
+func TestOpsResolveAnActionsResult(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		dsn, s := db.DSN, db.Open(t)
+		c := context.Background()
+		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
+			Fingerprint: "sha256:bb", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "owner_unknown"}); err != nil {
+			t.Fatal(err)
+		}
+		route := unknownOp(t, s, "pay-1")
+		for _, bad := range []struct{ id, result, want string }{
+			{r.Op.ID, `{"message_id":`, "not JSON"},
+			{route.ID, `{"message_id":"m-1"}`, "action's operation"},
+		} {
+			out := run(t, "", "ops", "resolve", bad.id, "--store", dsn, "--state", "succeeded", "--note", "x", "--result", bad.result)
+			if out.code != 1 || !strings.Contains(out.stderr, bad.want) {
+				t.Errorf("--result %s: %+v, want %q", bad.result, out, bad.want)
+			}
+		}
+		out := run(t, "", "ops", "resolve", r.Op.ID, "--store", dsn, "--state", "succeeded", "--note", "found in the SMTP log",
+			"--result", `{ "message_id": "m-1" }`, "--result-ref", "m-1")
+		got, err := s.Get(c, r.Op.ID)
+		if out.code != 0 || err != nil || got.State != ledger.Succeeded || string(contract.ResultOf(got)) != `{"message_id":"m-1"}` ||
+			got.ResultRef != "m-1" {
+			t.Fatalf("ops resolve --result: %+v %+v %v", out, got, err)
+		}
+		if got, _ := s.Get(c, route.ID); got.State != ledger.Unknown {
+			t.Fatalf("a refused result changed %s", got.State)
+		}
+	})
+}

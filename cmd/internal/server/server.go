@@ -54,7 +54,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 	s.op = &control.Operator{Store: store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
 		Resolved: func(before, after *ledger.Operation, duplicate bool) {
 			s.metrics.Resolved(after.Tenant, after.State, after.UpdatedAt.Sub(before.UpdatedAt), duplicate)
-		}}
+		}, Actions: s.action, Recorded: gw.Recorded}
 	if s.handler, err = s.mount(); err != nil {
 		return nil, err
 	}
@@ -97,9 +97,19 @@ func (s *Server) mount() (http.Handler, error) {
 		mux.Handle("GET /metrics", s.metrics.Handler())
 	}
 	mux.Handle(contract.ControlPrefix+"/", s.gw.Authenticated(api))
-	mux.Handle(UIPrefix, page) // its own sessions: no bearer token in a browser
+	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
+	mux.Handle(UIPrefix, page)                                   // its own sessions: no bearer token in a browser
 	mux.Handle("/", s.gw.Routes())
 	return s.gw.Front(mux), nil
+}
+
+// action is a configured action's settings for the owner steps.
+func (s *Server) action(name string) (control.Action, bool) {
+	a := s.cfg.Action(name)
+	if a == nil {
+		return control.Action{}, false
+	}
+	return control.Action{Lease: a.Lease, MaxResult: int64(a.MaxResult)}, true
 }
 
 // ready answers /readyz: 503 while the store cannot do its work.

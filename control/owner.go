@@ -1,0 +1,225 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Action is what the owner steps need of an action's configuration
+// (docs/design.md, "Actions").
+type Action struct {
+	// Lease is how far a heartbeat extends the lease.
+	Lease time.Duration
+	// MaxResult bounds a recorded result, in bytes (0:
+	// contract.DefaultMaxResult).
+	MaxResult int64
+}
+
+func (a Action) maxResult() int64 {
+	if a.MaxResult > 0 {
+		return a.MaxResult
+	}
+	return contract.DefaultMaxResult
+}
+
+// defaultAction is an action no longer configured: its operations can
+// still be ended by their owners, within the defaults.
+var defaultAction = Action{Lease: 30 * time.Second}
+
+// Step is one owner step on an action's operation: what the caller sent,
+// and which step.
+type Step struct {
+	OperationID string
+	Name        string // contract.StepComplete, StepHeartbeat, StepRelease or StepUnknown
+	contract.OwnerStep
+}
+
+// Owned is an operation after an owner step, with the lease a heartbeat
+// extended.
+type Owned struct {
+	Op    *ledger.Operation
+	Lease *ledger.Lease
+}
+
+// Step makes an owner step for the caller, fenced by the lease it holds:
+// the store refuses a token or fence that no longer holds the lease
+// (ledger.ErrStaleOwner, answered 409 lease_lost), and changes nothing
+// then. Another tenant's operation, or one that is not an action's, is
+// not found. A step the store made already with this lease (a reply the
+// caller lost) answers as made.
+func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
+	op, action, err := o.actionOperation(ctx, c, s.OperationID)
+	if err != nil {
+		return Owned{}, err
+	}
+	if err := checkStep(s, action); err != nil {
+		return Owned{}, err
+	}
+	l := ledger.Lease{OpID: op.ID, Token: s.Token, Fence: s.Fence, Actor: c.Name}
+	var out Owned
+	switch s.Name {
+	case contract.StepHeartbeat:
+		next, herr := o.Store.Heartbeat(ctx, l, action.Lease)
+		if herr != nil {
+			return Owned{}, herr
+		}
+		out.Lease = &next
+		out.Op, err = o.Store.Get(ctx, op.ID)
+	case contract.StepComplete:
+		out.Op, err = o.Store.Complete(ctx, l, completion(s))
+	case contract.StepRelease:
+		out.Op, err = o.Store.Release(ctx, l, ledger.Note{Reason: "not performed: " + s.Reason, ErrorCode: "released"})
+	case contract.StepUnknown:
+		out.Op, err = o.Store.MarkUnknown(ctx, l, ledger.Note{Reason: "the owner says: " + s.Reason, ErrorCode: "owner_unknown"})
+	}
+	if err != nil {
+		return Owned{}, err
+	}
+	if s.Name != contract.StepHeartbeat {
+		o.wake(op.ID)
+		if o.Recorded != nil && out.Op.State.Final() {
+			o.Recorded(out.Op)
+		}
+	}
+	return out, nil
+}
+
+// actionOperation reads an action's operation the caller may see, and its
+// action's settings.
+func (o *Operator) actionOperation(ctx context.Context, c Caller, id string) (*ledger.Operation, Action, error) {
+	op, err := o.Operation(ctx, c, id)
+	if err != nil {
+		return nil, Action{}, err
+	}
+	name, ok := contract.ActionOf(op.Route)
+	if !ok {
+		return nil, Action{}, fmt.Errorf("operation %s is not an action's: %w", id, ledger.ErrNotFound)
+	}
+	return op, o.action(name), nil
+}
+
+// action is a configured action's settings, or the defaults.
+func (o *Operator) action(name string) Action {
+	if o.Actions != nil {
+		if a, ok := o.Actions(name); ok {
+			if a.Lease <= 0 {
+				a.Lease = defaultAction.Lease
+			}
+			return a
+		}
+	}
+	return defaultAction
+}
+
+// checkStep refuses a step whose body does not belong to it: without
+// its lease, a complete without a final state, a result too large, a
+// member of another step.
+func checkStep(s Step, a Action) error {
+	isComplete := s.Name == contract.StepComplete
+	switch {
+	case s.Token == "" || s.Fence <= 0:
+		return invalid("an owner step needs its lease's token and fence, as the reservation gave them")
+	case isComplete && s.State != string(ledger.Succeeded) && s.State != string(ledger.Failed):
+		return invalid(`complete needs "state": "succeeded" or "failed"`)
+	case !isComplete && (s.State != "" || s.Result != nil || s.ResultRef != ""):
+		return invalid(s.Name + " takes no state, result or result_ref: those belong to complete")
+	case s.Name == contract.StepHeartbeat && s.Reason != "":
+		return invalid("heartbeat takes no reason")
+	case int64(len(s.Result)) > a.maxResult():
+		return tooLarge(len(s.Result), a.maxResult())
+	case checkNote(s.Reason, false) != nil:
+		return checkNote(s.Reason, false)
+	}
+	return nil
+}
+
+// tooLarge refuses a result over the action's max_result.
+func tooLarge(n int, max int64) error {
+	return contract.NewProblem(contract.CodePayloadTooLarge, fmt.Sprintf("result of %d bytes: over this action's "+
+		"max_result (%d); record a reference (result_ref) instead", n, max))
+}
+
+// completion is the outcome a complete records: the result as the
+// stored answer every retry replays.
+func completion(s Step) ledger.Outcome {
+	out := ledger.Outcome{State: ledger.State(s.State), Response: contract.ResultResponse(s.Result),
+		ResultRef: s.ResultRef, Reason: "completed by its owner"}
+	if out.State == ledger.Failed {
+		out.ErrorCode = "owner_failed"
+	}
+	return out
+}
+
+// compactResult checks that a result is JSON and keeps it compact; JSON
+// null counts as none.
+func compactResult(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, invalid("result: not JSON: " + err.Error())
+	}
+	if b.String() == "null" {
+		return nil, nil
+	}
+	return b.Bytes(), nil
+}
+
+// step answers POST /operations/{id}/{step}: an owner step, then the
+// operation whole (and a heartbeat's new lease, without its token).
+func (a *API) step(name string) handler {
+	return func(w http.ResponseWriter, r *http.Request, c Caller) {
+		id := r.PathValue("id")
+		_, action, err := a.op.actionOperation(r.Context(), c, id)
+		if err != nil {
+			fail(w, err, "action operation")
+			return
+		}
+		s := Step{OperationID: id, Name: name}
+		if err := decodeStrict(w, r, &s.OwnerStep, action.maxResult()+64<<10); err != nil {
+			stepBodyRefused(w, err, action.maxResult())
+			return
+		}
+		if s.Result, err = compactResult(s.Result); err != nil {
+			fail(w, err, "")
+			return
+		}
+		out, err := a.op.Step(r.Context(), c, s)
+		if err != nil {
+			fail(w, err, "action operation")
+			return
+		}
+		v, err := a.op.View(r.Context(), out.Op)
+		if err != nil {
+			fail(w, err, "")
+			return
+		}
+		ans := contract.StepAnswer{Operation: v}
+		if out.Lease != nil {
+			lv := contract.NewLeaseView(*out.Lease, false)
+			ans.Lease = &lv
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+// stepBodyRefused answers a step body that could not be read: over the
+// limit (413), or not the step's JSON (422).
+func stepBodyRefused(w http.ResponseWriter, err error, max int64) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		contract.NewProblem(contract.CodePayloadTooLarge, fmt.Sprintf("body over %d bytes: the result is over this "+
+			"action's max_result (%d)", tooBig.Limit, max)).Write(w)
+		return
+	}
+	contract.NewProblem(contract.CodeInvalidCommand, "body: "+err.Error()).Write(w)
+}
