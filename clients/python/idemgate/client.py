@@ -1,13 +1,20 @@
 """The client: one gateway, one principal's token, an optional journal."""
 
+import functools
+import inspect
+import json as _json
 import ssl
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from . import journal as jr
+from .action import Operation
 from .agent import AgentMixin, Policy
+from .canonical import canonical
 from .errors import Error
 from .transport import Transport
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def check_run(run: str) -> None:
@@ -76,3 +83,51 @@ class Client(AgentMixin):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def action(self, name: str, key: str, command: Any = None, wait: Optional[float] = None) -> Operation:
+        """An effect this process performs itself, registered under ``key``
+        (the caller's stable key, built from non-sensitive identifiers:
+        workflow, action, object, version, destination). Use it as a
+        context manager; see Operation. ``command`` (JSON) is fingerprinted
+        with the key: the same key with another command is refused (422
+        fingerprint_mismatch), whatever the state. ``wait`` overrides the
+        client's wait for an in-flight duplicate."""
+        return Operation(self, name, key, command, wait)
+
+    def idempotent(self, action: str, key: Callable[..., str], wait: Optional[float] = None) -> Callable[[F], F]:
+        """Makes a function an action: its arguments by parameter name
+        (defaults applied) are the command, ``key(*args, **kwargs)`` the
+        key, and its return value (JSON) the recorded result. A later call
+        with the same key returns the recorded result without running the
+        function; both return the result as JSON reads it back (a tuple
+        comes back a list), so that the first call and a replay agree.
+
+        The function raising records ``unknown`` (NotPerformed: a release),
+        and the exception reaches the caller. A replay of an operation
+        recorded failed (by another caller's ``op.fail``) raises
+        Error("action_failed") with the recorded result as ``result``."""
+        def decorate(fn: F) -> F:
+            sig = inspect.signature(fn)
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                bound = sig.bind(*args, **kwargs)
+                bound.apply_defaults()
+                command = dict(bound.arguments)
+                with self.action(action, key=key(*args, **kwargs), command=command, wait=wait) as op:
+                    if op.replayed:
+                        return _replayed_result(op)
+                    result = _json.loads(canonical(fn(*args, **kwargs), "invalid_result"))
+                    op.succeed(result)
+                    return result
+            return wrapper  # type: ignore[return-value]
+        return decorate
+
+
+def _replayed_result(op: Operation) -> Any:
+    if op.state == "failed":
+        err = Error("action_failed", "operation %s was recorded failed" % op.operation_id,
+                    operation_id=op.operation_id, state="failed")
+        err.result = op.result  # type: ignore[attr-defined]
+        raise err
+    return op.result

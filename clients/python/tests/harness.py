@@ -159,6 +159,8 @@ ACTIONS = """actions:
   - {name: storm.send, lease: 2s}
   - {name: agents.only, lease: 1s, roles: [agent]}
   - {name: small.result, lease: 1s, max_result: 1KiB}
+  - {name: alert.page, lease: 1s, business_key: /source_event_id}
+  - {name: deploy.run, lease: 1s, concurrency_key: /environment}
   - name: refund.issue
     lease: 1s
     approval: {ttl: 15m, approvers: [approver], summary: 'Refund {{.body.amount}} to {{.body.customer}}'}
