@@ -254,6 +254,19 @@ class Gateway:
                 p.kill()
 
 
+class GatewayCase(unittest.TestCase):
+    """Tests sharing one gateway, started for the class (``gateway``: the
+    Gateway's options) and stopped after it, whatever happened."""
+
+    gateway: Dict[str, Any] = {}
+    gw: Gateway
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.gw = Gateway(**cls.gateway)
+        cls.addClassCleanup(cls.gw.close)
+
+
 def dead_url() -> str:
     """The URL of a port nothing listens on (bound, then closed)."""
     import socket

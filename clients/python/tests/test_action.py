@@ -18,17 +18,7 @@ import idemgate
 from . import harness
 
 
-class ActionTest(unittest.TestCase):
-    gw: harness.Gateway
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.gw = harness.Gateway()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.gw.close()
-
+class ActionTest(harness.GatewayCase):
     def setUp(self) -> None:
         self.client = self.new_client()
         self.key_prefix = "%s:%s:" % (self.id().rsplit(".", 1)[-1], time.monotonic_ns())

@@ -18,16 +18,8 @@ TICKET = {"project": "xlang", "title": "disk full on db-3", "priority": 1}
 BODY = '{"title": "disk full on db-3", "project": "xlang", "priority": 1}'  # the same command, other bytes
 
 
-class CrossLanguageTest(unittest.TestCase):
-    gw: harness.Gateway
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.gw = harness.Gateway(upstream=True, faults=True, actions="")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.gw.close()
+class CrossLanguageTest(harness.GatewayCase):
+    gateway = dict(upstream=True, faults=True, actions="")
 
     def setUp(self) -> None:
         self.journal = os.path.join(harness.tempdir(), "journal.db")

@@ -15,16 +15,8 @@ from . import harness
 TICKET = {"project": "py", "title": "printer on fire", "priority": 2}
 
 
-class RequestTest(unittest.TestCase):
-    gw: harness.Gateway
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.gw = harness.Gateway(upstream=True, faults=True, actions="")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.gw.close()
+class RequestTest(harness.GatewayCase):
+    gateway = dict(upstream=True, faults=True, actions="")
 
     def setUp(self) -> None:
         self.dir = harness.tempdir()
