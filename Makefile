@@ -10,7 +10,7 @@ FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 
-.PHONY: test lint vet race fuzz bench
+.PHONY: test lint vet race fuzz bench python
 
 test: lint race fuzz
 
@@ -37,6 +37,12 @@ PG ?= $(or $(IDEMGATE_TEST_POSTGRES),postgres://postgres@127.0.0.1:5432/test?ssl
 race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
 	GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...
+
+# The Python client's tests (clients/python, standard library only): they
+# build idemgate once and run it (serve, and opsapi as the upstream), and
+# fail rather than skip under CI=true when go is missing.
+python:
+	python3 -m unittest discover -s clients/python
 
 # Short coverage-guided runs of the parsers on every CI run.
 fuzz:

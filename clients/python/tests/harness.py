@@ -39,6 +39,7 @@ TOKENS = {
 _lock = threading.Lock()
 _tmp = tempfile.mkdtemp(prefix="idemgate-py-tests-")
 _binary: Optional[str] = None
+_warned: List[str] = []  # the loud line about a missing go, said once
 _procs: List["Process"] = []
 
 
@@ -66,7 +67,9 @@ def binary() -> str:
                 msg = "go is not installed: the Python client's tests need it to build idemgate"
                 if os.environ.get("CI") == "true":
                     raise RuntimeError(msg + " (CI=true: failing, not skipping)")
-                print("\n*** SKIP: " + msg, file=sys.stderr)
+                if not _warned:
+                    _warned.append(msg)
+                    print("\n*** SKIP: " + msg, file=sys.stderr)
                 raise unittest.SkipTest(msg)
             out = os.path.join(_tmp, "idemgate")
             r = subprocess.run([go, "build", "-o", out, "./cmd/idemgate"], cwd=REPO, capture_output=True, text=True)
