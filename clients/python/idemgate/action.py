@@ -8,11 +8,13 @@ caller that meets a finished operation gets its recorded result instead
 (``replayed``), and one that meets it in flight waits for it.
 """
 
+import heapq
+import itertools
 import re
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .canonical import canonical
 from .errors import ApprovalRequired, Error, LeaseLost, NotPerformed, Unavailable, error_for
@@ -91,7 +93,8 @@ class Operation:
         self._ended = False        # an owner step ended the lease (complete, release, unknown)
         self._lost: Optional[LeaseLost] = None
         self._owner = threading.Lock()  # one owner step at a time: heartbeats and the rest
-        self._heart: Optional["_Heartbeat"] = None
+        self._heart_stopped = False  # no heartbeat may be sent any more
+        self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread
 
     # -- what the caller reads
 
@@ -178,8 +181,7 @@ class Operation:
             raise Error("bad_answer", "the gateway's 201 carried no lease", status=201,
                         operation_id=self.operation_id or None)
         self._lease = _lease_seconds(self.operation, self.lease_until)
-        self._heart = _Heartbeat(self, self._lease)
-        self._heart.start()
+        self._client._heartbeats.start(self)
 
     def _replay(self, resp: Response) -> None:
         body = resp.json() or {}
@@ -261,8 +263,7 @@ class Operation:
         return self._pause(n, started, retry_after, err)
 
     def _stop_heart(self) -> None:
-        if self._heart is not None:
-            self._heart.stop()
+        Heartbeats.stop(self)
 
     # -- exit
 
@@ -336,36 +337,89 @@ def _approval_required(resp: Response) -> ApprovalRequired:
                             status_url=b.get("status_url"), problem=b)
 
 
-class _Heartbeat(threading.Thread):
-    """Extends the lease about every third of it while the block works.
-    A heartbeat answered lease_lost marks the operation lost (the block's
-    exit raises it); a failed one is tried again sooner, while the lease
-    may still hold. A daemon thread, stopped and joined when the block
-    ends, so that it never outlives it nor keeps a process alive."""
+class Heartbeats:
+    """Keeps the leases of a client's owned operations: each is extended
+    about every third of its lease while its block runs.
 
-    def __init__(self, op: Operation, lease: float) -> None:
-        super().__init__(name="idemgate-heartbeat-" + op.operation_id, daemon=True)
-        self.op, self.lease = op, lease
-        self._halt = threading.Event()
+    One scheduler thread per client, started on first use, knows when each
+    heartbeat is due; a heartbeat is sent on a thread of its own only when
+    it is due, so an action shorter than a third of its lease (the common
+    case) costs no thread at all, and a slow heartbeat never delays
+    another's. A heartbeat answered lease_lost marks the operation lost
+    (its block's exit raises it); one that failed otherwise is tried again
+    sooner, while the lease may still hold. Heartbeats and owner steps take
+    the operation's owner lock, so none is sent once the block has ended
+    its lease, and the block waits for one in flight (``stop``)."""
 
-    def run(self) -> None:
-        period = max(self.lease / 3, 0.05)
-        delay = period
-        while not self._halt.wait(delay):
-            with self.op._owner:
-                if self._halt.is_set() or self.op._ended:
-                    return
-                try:
-                    answer = self.op._step("heartbeat", {}, attempts=1, timeout=max(self.lease, 1.0))
-                except LeaseLost:
-                    return
-                except (Error, TransportError):
-                    delay = max(self.lease / 10, 0.05)  # try again soon, while the lease may hold
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: List[Tuple[float, int, Operation]] = []
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def start(self, op: Operation) -> None:
+        self._schedule(op, max(op._lease / 3, 0.05))
+
+    def _schedule(self, op: Operation, delay: float) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            heapq.heappush(self._due, (time.monotonic() + delay, next(self._seq), op))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="idemgate-heartbeats", daemon=True)
+                self._thread.start()
+            elif self._due[0][2] is op:
+                self._cond.notify()  # the new one is the next due
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._due:
+                    self._cond.wait()
                     continue
-            self.op.lease_until = str((answer.get("lease") or {}).get("until") or self.op.lease_until)
-            delay = period
+                due, _, op = self._due[0]
+                if op._heart_stopped or op._ended:
+                    heapq.heappop(self._due)
+                    continue
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._due)
+                op._beat = threading.Thread(target=self._beat, args=(op,), name="idemgate-heartbeat", daemon=True)
+                op._beat.start()
 
-    def stop(self) -> None:
-        self._halt.set()
-        if threading.current_thread() is not self:
-            self.join()
+    def _beat(self, op: Operation) -> None:
+        period = max(op._lease / 3, 0.05)
+        with op._owner:
+            if op._heart_stopped or op._ended:
+                return
+            try:
+                answer = op._step("heartbeat", {}, attempts=1, timeout=max(op._lease, 1.0))
+            except LeaseLost:
+                return  # the operation is marked lost
+            except Error:
+                self._schedule(op, max(op._lease / 10, 0.05))  # try again soon, while the lease may hold
+                return
+            op.lease_until = str((answer.get("lease") or {}).get("until") or op.lease_until)
+            self._schedule(op, period)
+
+    @staticmethod
+    def stop(op: Operation) -> None:
+        """No heartbeat of op is sent after this returns: it waits for one
+        in flight, and the scheduler forgets op."""
+        op._heart_stopped = True
+        beat = op._beat
+        if beat is not None and beat is not threading.current_thread():
+            beat.join()
+
+    def close(self) -> None:
+        """Stops the scheduler (the client is closing)."""
+        with self._cond:
+            self._closed = True
+            self._due.clear()
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()

@@ -8,7 +8,7 @@ import threading
 from typing import Any, Callable, Optional, TypeVar
 
 from . import journal as jr
-from .action import Operation
+from .action import Heartbeats, Operation
 from .agent import AgentMixin, Policy
 from .canonical import canonical
 from .errors import Error
@@ -60,6 +60,7 @@ class Client(AgentMixin):
         self._journal_path = journal
         self._journal_obj: Optional[jr.Journal] = None
         self._journal_lock = threading.Lock()
+        self._heartbeats = Heartbeats()
 
     def _journal(self) -> jr.Journal:
         with self._journal_lock:
@@ -71,7 +72,8 @@ class Client(AgentMixin):
         return {"Authorization": "Bearer " + self.token, "Idempotency-Run": self.run}
 
     def close(self) -> None:
-        """Closes the connections and the journal."""
+        """Stops the heartbeats, closes the connections and the journal."""
+        self._heartbeats.close()
         self._transport.close()
         with self._journal_lock:
             if self._journal_obj is not None:

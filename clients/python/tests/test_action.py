@@ -116,6 +116,12 @@ class ActionTest(harness.GatewayCase):
             op.succeed({"took": 3.5})
         view = self.gw.operation(op.operation_id)
         self.assertEqual((view["state"], view["attempts"]), ("succeeded", 1))
+        # No heartbeat thread outlives the block; the client's scheduler ends with the client.
+        self.assertIsNotNone(op._beat)
+        self.assertFalse(op._beat.is_alive())  # type: ignore[union-attr]
+        scheduler = self.client._heartbeats._thread
+        self.client.close()
+        self.assertFalse(scheduler.is_alive())  # type: ignore[union-attr]
 
     def test_kill_9_of_the_owner_then_outcome_unknown_never_a_second_run(self) -> None:
         d = harness.tempdir()
