@@ -95,6 +95,7 @@ class Operation:
         self._owner = threading.Lock()  # one owner step at a time: heartbeats and the rest
         self._heart_stopped = False  # no heartbeat may be sent any more
         self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread
+        self._entered = False
 
     # -- what the caller reads
 
@@ -115,6 +116,9 @@ class Operation:
     # -- entry: reserve
 
     def __enter__(self) -> "Operation":
+        if self._entered:
+            raise Error("already_entered", "an Operation is entered once; call client.action again")
+        self._entered = True
         self._reserve()
         return self
 
@@ -213,8 +217,9 @@ class Operation:
     def _end(self, step: str, body: Dict[str, Any]) -> None:
         """An owner step that ends the lease: the heartbeat stops once it
         is recorded (not before: a refused completion keeps the lease)."""
-        if self.replayed or not self._token:
-            raise Error("not_owner", "this process does not own operation %s: it was replayed" % self.operation_id)
+        if not self._token:
+            why = "it was replayed" if self.replayed else "it is not reserved: use client.action(...) in a with block"
+            raise Error("not_owner", "this process does not own operation %s: %s" % (self.operation_id, why))
         if self._ended:
             raise Error("already_ended", "operation %s was already completed, released or marked unknown here"
                         % self.operation_id)

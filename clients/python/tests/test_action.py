@@ -23,8 +23,8 @@ class ActionTest(harness.GatewayCase):
         self.client = self.new_client()
         self.key_prefix = "%s:%s:" % (self.id().rsplit(".", 1)[-1], time.monotonic_ns())
 
-    def new_client(self, token: str = "agent-token", **kw: Any) -> idemgate.Client:
-        c = idemgate.Client(self.gw.url, token=token, **kw)
+    def new_client(self, token: str = "agent-token", url: str = "", **kw: Any) -> idemgate.Client:
+        c = idemgate.Client(url or self.gw.url, token=token, **kw)
         self.addCleanup(c.close)
         return c
 
@@ -259,8 +259,7 @@ class ActionTest(harness.GatewayCase):
     def test_a_lost_step_reply_is_retried(self) -> None:
         proxy = LosingProxy(self.gw.url, lose="/complete")
         self.addCleanup(proxy.close)
-        client = idemgate.Client(proxy.url, token="agent-token")
-        self.addCleanup(client.close)
+        client = self.new_client(url=proxy.url)
         key = self.key("lost-reply")
         with client.action("support.reply.send", key=key, command={}) as op:
             op.succeed({"ok": 1})
@@ -308,6 +307,16 @@ class ActionTest(harness.GatewayCase):
                 with self.assertRaises(idemgate.Error) as cm:
                     self.client.action(name, key=key, command=command)
                 self.assertEqual((cm.exception.code, cm.exception.status), (code, None))
+        unreached = self.new_client(url=harness.dead_url(), policy=idemgate.Policy(max_attempts=2, base_delay=0.01))
+        with self.assertRaises(idemgate.Unavailable) as cm:
+            with unreached.action("support.reply.send", key=self.key("x"), command={}):
+                pass  # pragma: no cover
+        self.assertEqual((cm.exception.code, cm.exception.status), ("gateway_unreachable", None))
+        self.assertIn("connection refused", cm.exception.detail)
+        unentered = self.client.action("support.reply.send", key=self.key("y"), command={})
+        with self.assertRaises(idemgate.Error) as cm:
+            unentered.succeed()
+        self.assertEqual(cm.exception.code, "not_owner")
         nobody = self.new_client(token="wrong-token")
         with self.assertRaises(idemgate.Error) as cm:
             with nobody.action("support.reply.send", key=self.key("x"), command={}):

@@ -75,7 +75,8 @@ class CrossLanguageTest(harness.GatewayCase):
         go.send_signal(signal.SIGKILL)
         go.wait()
         self.gw.faults(delay_ms=0)
-        entry = Journal(self.journal).latest("x/go-killed")
+        with Journal(self.journal) as j:
+            entry = j.latest("x/go-killed")
         self.assertEqual((entry.attempts, entry.last_kind, entry.sent), (1, "", "maybe"))
         py = self.client().request("POST", "/v1/tickets", json=TICKET, intent="x/go-killed")
         self.assertEqual(py.kind, "replayed", py.reason)  # asked the gateway, waited, replayed: never a second run

@@ -77,9 +77,13 @@ class RequestTest(harness.GatewayCase):
         self.assertIn("connection refused", out.reason)
         self.assertIn("gave up after 2 tries", out.reason)
         self.assertIn("Nothing reached the gateway", out.next_step)
+        self.assertIn("t/unreachable", [e.intent for e in self.client.pending()])
         resumed = self.client.request("POST", "/v1/tickets", json=TICKET, intent="t/unreachable")
         self.assertEqual(resumed.kind, "created", resumed.reason)
         self.assertEqual(resumed.key, out.key)
+        self.assertNotIn("t/unreachable", [e.intent for e in self.client.pending()])
+        status = self.client.status("t/unreachable")
+        self.assertEqual((status.kind, status.json()["state"]), ("created", "succeeded"))
         self.assertEqual(self.gw.effects() - before, 1)
 
     def test_lost_answer_is_unknown_and_never_resent(self) -> None:
@@ -131,7 +135,8 @@ class RequestTest(harness.GatewayCase):
                 self.assertEqual(cm.exception.code, code)
         with self.assertRaises(idemgate.InvalidJSON):
             self.client.request("POST", "/v1/tickets", json={"n": float("inf")}, intent="t/nan")
-        self.assertIsNone(Journal(self.journal).latest("t/nan"), "nothing journaled for a body that is not JSON")
+        with Journal(self.journal) as j:
+            self.assertIsNone(j.latest("t/nan"), "nothing journaled for a body that is not JSON")
 
 
 class JournalFileTest(unittest.TestCase):
