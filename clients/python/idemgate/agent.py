@@ -189,9 +189,11 @@ def _next_step(o: Outcome) -> str:
     resume = ("Call request() again later with the same intent, method, path and body (mode resume): it is "
               "never performed twice.")
     if o.kind in (CREATED, REPLAYED):
-        return 'Done: the write happened exactly once. Do not send it again; to do it once more on purpose, use mode="repeat".'
+        return ('Done: the write happened exactly once. Do not send it again; to do it once more on purpose, '
+                'use mode="repeat".')
     if o.kind == IN_PROGRESS:
-        return "Still running: call status() with this intent later, or request() again with the same intent (it will not run twice)."
+        return ("Still running: call status() with this intent later, or request() again with the same intent "
+                "(it will not run twice).")
     if o.kind == NEEDS_APPROVAL:
         if o.approval and o.approval.lapsed(time.time()):
             return ("The approval request expired undecided and nothing was sent. Call request() again with the "
@@ -200,9 +202,11 @@ def _next_step(o: Outcome) -> str:
                 "intent and body (or pass approval_wait) to run it once approved, never twice. Do not make a new "
                 "intent or change the body.")
     if o.kind == CONFLICT:
-        return 'The key was first used with a different request. If the parameters changed on purpose, use mode="revise".'
+        return ('The key was first used with a different request. If the parameters changed on purpose, '
+                'use mode="revise".')
     if o.kind == REJECTED:
-        return 'Refused: the request is invalid or the API declined it. Fix it and use mode="revise"; unchanged, it fails the same way.'
+        return ('Refused: the request is invalid or the API declined it. Fix it and use mode="revise"; '
+                'unchanged, it fails the same way.')
     if o.kind == UNAUTHORIZED:
         return "Not allowed with this token. Do not retry; fix the credentials or the principal's roles."
     if o.kind == UNKNOWN:
@@ -534,7 +538,8 @@ class AgentMixin:
         h = self._headers()
         h["Accept"] = "application/json"
         try:
-            resp = self._transport.request("GET", CONTROL + "/operations?key=" + urllib.parse.quote(key, safe=""), None, h)
+            path = CONTROL + "/operations?key=" + urllib.parse.quote(key, safe="")
+            resp = self._transport.request("GET", path, None, h)
         except TransportError as t:
             return None, t.cause
         p = resp.problem()

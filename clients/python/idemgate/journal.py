@@ -61,7 +61,8 @@ SENT_NO, SENT_MAYBE, SENT_YES = "no", "maybe", "yes"
 FINAL_KINDS = ("created", "replayed", "conflict", "rejected", "unauthorized", "failed")
 
 _SENT_OF = """CASE WHEN i.operation_id != '' OR EXISTS (SELECT 1 FROM attempts a WHERE a.key = i.key AND a.sent = 'yes')
-	THEN 'yes' WHEN EXISTS (SELECT 1 FROM attempts a WHERE a.key = i.key AND a.sent = 'maybe') THEN 'maybe' ELSE 'no' END"""
+	THEN 'yes' WHEN EXISTS (SELECT 1 FROM attempts a WHERE a.key = i.key AND a.sent = 'maybe') THEN 'maybe'
+	ELSE 'no' END"""
 
 _COLUMNS = """i.name, i.version, i.key, i.method, i.path, i.fingerprint, i.attempts, i.last_kind, i.last_status,
 	i.operation_id, """ + _SENT_OF + """, i.created_at, i.updated_at"""
@@ -140,7 +141,8 @@ class Journal:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
-            has_sent = db.execute("SELECT count(*) FROM pragma_table_info('attempts') WHERE name = 'sent'").fetchone()[0]
+            has_sent = db.execute("SELECT count(*) FROM pragma_table_info('attempts') "
+                                  "WHERE name = 'sent'").fetchone()[0]
             if not has_sent:
                 for stmt in _ADD_SENT:
                     db.execute(stmt)
@@ -176,7 +178,8 @@ class Journal:
 
     def latest(self, name: str) -> Optional[Entry]:
         """The newest version of the named intent, or None."""
-        return self._one("SELECT " + _COLUMNS + " FROM intents i WHERE i.name = ? ORDER BY i.version DESC LIMIT 1", name)
+        return self._one("SELECT " + _COLUMNS + " FROM intents i WHERE i.name = ? ORDER BY i.version DESC LIMIT 1",
+                         name)
 
     def by_operation(self, op_id: str) -> Optional[Entry]:
         """The entry whose request the gateway named op_id, or None."""

@@ -131,7 +131,8 @@ class ActionTest(harness.GatewayCase):
                                   cwd=harness.CLIENT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             line = worker.stdout.readline()  # type: ignore[union-attr]
-            self.assertEqual(line.strip(), b"started", worker.stderr.read() if not line else line)  # type: ignore[union-attr]
+            why = line or worker.stderr.read()  # type: ignore[union-attr]
+            self.assertEqual(line.strip(), b"started", why)
             time.sleep(0.5)  # heartbeats are running
             worker.send_signal(signal.SIGKILL)
         finally:
@@ -348,11 +349,16 @@ class ActionTest(harness.GatewayCase):
 
     def test_another_tenants_operation_is_not_found(self) -> None:
         with self.client.action("support.reply.send", key=self.key("mine"), command={}) as op:
-            op.succeed()
+            steal = {"token": op._token, "fence": op.fence, "state": "succeeded", "result": {"by": "globex"}}
+            url = "%s/_idem/v1/operations/%s/complete" % (self.gw.url, op.operation_id)
+            status, _, body = harness.http("POST", url, steal, token="other-token")
+            self.assertEqual((status, body.get("code")), (404, "not_found"), body)
+            op.succeed({"by": "acme"})
         status, _, body = harness.http("GET", "%s/_idem/v1/operations/%s" % (self.gw.url, op.operation_id),
                                        token="other-token")
         self.assertEqual(status, 404, body)
-
+        with self.client.action("support.reply.send", key=self.key("mine"), command={}) as again:
+            self.assertEqual(again.result, {"by": "acme"})
 
 # A worker process that owns an action's effect, performs it (a line in a
 # file), says so, and works on until it is killed.
