@@ -173,7 +173,8 @@ ACTIONS = """actions:
 class Gateway:
     """``idemgate serve`` on a SQLite store in its own directory, with the
     principals of TOKENS, the test actions, and (with upstream) the
-    reference opsapi behind POST /v1/tickets."""
+    reference opsapi behind POST /v1/tickets, where a ticket whose title
+    starts with "urgent" needs an approver's approval first."""
 
     def __init__(self, upstream: bool = False, faults: bool = False, actions: str = ACTIONS,
                  sweep_interval: str = "100ms") -> None:
@@ -186,7 +187,9 @@ class Gateway:
                 args = ["opsapi", "--listen", "127.0.0.1:0", "--db", os.path.join(self.dir, "ops.db"), "--naive"]
                 self.ops = Process(args + (["--faults"] if faults else []), self.dir, "opsapi")
                 upstreams = "upstreams:\n  ops: {url: %s, timeout: 10s}\n" % self.ops.url
-                routes = "routes:\n  - {match: POST /v1/tickets, upstream: ops, lease: 1s}\n"
+                routes = ("routes:\n  - match: POST /v1/tickets\n    upstream: ops\n    lease: 1s\n"
+                          "    approval: {when: 'body.title.startsWith(\"urgent\")', ttl: 15m, approvers: [approver],"
+                          " summary: 'Ticket {{.body.title}}'}\n")
             principals = "principals:\n" + "".join(
                 "  - {name: %s, tenant: %s, roles: [%s], token_sha256: %s}\n" % (n, t, ", ".join(r), token_hash(tok))
                 for tok, (n, t, r) in TOKENS.items())

@@ -5,6 +5,7 @@ never by HTTP answers."""
 import os
 import sqlite3
 import threading
+import time
 import unittest
 
 import idemgate
@@ -108,6 +109,46 @@ class RequestTest(harness.GatewayCase):
         self.addCleanup(nobody.close)
         denied = nobody.request("POST", "/v1/tickets", json=TICKET, intent="t/unauthorized")
         self.assertEqual((denied.kind, denied.status), ("unauthorized", 401), denied.reason)
+
+    def test_needs_approval_then_resumed_once_approved(self) -> None:
+        before = self.gw.effects()
+        urgent = dict(TICKET, title="urgent: database down")
+        out = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval")
+        self.assertEqual((out.kind, out.status, out.sent), ("needs_approval", 202, "yes"), out.reason)
+        self.assertIsNotNone(out.approval)
+        self.assertEqual((out.approval.status, out.approval.summary), ("pending", "Ticket urgent: database down"))
+        self.assertIn("human", out.next_step)
+        again = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval")
+        self.assertEqual(again.kind, "needs_approval", again.reason)  # asked the gateway; nothing sent
+        self.assertEqual(self.gw.effects() - before, 0)
+        base = "%s/_idem/v1/approvals/%s" % (self.gw.url, out.approval.id)
+        approval = harness.http("GET", base, token="alice-token")[2]
+        status, _, body = harness.http("POST", base + "/approve", {"fingerprint": approval["fingerprint"], "note": "ok"},
+                                       token="alice-token")
+        self.assertEqual(status, 200, body)
+        done = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval")
+        self.assertEqual((done.kind, done.status), ("created", 201), done.reason)
+        self.assertEqual(self.gw.effects() - before, 1)
+
+    def test_approval_wait_runs_it_when_approved(self) -> None:
+        before = self.gw.effects()
+        urgent = dict(TICKET, title="urgent: cert expires today")
+        first = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval-wait")
+        self.assertEqual(first.kind, "needs_approval", first.reason)
+        base = "%s/_idem/v1/approvals/%s" % (self.gw.url, first.approval.id)
+
+        def approve() -> None:
+            time.sleep(0.5)
+            fp = harness.http("GET", base, token="alice-token")[2]["fingerprint"]
+            harness.http("POST", base + "/approve", {"fingerprint": fp, "note": "ok"}, token="alice-token")
+        approver = threading.Thread(target=approve)
+        approver.start()
+        started = time.monotonic()
+        out = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval-wait", approval_wait=10)
+        approver.join()
+        self.assertEqual(out.kind, "created", out.reason)
+        self.assertLess(time.monotonic() - started, 5, "the gateway held the request until the decision")
+        self.assertEqual(self.gw.effects() - before, 1)
 
     def test_threads_sharing_one_intent_make_one_effect(self) -> None:
         before = self.gw.effects()
