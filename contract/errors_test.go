@@ -33,6 +33,10 @@ func TestProblemFor(t *testing.T) {
 		{ledger.ErrUnavailable, contract.CodeStoreUnavailable, 503},
 		{ledger.ErrNoSchema, contract.CodeStoreUnavailable, 503},
 		{ledger.ErrIllegalTransition, contract.CodeIllegalTransition, 409},
+		{ledger.ErrStaleOwner, contract.CodeLeaseLost, 409},
+		// A lapsed lease is both stale and an illegal move: its owner hears lease_lost.
+		{ledger.OwnerError(ledger.StepComplete, ledger.Lease{OpID: "op_1", Fence: 1},
+			&ledger.Operation{Fence: 1, State: ledger.Unknown}, ledger.Succeeded), contract.CodeLeaseLost, 409},
 		{fmt.Errorf("resolve: %w: no note", ledger.ErrInvalid), contract.CodeInvalidCommand, 422},
 		{tooLarge, contract.CodePayloadTooLarge, 413},
 		{bad, contract.CodeInvalidCommand, 422},

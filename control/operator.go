@@ -37,9 +37,10 @@ type Operator struct {
 	// max_result) for the owner steps and the resolutions of its
 	// operations; an action it does not know takes the defaults.
 	Actions func(name string) (Action, bool)
-	// Recorded, if set, hears each operation an owner step made final,
-	// with its stored result (the budgets of stored bytes).
-	Recorded func(op *ledger.Operation)
+	// Settled, if set, hears each operation an owner step made final,
+	// with its stored result: the tenant's budgets count its bytes, and
+	// no longer count it live.
+	Settled func(op *ledger.Operation)
 }
 
 func (o *Operator) adminRole() string {

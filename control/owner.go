@@ -85,12 +85,17 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 	}
 	if s.Name != contract.StepHeartbeat {
 		o.wake(op.ID)
-		if o.Recorded != nil && out.Op.State.Final() {
-			o.Recorded(out.Op)
+		if o.Settled != nil && out.Op.State.Final() && !repeated(op) {
+			o.Settled(out.Op)
 		}
 	}
 	return out, nil
 }
+
+// repeated reports whether the operation was final before the step: a
+// step repeated after its reply was lost, which the store answered as
+// made, and which must not count it out of the budgets twice.
+func repeated(before *ledger.Operation) bool { return before.State.Final() }
 
 // actionOperation reads an action's operation the caller may see, and its
 // action's settings.

@@ -240,10 +240,13 @@ func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *c
 	return settle, nil
 }
 
-// Recorded counts an operation's stored answer against its tenant's
-// budget of stored bytes: the control plane's owner steps tell it of the
-// results they record.
-func (g *Gateway) Recorded(op *ledger.Operation) { g.recorded(op) }
+// Settled hears of an action's operation its owner's step made final
+// (the control plane's owner steps): its result counts against the
+// tenant's budget of stored bytes, and it no longer counts as live.
+func (g *Gateway) Settled(op *ledger.Operation) {
+	g.recorded(op)
+	g.limits.Ended(op.Tenant)
+}
 
 // recorded counts a stored response against its tenant's budget.
 func (g *Gateway) recorded(op *ledger.Operation) {

@@ -150,6 +150,23 @@ func (l *Limiter) NewOperation(ctx context.Context, tenantName string) (settle f
 
 func noSettle(bool) {}
 
+// Ended counts out an operation that was admitted live and has ended
+// outside the request that admitted it: an action completed by its
+// owner's step, whose reservation settled as live. Without it the
+// tenant's budget would count the operation until the next read of its
+// usage. (Counted out on another instance than the one that admitted it,
+// it may under-count until that read: a budget is a bound kept within a
+// read, not a lock.)
+func (l *Limiter) Ended(tenantName string) {
+	t := l.tenant(tenantName)
+	if t.policy.MaxLive <= 0 && t.policy.MaxStored <= 0 {
+		return // NewOperation counted nothing
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.added.Live--
+}
+
 // Stored counts a response this instance has just recorded for the tenant.
 func (l *Limiter) Stored(tenantName string, bytes int64) {
 	t := l.tenant(tenantName)

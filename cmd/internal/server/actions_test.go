@@ -171,7 +171,8 @@ func TestActionOwnerStepsAreFenced(t *testing.T) {
 			t.Fatalf("release: %d %s", rel.status, rel.body)
 		}
 		second := decodeGrant(t, e.reserve("support.reply.send", "fenced", `{"n":1}`))
-		if second.Operation.ID != id || second.Lease.Fence != 2 || second.Lease.Token == g.Lease.Token {
+		if second.Operation.ID != id || second.Lease.Fence != 2 || second.Lease.Token == g.Lease.Token ||
+			second.Operation.State != ledger.Executing || second.Operation.Attempts != 2 || len(second.Operation.History) != 3 {
 			t.Fatalf("after release: %+v", second)
 		}
 		if r := e.step(id, "complete", "agent-token", owner(g.Lease, `"state":"succeeded"`)); r.status != 409 || code(r) != "lease_lost" {

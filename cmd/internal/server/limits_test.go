@@ -92,3 +92,29 @@ func wantNoOperation(t *testing.T, e *env, tenant, key string) {
 		t.Fatalf("%s/%s was reserved: %+v, %v", tenant, key, op, err)
 	}
 }
+
+// TestLiveBudgetCountsActionsOutWhenTheirOwnerEnds: an action's operation
+// is live from its reservation until its owner completes it, on the
+// owner's step, not at the next read of the usage; one its owner still
+// holds counts.
+func TestLiveBudgetCountsActionsOutWhenTheirOwnerEnds(t *testing.T) {
+	forEachStoreRoutes(t, "limits:\n  default: {max_live: 2}\nactions:\n  - {name: mail.send}\n", func(t *testing.T, e *env) {
+		for i := range 5 {
+			g := decodeGrant(t, e.reserve("mail.send", fmt.Sprint("done", i), `{}`))
+			if r := e.step(g.Operation.ID, "complete", "agent-token", owner(g.Lease, `"state":"succeeded"`)); r.status != 200 {
+				t.Fatalf("complete %d: %d %s", i, r.status, r.body)
+			}
+			// The owner repeats its step: counted out once.
+			e.step(g.Operation.ID, "complete", "agent-token", owner(g.Lease, `"state":"succeeded"`))
+		}
+		for i := range 2 {
+			if r := e.reserve("mail.send", fmt.Sprint("held", i), `{}`); r.status != 201 {
+				t.Fatalf("held %d: %d %s", i, r.status, r.body)
+			}
+		}
+		if r := e.reserve("mail.send", "third", `{}`); r.status != 429 || code(r) != "rate_limited" {
+			t.Fatalf("a third live action: %d %s", r.status, r.body)
+		}
+		wantNoOperation(t, e, "acme", "third")
+	})
+}

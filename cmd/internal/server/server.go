@@ -54,7 +54,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 	s.op = &control.Operator{Store: store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
 		Resolved: func(before, after *ledger.Operation, duplicate bool) {
 			s.metrics.Resolved(after.Tenant, after.State, after.UpdatedAt.Sub(before.UpdatedAt), duplicate)
-		}, Actions: s.action, Recorded: gw.Recorded}
+		}, Actions: s.action, Settled: gw.Settled}
 	if s.handler, err = s.mount(); err != nil {
 		return nil, err
 	}
