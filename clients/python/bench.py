@@ -3,7 +3,8 @@
 Not a test: a measurement. One action is a reserve (POST
 /_idem/v1/actions/{name}) and a completion (POST .../complete). The bare
 side makes exactly those two requests with http.client on one keep-alive
-connection per thread, encoding and decoding the same JSON; the client side
+connection per thread (TCP_NODELAY set, as the client sets it), encoding
+and decoding the same JSON; the client side
 is ``with client.action(...) as op: op.succeed(...)``, which adds what the
 client is for: checking the key and name, the canonical command, the
 heartbeat thread started and stopped, the answers read into an Operation.
@@ -21,6 +22,7 @@ import argparse
 import http.client
 import json
 import os
+import socket
 import statistics
 import sys
 import threading
@@ -68,9 +70,13 @@ class Bench:
         self._local = threading.local()
 
     def conn(self) -> http.client.HTTPConnection:
+        """This thread's keep-alive connection, with TCP_NODELAY as the
+        client's, so that both sides pay the same transport."""
         c = getattr(self._local, "conn", None)
         if c is None:
             c = self._local.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return c
 
     def one(self, mode: str, i: int) -> float:
