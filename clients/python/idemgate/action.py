@@ -284,7 +284,7 @@ class Operation:
             if isinstance(exc, LeaseLost) or self._lost is not None:
                 return False  # nothing more to record: the gateway's sweep makes it unknown
             if isinstance(exc, NotPerformed):
-                self._quietly("release", {"reason": exc.reason})
+                self._quietly("release", {"reason": _note(exc.reason)})
             else:
                 self._quietly("unknown", {"reason": "the block raised " + _type_name(exc_type)})
             return False
@@ -301,6 +301,18 @@ class Operation:
             self.exit_error = e
 
     exit_error: Optional[Error] = None
+
+
+# The gateway's bound on a step's reason (control.MaxNote), in characters.
+MAX_NOTE = 2000
+
+
+def _note(reason: str) -> str:
+    """A release's reason within the gateway's bound: a longer one would be
+    refused, and the release with it, leaving the lease to lapse into
+    unknown for an effect known not to have happened."""
+    reason = str(reason or "not performed")
+    return reason if len(reason) <= MAX_NOTE else reason[:MAX_NOTE - 1] + "\u2026"
 
 
 def _type_name(t: Any) -> str:

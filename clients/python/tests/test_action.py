@@ -223,9 +223,14 @@ class ActionTest(harness.GatewayCase):
                 raise idemgate.NotPerformed("smtp server refused the connection")
         self.assertEqual(op.state, "prepared")
         self.assertIn("not performed: smtp server refused the connection", self.history_reasons(op.operation_id))
+        with self.assertRaises(idemgate.NotPerformed):
+            with self.client.action("support.reply.send", key=key, command={}) as second:
+                raise idemgate.NotPerformed("x" * 5000)  # over the gateway's bound on a reason: cut, still released
+        self.assertEqual((second.state, second.exit_error), ("prepared", None))
         with self.client.action("support.reply.send", key=key, command={}) as again:
             self.assertFalse(again.replayed)
-            self.assertGreater(again.fence, first_fence)
+            self.assertGreater(again.fence, second.fence)
+            self.assertGreater(second.fence, first_fence)
             again.succeed({"sent": True})
         self.assertEqual(again.operation_id, op.operation_id)
 
