@@ -241,6 +241,17 @@ class Gateway:
             raise AssertionError("operation under %s: %d %s" % (key, status, body))
         return body
 
+    def approve(self, approval_id: str, token: str = "alice-token") -> Tuple[int, Any]:
+        """An approver's decision through the control API, echoing the
+        fingerprint the approval shows: status and body."""
+        base = "%s/_idem/v1/approvals/%s" % (self.url, approval_id)
+        status, _, approval = http("GET", base, token=token)
+        if status != 200:
+            return status, approval
+        status, _, body = http("POST", base + "/approve", {"fingerprint": approval["fingerprint"], "note": "checked"},
+                               token=token)
+        return status, body
+
     def call(self, *args: str, journal: str, token: str = "agent-token",
              url: Optional[str] = None) -> Tuple[int, Dict[str, Any], str]:
         """``idemgate call`` (the Go agent) on this gateway: exit status,

@@ -121,10 +121,7 @@ class RequestTest(harness.GatewayCase):
         again = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval")
         self.assertEqual(again.kind, "needs_approval", again.reason)  # asked the gateway; nothing sent
         self.assertEqual(self.gw.effects() - before, 0)
-        base = "%s/_idem/v1/approvals/%s" % (self.gw.url, out.approval.id)
-        approval = harness.http("GET", base, token="alice-token")[2]
-        status, _, body = harness.http("POST", base + "/approve", {"fingerprint": approval["fingerprint"], "note": "ok"},
-                                       token="alice-token")
+        status, body = self.gw.approve(out.approval.id)
         self.assertEqual(status, 200, body)
         done = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval")
         self.assertEqual((done.kind, done.status), ("created", 201), done.reason)
@@ -135,17 +132,17 @@ class RequestTest(harness.GatewayCase):
         urgent = dict(TICKET, title="urgent: cert expires today")
         first = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval-wait")
         self.assertEqual(first.kind, "needs_approval", first.reason)
-        base = "%s/_idem/v1/approvals/%s" % (self.gw.url, first.approval.id)
+        decided = []
 
         def approve() -> None:
             time.sleep(0.5)
-            fp = harness.http("GET", base, token="alice-token")[2]["fingerprint"]
-            harness.http("POST", base + "/approve", {"fingerprint": fp, "note": "ok"}, token="alice-token")
+            decided.append(self.gw.approve(first.approval.id)[0])
         approver = threading.Thread(target=approve)
         approver.start()
         started = time.monotonic()
         out = self.client.request("POST", "/v1/tickets", json=urgent, intent="t/approval-wait", approval_wait=10)
         approver.join()
+        self.assertEqual(decided, [200])
         self.assertEqual(out.kind, "created", out.reason)
         self.assertLess(time.monotonic() - started, 5, "the gateway held the request until the decision")
         self.assertEqual(self.gw.effects() - before, 1)
