@@ -4,6 +4,7 @@ same key and exactly one effect at the upstream (its own count)."""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -123,6 +124,22 @@ class CrossLanguageTest(harness.GatewayCase):
         self.assertEqual(code, 2, err)
         self.assertIn("differs", err)
         self.assertEqual(self.effects(), 2)
+
+    def test_both_languages_make_the_same_journal(self) -> None:
+        go_path, py_path = self.journal, os.path.join(harness.tempdir(), "py.db")
+        code, _, err = self.go("x/schema", url=harness.dead_url())  # creates the file, sends nothing
+        self.assertEqual(code, 10, err)
+        Journal(py_path).close()
+
+        def schema(path: str):
+            db = sqlite3.connect(path)
+            try:
+                rows = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+                app = db.execute("PRAGMA application_id").fetchone()[0]
+            finally:
+                db.close()
+            return app, [(t, n, " ".join((s or "").split())) for t, n, s in rows]
+        self.assertEqual(schema(py_path), schema(go_path))
 
     def wait_for_upstream(self) -> None:
         """Until the upstream is performing a write (its in_flight count):
