@@ -231,6 +231,25 @@ class ActionTest(harness.GatewayCase):
             again.succeed({"sent": True})
         self.assertEqual(again.operation_id, op.operation_id)
 
+    def test_a_waiting_duplicate_takes_over_a_release(self) -> None:
+        key = self.key("handover")
+        got: List[Any] = []
+
+        def duplicate() -> None:
+            with self.client.action("storm.send", key=key, command={}) as op:
+                got.append(op.replayed)
+                op.succeed({"by": "duplicate"})
+        with self.assertRaises(idemgate.NotPerformed):
+            with self.client.action("storm.send", key=key, command={}):
+                t = threading.Thread(target=duplicate)
+                t.start()
+                time.sleep(0.5)  # the duplicate meets it in progress and waits
+                raise idemgate.NotPerformed("quota exhausted")
+        t.join()
+        self.assertEqual(got, [False], "the waiting duplicate owns the released effect")
+        with self.client.action("storm.send", key=key, command={}) as again:
+            self.assertEqual((again.replayed, again.result), (True, {"by": "duplicate"}))
+
     def test_an_exception_records_unknown_with_its_type_not_its_message(self) -> None:
         key = self.key("boom")
         with self.assertRaises(ValueError):
