@@ -12,7 +12,7 @@ FUZZ_SCENARIO ?= 20000x
 
 .PHONY: test lint vet race fuzz bench python
 
-test: lint race fuzz
+test: lint race fuzz python
 
 # The habits the code keeps, checked rather than remembered: vet and gofmt,
 # staticcheck (a tool dependency in go.mod, so its version is pinned and CI
