@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
@@ -56,7 +57,7 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 		req.retry = retryOf(op)
 	}
 	if wait, ok := preferWait(r, m.opts.MaxWait); ok && op.State == ledger.Executing {
-		op = m.wait(r.Context(), op, wait)
+		op = m.lapsed(r.Context(), req, m.wait(r.Context(), op, wait))
 	}
 	switch op.State {
 	case ledger.Succeeded, ledger.Failed:
@@ -83,6 +84,23 @@ func (m *Middleware) existing(w http.ResponseWriter, r *http.Request, req *reque
 		}
 		m.acquire(w, r, req, op, next)
 	}
+}
+
+// lapsed answers for an operation a wait found still executing: one whose
+// lease has lapsed (its owner is gone) is expired by reserving its key
+// again, as any later request would, so that the waiter hears unknown,
+// not in_progress for an owner that will never answer.
+func (m *Middleware) lapsed(ctx context.Context, req *request, op *ledger.Operation) *ledger.Operation {
+	if op.State != ledger.Executing || time.Now().Before(op.LeaseUntil.Add(leaseGrace)) {
+		return op
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	res, err := m.reserve(ctx, req, nil)
+	if err != nil || res.Op == nil || res.Owned() || res.Op.ID != op.ID {
+		return op // answered as it stands: in progress
+	}
+	return res.Op
 }
 
 // retried answers, on a route that asks for approvals, a request whose key

@@ -234,6 +234,12 @@ func TestActionLeaseLapses(t *testing.T) {
 		if r := e.reserve("mail.short", "lapse", `{}`); r.status != 409 || code(r) != "outcome_unknown" {
 			t.Fatalf("reserve after the lapse: %d %s", r.status, r.body)
 		}
+		// A duplicate waiting (Prefer: wait) on an owner that dies hears
+		// unknown once the lease lapses, not in_progress at the end of its wait.
+		decodeGrant(t, e.reserve("mail.short", "dies", `{}`))
+		if r := e.reserve("mail.short", "dies", `{}`, "Prefer", "wait=20"); r.status != 409 || code(r) != "outcome_unknown" {
+			t.Fatalf("a waiter on a dead owner: %d %s", r.status, r.body)
+		}
 	})
 }
 
