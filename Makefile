@@ -38,6 +38,13 @@ race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
 	GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...
 
+# The binary, in bin/, with its version (what idemgate mcp announces) from
+# git: the tag, or the commit, "-dirty" for uncommitted changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+.PHONY: build
+build:
+	go build -ldflags "-X main.version=$(VERSION)" -o bin/idemgate ./cmd/idemgate
+
 # The Python client's tests (clients/python, standard library only): they
 # build idemgate once and run it (serve, and opsapi as the upstream), and
 # fail rather than skip under CI=true when go is missing.

@@ -72,6 +72,14 @@ func (c *Client) statusOf(ctx context.Context, e *Entry) (Status, error) {
 	return st, nil
 }
 
+// State is the operation's state as the gateway said when asked; empty
+// when it holds none or could not be asked.
+func (s Status) State() string {
+	var v opView
+	_ = json.Unmarshal(s.Operation, &v)
+	return string(v.State)
+}
+
 // Kind is the intent's outcome as the gateway now sees it, or as the
 // journal last recorded it when the gateway cannot tell more ("" for an
 // intent never sent).

@@ -23,14 +23,25 @@ const MaxBody = 8 << 10
 func New(c *agent.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Version: version}, nil)
 	h := &handlers{c: c}
-	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription,
+	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription, Annotations: writes,
 		InputSchema: schemaFor[SubmitInput](), OutputSchema: schemaFor[Result]()}, h.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription,
+	mcp.AddTool(s, &mcp.Tool{Name: "operation_status", Description: statusDescription, Annotations: reads,
 		InputSchema: schemaFor[StatusInput](), OutputSchema: schemaFor[Result]()}, h.status)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription,
+	mcp.AddTool(s, &mcp.Tool{Name: "list_operations", Description: listDescription, Annotations: reads,
 		InputSchema: schemaFor[ListInput](), OutputSchema: schemaFor[ListOutput]()}, h.list)
 	return s
 }
+
+// The tools' annotations, which clients use to decide what needs the
+// user's consent: the lookups change nothing; submit_write changes the
+// world, and calling it again with the same arguments (the same intent)
+// does nothing more.
+var (
+	reads  = &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}
+	writes = &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)}
+)
+
+func ptr[T any](v T) *T { return &v }
 
 const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step. A task made of several writes that must each happen once (make a file, store it, send its link) is a workflow: name it with intent and give each write a step name (letters, digits, '.', '_', ':', '-'); each step is its own action with its own key, the intent "<intent>/<step>". Do the steps in order, and stop at the first whose kind is not "created" or "replayed": following its next_step, then resuming each step with the same intent, step, method, path and body, never performs a step twice, and a step that already succeeded only replays its answer.`
 
@@ -48,24 +59,27 @@ type SubmitInput struct {
 	Step   string         `json:"step,omitempty" jsonschema:"the name of this write as one step of the workflow the intent names (then intent is required): the step runs as its own action, intent <intent>/<step>; omit it for a single write"`
 }
 
-// Result is what submit_write and operation_status return. Every field is
-// always there, so that an empty one reads as "none", never as "missing".
+// Result is what submit_write and operation_status return. Every field
+// but approval and state is always there, so that an empty one reads as
+// "none", never as "missing"; those two are there only when they say
+// something, since an empty approval reads as one that is involved.
 type Result struct {
-	Intent      string         `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
-	Step        string         `json:"step" jsonschema:"the workflow step this result is about, as given: reuse it with the intent on every retry; empty for a single write"`
-	Kind        string         `json:"kind" jsonschema:"what became of the write"`
-	Sent        string         `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
-	Reason      string         `json:"reason" jsonschema:"what happened, in words"`
-	OperationID string         `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
-	Status      int            `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
-	Body        string         `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
-	Attempts    int            `json:"attempts" jsonschema:"requests sent for this intent so far"`
-	Approval    ApprovalResult `json:"approval" jsonschema:"the human decision the write waits for (kind needs_approval) or that the gateway named with it; every field empty when none is involved"`
-	NextStep    string         `json:"next_step" jsonschema:"what to do now: follow it"`
+	Intent      string          `json:"intent" jsonschema:"the intent this result is about: reuse it on every retry of this action"`
+	Step        string          `json:"step" jsonschema:"the workflow step this result is about, as given: reuse it with the intent on every retry; empty for a single write"`
+	Kind        string          `json:"kind" jsonschema:"what became of the write (operation_status: succeeded once it was performed)"`
+	Sent        string          `json:"sent" jsonschema:"whether a request of this intent reached the gateway: no (nothing can have happened), maybe (one left with no answer), yes"`
+	Reason      string          `json:"reason" jsonschema:"what happened, in words"`
+	OperationID string          `json:"operation_id" jsonschema:"the gateway's operation id, or empty if it has named none"`
+	Status      int             `json:"status" jsonschema:"the HTTP status of the last answer that told something of the operation, or 0 if none did"`
+	Body        string          `json:"body" jsonschema:"that answer's body (for operation_status, the gateway's view of the operation), cut to 8 KiB; empty if none"`
+	Attempts    int             `json:"attempts" jsonschema:"requests sent for this intent so far"`
+	Approval    *ApprovalResult `json:"approval,omitempty" jsonschema:"the human decision the write waits for (kind needs_approval) or that the gateway named with it; absent when none is involved"`
+	State       string          `json:"state,omitempty" jsonschema:"operation_status only: the operation's state at the gateway (prepared, executing, succeeded, failed or unknown); absent when the gateway holds none or could not be asked"`
+	NextStep    string          `json:"next_step" jsonschema:"what to do now: follow it"`
 }
 
-// ApprovalResult is the approval in a Result, always there: empty fields
-// read as "none".
+// ApprovalResult is the approval in a Result; empty fields read as
+// "none".
 type ApprovalResult struct {
 	ID        string `json:"id" jsonschema:"the approval's id at the gateway, or empty if none is involved"`
 	Status    string `json:"status" jsonschema:"pending (no human has decided yet), approved, denied, expired or used; empty if none"`
@@ -73,11 +87,11 @@ type ApprovalResult struct {
 	ExpiresAt string `json:"expires_at" jsonschema:"when a pending approval expires undecided (RFC 3339); empty if none"`
 }
 
-func approvalResult(a *agent.ApprovalInfo) ApprovalResult {
+func approvalResult(a *agent.ApprovalInfo) *ApprovalResult {
 	if a == nil {
-		return ApprovalResult{}
+		return nil
 	}
-	r := ApprovalResult{ID: a.ID, Status: string(a.Status), Summary: a.Summary}
+	r := &ApprovalResult{ID: a.ID, Status: string(a.Status), Summary: a.Summary}
 	if !a.ExpiresAt.IsZero() {
 		r.ExpiresAt = a.ExpiresAt.UTC().Format(time.RFC3339)
 	}
@@ -124,7 +138,15 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 	case err != nil:
 		r.Reason += "; the journal could not record this outcome (" + err.Error() + "): resuming asks the gateway first"
 	}
-	return nil, r, nil
+	return errorUnlessDone(r), r, nil
+}
+
+// errorUnlessDone marks a result whose write was not performed (now or
+// before) as an error result, its kind, reason and next step kept: a
+// client that reads only isError must not take a refusal, a wait or an
+// unknown outcome for the action the model asked for.
+func errorUnlessDone(r Result) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: r.Kind != string(agent.Created) && r.Kind != string(agent.Replayed)}
 }
 
 // target is the intent a tool's input names: intent, or with a step that
@@ -218,8 +240,23 @@ func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in Status
 	if err != nil {
 		return nil, Result{}, err
 	}
-	return nil, stepped(resultOf(st.Outcome()), in.Intent, in.Step), nil
+	return nil, stepped(statusResult(st), in.Intent, in.Step), nil
 }
+
+// statusResult is what a lookup found: the operation's state, and a write
+// done (now or before) is "succeeded", since a lookup neither created nor
+// replayed anything.
+func statusResult(st agent.Status) Result {
+	r := resultOf(st.Outcome())
+	r.State = st.State()
+	if r.Kind == string(agent.Created) || r.Kind == string(agent.Replayed) {
+		r.Kind = Succeeded
+	}
+	return r
+}
+
+// Succeeded is operation_status's kind for a write that was performed.
+const Succeeded = "succeeded"
 
 // ListInput is list_operations' input (none).
 type ListInput struct{}

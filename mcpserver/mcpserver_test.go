@@ -96,7 +96,7 @@ func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any)
 		t.Fatalf("%s: %v", tool, err)
 	}
 	var out mcpserver.Result
-	if !res.IsError {
+	if res.StructuredContent != nil { // an error result that did not perform the write keeps its content
 		b, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatalf("%s: %v", tool, err)

@@ -10,7 +10,7 @@ import (
 var enums = map[string][]any{
 	"method": {"POST", "PUT", "PATCH", "DELETE"},
 	"mode":   {"resume", "repeat", "revise"},
-	"kind": {"intent_created", "created", "replayed", "in_progress", "needs_approval", "conflict", "rejected",
+	"kind": {"intent_created", "created", "replayed", "succeeded", "in_progress", "needs_approval", "conflict", "rejected",
 		"unauthorized", "unknown", "failed"},
 	"sent": {"no", "maybe", "yes"},
 }

@@ -21,14 +21,15 @@ type schema struct {
 // Every tool's input and output schema is one a strict client takes: one
 // type per value (no ["null","array"]), every property typed and described,
 // method and mode closed by an enum, and the fields that are always there
-// listed as required. It is what the MCP Inspector's --strict listing
+// listed as required (not the approval nor the state, there only when
+// they say something). It is what the MCP Inspector's --strict listing
 // checks, without Node.
 func TestSchemasArePortable(t *testing.T) {
 	res := listTools(t)
 	required := map[string][]string{
 		"submit_write input":      {"method", "path"},
-		"submit_write output":     {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
-		"operation_status output": {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "approval", "next_step"},
+		"submit_write output":     {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "next_step"},
+		"operation_status output": {"intent", "step", "kind", "sent", "reason", "operation_id", "status", "body", "attempts", "next_step"},
 		"list_operations output":  {"intents"},
 	}
 	for _, tool := range res.Tools {
@@ -45,7 +46,7 @@ func TestSchemasArePortable(t *testing.T) {
 			if want := required[name]; !slices.Equal(sorted(s.Required), sorted(want)) {
 				t.Errorf("%s: required %v, want %v", name, s.Required, want)
 			}
-			// The approval is always there, each of its fields too (empty: none).
+			// An approval, when there is one, has each of its fields (empty: none).
 			if a := s.Properties["approval"]; side == "output" && a != nil &&
 				!slices.Equal(sorted(a.Required), []string{"expires_at", "id", "status", "summary"}) {
 				t.Errorf("%s: approval requires %v", name, a.Required)

@@ -1,14 +1,57 @@
 package main
 
 import (
+	"runtime/debug"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/mcpserver"
 )
 
-// version is idemgate's, as the MCP server announces it.
-var version = "dev"
+// version is idemgate's, when the build sets it (make build does):
+//
+//	go build -ldflags "-X main.version=v1.4.0" ./cmd/idemgate
+//
+// Empty, buildVersion reads it from the binary's build information.
+var version string
+
+// buildVersion is the version this binary reports (idemgate mcp's
+// serverInfo, which clients show and log): a name a user can trace to
+// the code, never a placeholder.
+func buildVersion() string {
+	info, _ := debug.ReadBuildInfo()
+	return versionOf(version, info)
+}
+
+// versionOf is the version the build set, else the module's (go install
+// MODULE@VERSION records it), else the commit the build recorded (with
+// "+dirty" for uncommitted changes: devel-0123456789ab+dirty), else
+// "(devel)", Go's own word for a build of unversioned source.
+func versionOf(set string, info *debug.BuildInfo) string {
+	if set != "" {
+		return set
+	}
+	if info == nil {
+		return "(devel)"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	return "devel-" + rev + dirty
+}
 
 func newMCPCmd() *cobra.Command {
 	var f callFlags
@@ -32,7 +75,7 @@ process.`,
 				return err
 			}
 			defer c.Journal.Close()
-			return mcpserver.New(c, version).Run(cmd.Context(), &mcp.StdioTransport{})
+			return mcpserver.New(c, buildVersion()).Run(cmd.Context(), &mcp.StdioTransport{})
 		},
 	}
 	f.addCommon(cmd)
