@@ -1,10 +1,11 @@
 // Package agent is the agent side of idemgate: a client that keeps the
 // identity of one intended action across timeouts, retries and its own
 // restarts. An intent (the caller's name for one logical action) maps to a
-// key made once and written to a journal before the first request leaves;
-// each error family gets the retry the workflow article prescribes, and an
-// answer lost after sending is reconciled with the gateway, never retried
-// blind.
+// key made once and written to a journal before the first request leaves
+// (derived from the agent's secret, see Keys, so that a lost journal makes
+// the same key again); each error family gets the retry the workflow
+// article prescribes, and an answer lost after sending is reconciled with
+// the gateway, never retried blind.
 package agent
 
 import (
@@ -133,6 +134,11 @@ type Client struct {
 	// makes Do, Prepare and Status fail with ErrInvalidRun, before
 	// anything is written or sent.
 	Run string
+	// Keys derive the key of each new intent (and version) from the
+	// agent's secret, so that a lost journal resumes with the same keys.
+	// Nil: each key is 128 random bits the journal alone remembers. Keys
+	// already in the journal are kept either way.
+	Keys *Keys
 }
 
 // ErrInvalidRun is a Client.Run that cannot be sent as Idempotency-Run.
@@ -223,7 +229,7 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 		if latest.Fingerprint != fp {
 			return nil, fmt.Errorf("intent %q: %w; repeat means an identical action, use revise", a.Intent, ErrPayloadChanged)
 		}
-		return c.Journal.createRepeat(ctx, want)
+		return c.Journal.createRepeat(ctx, want, c.keyFor)
 	}
 	if latest.Fingerprint == fp {
 		return nil, fmt.Errorf("%w: revise of intent %q changes nothing; resume it, or repeat it", ErrInvalidAction, a.Intent)
@@ -235,7 +241,7 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 // created makes a version of an intent; another caller who made the same
 // version first with another request wins, and this one is refused.
 func (c *Client) created(ctx context.Context, want Entry) (*Entry, error) {
-	e, err := c.Journal.create(ctx, want)
+	e, err := c.Journal.create(ctx, want, c.keyFor)
 	if err != nil {
 		return nil, err
 	}

@@ -256,13 +256,25 @@ func (j *Journal) Pending(ctx context.Context) ([]*Entry, error) {
 	return out, rows.Err()
 }
 
-// create inserts a version of an intent with a new key. Two processes
-// creating the same version at once get the same row: the first one's.
-func (j *Journal) create(ctx context.Context, e Entry) (*Entry, error) {
+// keyFunc makes the key of a new version of an intent; nil makes 128
+// random bits.
+type keyFunc func(intent string, version int) string
+
+func (f keyFunc) key(intent string, version int) string {
+	if f == nil {
+		return newKey()
+	}
+	return f(intent, version)
+}
+
+// create inserts a version of an intent with the key keyOf makes for it.
+// Two processes creating the same version at once get the same row: the
+// first one's.
+func (j *Journal) create(ctx context.Context, e Entry, keyOf keyFunc) (*Entry, error) {
 	now := time.Now().UTC().Format(timeFormat)
 	_, err := j.db.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
 		updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name, version) DO NOTHING`,
-		e.Intent, e.Version, newKey(), e.Method, e.Path, e.Fingerprint, now, now)
+		e.Intent, e.Version, keyOf.key(e.Intent, e.Version), e.Method, e.Path, e.Fingerprint, now, now)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
@@ -275,8 +287,9 @@ func (j *Journal) create(ctx context.Context, e Entry) (*Entry, error) {
 }
 
 // createRepeat inserts a new intent "<name>#<n>", n the first free
-// number, in one transaction: two processes repeating at once get two.
-func (j *Journal) createRepeat(ctx context.Context, e Entry) (*Entry, error) {
+// number, with the key keyOf makes for it, in one transaction: two
+// processes repeating at once get two.
+func (j *Journal) createRepeat(ctx context.Context, e Entry, keyOf keyFunc) (*Entry, error) {
 	tx, err := j.db.BeginTx(ctx, nil) // immediate: the write lock first
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
@@ -303,7 +316,8 @@ func (j *Journal) createRepeat(ctx context.Context, e Entry) (*Entry, error) {
 	now := time.Now().UTC().Format(timeFormat)
 	e.Intent, e.Version = fmt.Sprintf("%s#%d", base, n+1), 1
 	if _, err := tx.ExecContext(ctx, `INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
-		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)`, e.Intent, newKey(), e.Method, e.Path, e.Fingerprint, now, now); err != nil {
+		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)`, e.Intent, keyOf.key(e.Intent, 1), e.Method, e.Path, e.Fingerprint, now,
+		now); err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
 	if err := tx.Commit(); err != nil {

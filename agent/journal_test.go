@@ -112,13 +112,13 @@ func TestJournalSharedByConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e, err := journals[i%4].create(ctx, want)
+			e, err := journals[i%4].create(ctx, want, nil)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			keys[i] = e.Key
-			r, err := journals[i%4].createRepeat(ctx, want)
+			r, err := journals[i%4].createRepeat(ctx, want, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -166,7 +166,7 @@ func TestPendingListsWhatIsNotFinal(t *testing.T) {
 	for _, intent := range []string{"lost", "denied", "busy"} {
 		client.Do(ctx, Action{Intent: intent, Method: "POST", Path: "/v1/x"})
 	}
-	client.Journal.create(ctx, Entry{Intent: "never-sent", Version: 1, Method: "POST", Path: "/x", Fingerprint: "f"})
+	client.Journal.create(ctx, Entry{Intent: "never-sent", Version: 1, Method: "POST", Path: "/x", Fingerprint: "f"}, nil)
 	pending, err := client.Journal.Pending(ctx)
 	var names []string
 	for _, e := range pending {

@@ -352,7 +352,7 @@ func TestNoNewActionBeforeReconciliation(t *testing.T) {
 func TestRacingCreatesWithDifferentRequests(t *testing.T) {
 	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
 	ctx := context.Background()
-	if _, err := client.Journal.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "sha256:1"}); err != nil {
+	if _, err := client.Journal.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "sha256:1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.created(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/b", Fingerprint: "sha256:2"}); !errors.Is(err, ErrPayloadChanged) {
@@ -365,7 +365,7 @@ func TestRecordNeverGoesBackwards(t *testing.T) {
 	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
 	ctx := context.Background()
 	j := client.Journal
-	e, _ := j.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "f"})
+	e, _ := j.create(ctx, Entry{Intent: "i", Version: 1, Method: "POST", Path: "/a", Fingerprint: "f"}, nil)
 	last := func() Kind { l, _ := j.Latest(ctx, "i"); return l.LastKind }
 	j.record(ctx, e.Key, 0, Outcome{Kind: Failed}, false, SentNo)
 	if last() != Failed {
@@ -414,7 +414,7 @@ func TestCrashBetweenSendAndRecord(t *testing.T) {
 	client, _ := newScripted(t, &script{answers: []http.HandlerFunc{status(201)}})
 	ctx := context.Background()
 	e, _ := client.Journal.create(ctx, Entry{Intent: "crashed", Version: 1, Method: "POST", Path: "/v1/x",
-		Fingerprint: mustFingerprint(t, Action{Intent: "crashed", Method: "POST", Path: "/v1/x"})})
+		Fingerprint: mustFingerprint(t, Action{Intent: "crashed", Method: "POST", Path: "/v1/x"})}, nil)
 	client.Journal.beginAttempt(ctx, e.Key) // sent; then the process died
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	client.BaseURL = "http://" + ln.Addr().String()
@@ -518,7 +518,7 @@ func TestStaleUnrecordedIntentIsNotResent(t *testing.T) {
 	ctx := context.Background()
 	a := Action{Intent: "old", Method: "POST", Path: "/v1/x"}
 	e, _ := client.Journal.create(ctx, Entry{Intent: "old", Version: 1, Method: "POST", Path: "/v1/x",
-		Fingerprint: mustFingerprint(t, a)})
+		Fingerprint: mustFingerprint(t, a)}, nil)
 	client.Journal.beginAttempt(ctx, e.Key) // sent; the process died before the answer
 	client.Policy = Policy{GatewayRetention: time.Millisecond}
 	time.Sleep(5 * time.Millisecond)

@@ -56,11 +56,11 @@ func CheckStepName(name string) error {
 }
 
 // StepIntent is the intent a step of the workflow intent runs under,
-// "<intent>/<step>". Its key is that intent's key: like every intent's,
-// 128 random bits the journal makes once, when the step is first
-// written, and keeps (see Journal). It is not computed from the names, so
-// the same workflow in another journal gets other keys; what the journal
-// guarantees is that this one resumes each step with its own key. Do with
+// "<intent>/<step>". Its key is that intent's key, made once when the
+// step is first written to the journal, and kept: with Client.Keys,
+// derived from the agent's secret and the step's intent, so that a lost
+// journal resumes each step with the same key; without, 128 random bits
+// that only this journal knows. Do with
 // Action.Intent set to StepIntent's result is that step, as RunWorkflow
 // runs it (idemgate call --step and the MCP step argument do just that).
 func StepIntent(intent, step string) (string, error) {

@@ -39,7 +39,8 @@ func (d *drill) call(journal string, args ...string) (map[string]any, int, strin
 
 func (d *drill) callCmd(journal string, args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, append([]string{"call"}, args...)...)
-	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL, "IDEMGATE_JOURNAL="+journal)
+	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL, "IDEMGATE_JOURNAL="+journal,
+		"IDEMGATE_AGENT_SECRET="+agentSecret)
 	return cmd
 }
 
@@ -175,3 +176,7 @@ func TestAgentTwoProcessesOneJournal(t *testing.T) {
 	}
 	d.wantEffects("tickets_created", 1)
 }
+
+// agentSecret is the secret the agents' processes derive their keys from,
+// set so that none makes one in the home directory.
+const agentSecret = "an-e2e-secret-of-more-than-sixteen-bytes"

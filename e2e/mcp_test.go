@@ -17,7 +17,7 @@ func TestMCPOverStdio(t *testing.T) {
 	t.Parallel()
 	d := newDrill(t, setup{})
 	cmd := exec.Command(binary, "mcp", "--journal", filepath.Join(d.dir, "journal.db"))
-	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL)
+	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token, "IDEMGATE_URL="+d.gw.URL, "IDEMGATE_AGENT_SECRET="+agentSecret)
 	cmd.Stderr = os.Stderr
 	ctx := context.Background()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "drill-model", Version: "1"}, nil).

@@ -44,9 +44,10 @@ resume, a repeat or revise while the intent is not settled); 1 any other
 error. The JSON says why (reason) and whether anything reached the gateway
 (sent: no, maybe or yes).`
 
-// callFlags are what call and call status share.
+// callFlags are what call, call status and mcp share.
 type callFlags struct {
 	intent, step, journal, gateway, run string
+	agentName, secretFile               string
 }
 
 func (f *callFlags) add(cmd *cobra.Command) {
@@ -78,6 +79,21 @@ func (f *callFlags) addCommon(cmd *cobra.Command) {
 	fl.StringVar(&f.journal, "journal", os.Getenv("IDEMGATE_JOURNAL"), "journal file (default $IDEMGATE_JOURNAL, "+
 		"else ~/.local/state/idemgate/journal.db)")
 	fl.StringVar(&f.gateway, "gateway", os.Getenv("IDEMGATE_URL"), "gateway URL (default $IDEMGATE_URL)")
+	fl.StringVar(&f.agentName, "agent", os.Getenv(agent.EnvAgent), "this agent's name, part of every key it "+
+		"derives: agents sharing a secret need names of their own (default $IDEMGATE_AGENT, else none)")
+	fl.StringVar(&f.secretFile, "agent-secret-file", "", "the file holding the secret keys are derived from "+
+		"(default $IDEMGATE_AGENT_SECRET_FILE, else the secret in $IDEMGATE_AGENT_SECRET, else "+
+		"~/.config/idemgate/agent-secret, made on first use)")
+}
+
+// keys are the agent's: its secret (agent.LoadSecret: never a flag's
+// value, which shell history and ps would show) and its name.
+func (f *callFlags) keys() (*agent.Keys, error) {
+	secret, err := agent.LoadSecret(f.secretFile)
+	if err != nil {
+		return nil, err
+	}
+	return agent.NewKeys(secret, f.agentName)
 }
 
 // addRun adds --run, for the commands that write.
@@ -101,6 +117,10 @@ func (f *callFlags) client(ctx context.Context) (*agent.Client, error) {
 	if token == "" {
 		return nil, errors.New("no token: set IDEMGATE_TOKEN")
 	}
+	keys, err := f.keys()
+	if err != nil {
+		return nil, err
+	}
 	path := f.journal
 	if path == "" {
 		home, err := os.UserHomeDir()
@@ -116,7 +136,7 @@ func (f *callFlags) client(ctx context.Context) (*agent.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &agent.Client{BaseURL: f.gateway, Token: token, Journal: j, Run: f.run}, nil
+	return &agent.Client{BaseURL: f.gateway, Token: token, Journal: j, Run: f.run, Keys: keys}, nil
 }
 
 func newCallCmd() *cobra.Command {
@@ -132,6 +152,10 @@ func newCallCmd() *cobra.Command {
 		Long: `call sends a write for a named intent. The intent's key is made once and written
 to the journal before anything is sent, so running the same call again (after a
 timeout, a crash, a reboot) resumes the same action instead of starting another.
+The key is derived from the intent and the agent's secret (--agent-secret-file,
+else $IDEMGATE_AGENT_SECRET, else ~/.config/idemgate/agent-secret, made on first
+use) and name (--agent): with the journal lost, the same call makes the same key,
+and the gateway replays what it did instead of doing it again.
 --repeat asks for a new, identical action (a new intent, NAME#2); --revise for
 changed parameters (a new version of the intent). Errors are retried as the
 gateway's contract allows; a lost answer is checked with the gateway, never

@@ -44,10 +44,11 @@ func run(t *testing.T, stdin string, args ...string) result {
 // process's with mainEnv set, and env. A race-built child would sleep a
 // second before a clean exit (GORACE's atexit_sleep_ms), for most of the
 // time of these tests; it does not. A race it finds is still reported,
-// and still makes it exit 66.
+// and still makes it exit 66. The agent's secret is set, so that a child
+// never makes one in the home directory (a test unsets it to see that).
 func childEnv(env ...string) []string {
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	return append(append(os.Environ(), mainEnv+"=1", "GORACE="+gorace), env...)
+	return append(append(os.Environ(), mainEnv+"=1", "GORACE="+gorace, "IDEMGATE_AGENT_SECRET="+agentSecret), env...)
 }
 
 // runEnv is run with more environment variables.
