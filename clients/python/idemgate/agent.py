@@ -3,7 +3,9 @@
 This is the Go agent (agent.Client.Do) in Python, rule for rule, so that
 an intent begun by ``idemgate call`` is resumed here, or the other way
 round, and both make the same decisions: an intent maps to a key made once
-and written to the journal before the first request leaves; each error
+(derived from the agent's secret, see keys.py, so that a lost journal
+makes the same key again) and written to the journal before the first
+request leaves; each error
 family gets the workflow article's retry; an answer lost after sending is
 reconciled with the gateway (a lookup by key), never re-sent blind; and an
 ``unknown`` outcome is never retried.
@@ -19,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import journal as jr
 from .canonical import PREFIX, canonical, fingerprint
 from .errors import Error
+from .keys import Keys
 from .times import format_utc, parse as parse_time
 from .transport import Response, Transport, TransportError
 
@@ -425,6 +428,9 @@ class AgentMixin:
     def _journal(self) -> jr.Journal:  # provided by Client
         raise NotImplementedError
 
+    def _keys(self) -> Keys:  # provided by Client
+        raise NotImplementedError
+
     def request(self, method: str, path: str, json: Any = _NO_BODY, *, intent: str, mode: str = "resume",
                 approval_wait: Optional[float] = None) -> Outcome:
         """Performs one write through the gateway under ``intent``, the
@@ -474,7 +480,7 @@ class AgentMixin:
         j = self._journal()
         latest = j.latest(intent)
         if latest is None and mode != "revise":
-            return self._created(j, intent, 1, method, path, fp)
+            return self._created(j, intent, 1, method, path, fp, self._keys())
         if latest is None:
             raise Error("no_intent", "intent %r: no such intent in the journal" % intent)
         if mode == "resume":
@@ -489,16 +495,16 @@ class AgentMixin:
             if latest.fingerprint != fp:
                 raise Error("payload_changed", "intent %r: repeat means an identical action, use revise" % intent)
             try:
-                return j.create_repeat(intent, method, path, fp)
+                return j.create_repeat(intent, method, path, fp, self._keys().key)
             except jr.NotSettled as ns:
                 raise Error("not_settled", "%s: reconcile it before a new action" % ns) from None
         if latest.fingerprint == fp:
             raise Error("invalid_action", "revise of intent %r changes nothing; resume it, or repeat it" % intent)
-        return self._created(j, intent, latest.version + 1, method, path, fp)
+        return self._created(j, intent, latest.version + 1, method, path, fp, self._keys())
 
     @staticmethod
-    def _created(j: jr.Journal, intent: str, version: int, method: str, path: str, fp: str) -> jr.Entry:
-        e = j.create(intent, version, method, path, fp)
+    def _created(j: jr.Journal, intent: str, version: int, method: str, path: str, fp: str, keys: Keys) -> jr.Entry:
+        e = j.create(intent, version, method, path, fp, keys.key)
         if e.fingerprint != fp or e.method != method or e.path != path:
             raise Error("payload_changed", "intent %r was just created by another caller with another request" % intent)
         return e

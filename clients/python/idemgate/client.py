@@ -5,13 +5,14 @@ import inspect
 import json as _json
 import ssl
 import threading
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from . import journal as jr
 from .action import Heartbeats, Operation
 from .agent import AgentMixin, Policy
 from .canonical import canonical
 from .errors import Error
+from .keys import Keys, keys_for
 from .transport import Transport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,12 +41,21 @@ class Client(AgentMixin):
     (Idempotency-Run, which the audit log records); default, one made per
     client.
 
+    ``request()`` derives each new intent's key from the agent's secret
+    and name, as ``idemgate call`` does (see keys.py): ``secret`` (str or
+    bytes), else the file ``secret_file``, else $IDEMGATE_AGENT_SECRET_FILE,
+    $IDEMGATE_AGENT_SECRET, or ~/.config/idemgate/agent-secret, made on
+    first use; ``agent`` (default $IDEMGATE_AGENT, else none) names the
+    agent among those sharing a secret. They are read on the first
+    ``request()``, never by ``action()``.
+
     Thread-safe: each thread keeps its own keep-alive connection.
     """
 
     def __init__(self, url: str, token: str, journal: Optional[str] = None, timeout: float = 30.0,
                  wait: float = 30.0, policy: Optional[Policy] = None, run: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None, secret: Union[str, bytes, None] = None,
+                 secret_file: Optional[str] = None, agent: Optional[str] = None) -> None:
         if not token:
             raise Error("unauthorized", "no token: the gateway needs a principal's bearer token")
         if run is not None:
@@ -61,12 +71,20 @@ class Client(AgentMixin):
         self._journal_obj: Optional[jr.Journal] = None
         self._journal_lock = threading.Lock()
         self._heartbeats = Heartbeats()
+        self._key_config = (secret, secret_file, agent)
+        self._keys_obj: Optional[Keys] = None
 
     def _journal(self) -> jr.Journal:
         with self._journal_lock:
             if self._journal_obj is None:
                 self._journal_obj = jr.Journal(self._journal_path or jr.default_path())
             return self._journal_obj
+
+    def _keys(self) -> Keys:
+        with self._journal_lock:
+            if self._keys_obj is None:
+                self._keys_obj = keys_for(*self._key_config)
+            return self._keys_obj
 
     def _auth(self) -> dict:
         return {"Authorization": "Bearer " + self.token, "Idempotency-Run": self.run}

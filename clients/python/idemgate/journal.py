@@ -22,6 +22,9 @@ from .times import journal_now, parse as parse_time
 
 APPLICATION_ID = 0x69646D6A
 
+# Makes the key of a new version of an intent (name, version): keys.Keys.key.
+KeyFor = Callable[[str, int], str]
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS intents (
 	name         TEXT NOT NULL,
@@ -200,22 +203,25 @@ class Journal:
             rows = self._db.execute(sql).fetchall()
         return [Entry(*r) for r in rows]
 
-    def create(self, name: str, version: int, method: str, path: str, fp: str) -> Entry:
-        """Inserts a version of an intent with a new key; two processes
-        creating the same version at once get the same row, the first's."""
+    def create(self, name: str, version: int, method: str, path: str, fp: str,
+               key_for: Optional[KeyFor] = None) -> Entry:
+        """Inserts a version of an intent with the key key_for makes for it
+        (None: a random one); two processes creating the same version at
+        once get the same row, the first's."""
         def create(db: sqlite3.Connection, now: str) -> Entry:
             db.execute("""INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
 		updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name, version) DO NOTHING""",
-                       (name, version, new_key(), method, path, fp, now, now))
+                       (name, version, _key(key_for, name, version), method, path, fp, now, now))
             row = db.execute("SELECT " + _COLUMNS + " FROM intents i WHERE name = ? AND version = ?",
                              (name, version)).fetchone()
             return Entry(*row)
         return self._tx(create)
 
-    def create_repeat(self, base: str, method: str, path: str, fp: str) -> Entry:
-        """Inserts a new intent "<base>#<n>", n the first free number, in
-        one transaction; refused while an intent of the family may still
-        take effect (NotSettled)."""
+    def create_repeat(self, base: str, method: str, path: str, fp: str,
+                      key_for: Optional[KeyFor] = None) -> Entry:
+        """Inserts a new intent "<base>#<n>", n the first free number, with
+        the key key_for makes for it, in one transaction; refused while an
+        intent of the family may still take effect (NotSettled)."""
         base = base.split("#", 1)[0]
         family = _escape_like(base) + "#%"
 
@@ -231,7 +237,7 @@ class Journal:
                            (base, family)).fetchone()[0]
             name = "%s#%d" % (base, n + 1)
             db.execute("""INSERT INTO intents (name, version, key, method, path, fingerprint, created_at,
-		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)""", (name, new_key(), method, path, fp, now, now))
+		updated_at) VALUES (?, 1, ?, ?, ?, ?, ?, ?)""", (name, _key(key_for, name, 1), method, path, fp, now, now))
             return name
         name = self._tx(repeat)
         entry = self.latest(name)
@@ -284,6 +290,10 @@ class Journal:
                        (kind, 1 if reached else 0, n, status, operation_id or "", now, key))
             return Entry(*db.execute("SELECT " + _COLUMNS + " FROM intents i WHERE i.key = ?", (key,)).fetchone())
         return self._tx(record)
+
+
+def _key(key_for: Optional[KeyFor], name: str, version: int) -> str:
+    return new_key() if key_for is None else key_for(name, version)
 
 
 class NotSettled(Exception):

@@ -38,6 +38,15 @@ TOKENS = {
 
 _lock = threading.Lock()
 _tmp = tempfile.mkdtemp(prefix="idemgate-py-tests-")
+
+# The agents' secret, for both languages' clients (the Python client and
+# ``idemgate call`` read it from the environment); and a configuration
+# directory of this run's, so that no test makes a secret in the home's.
+AGENT_SECRET = "a-python-test-secret-of-more-than-16-bytes"
+os.environ["IDEMGATE_AGENT_SECRET"] = AGENT_SECRET
+os.environ.pop("IDEMGATE_AGENT_SECRET_FILE", None)
+os.environ.pop("IDEMGATE_AGENT", None)
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_tmp, "config")
 _binary: Optional[str] = None
 _warned: List[str] = []  # the loud line about a missing go, said once
 _procs: List["Process"] = []

@@ -125,6 +125,29 @@ class CrossLanguageTest(harness.GatewayCase):
         self.assertIn("differs", err)
         self.assertEqual(self.effects(), 2)
 
+    def test_a_lost_journal_resumes_in_the_other_language(self) -> None:
+        # Both derive the key from the same secret (the harness sets it), agent
+        # and intent: a journal lost after one language performed the write,
+        # the other makes the same key with a new journal, and is replayed.
+        code, out, err = self.go("x/lost-go")
+        self.assertEqual((code, out.get("kind")), (0, "created"), err)
+        self.lose_journal()
+        c = self.client()
+        py = c.request("POST", "/v1/tickets", json=TICKET, intent="x/lost-go")
+        self.assertEqual((py.kind, py.key, py.operation_id), ("replayed", out["key"], out["operation_id"]), py.reason)
+        py = c.request("POST", "/v1/tickets", json=TICKET, intent="x/lost-py")
+        self.assertEqual(py.kind, "created", py.reason)
+        c.close()
+        self.lose_journal()
+        code, out, err = self.go("x/lost-py")
+        self.assertEqual((code, out.get("kind"), out.get("key")), (0, "replayed", py.key), err)
+        self.assertEqual(self.effects(), 2)
+
+    def lose_journal(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.journal + suffix):
+                os.remove(self.journal + suffix)
+
     def test_both_languages_make_the_same_journal(self) -> None:
         go_path, py_path = self.journal, os.path.join(harness.tempdir(), "py.db")
         code, _, err = self.go("x/schema", url=harness.dead_url())  # creates the file, sends nothing

@@ -48,6 +48,22 @@ class RequestTest(harness.GatewayCase):
         self.assertEqual(again.json(), out.json())
         self.assertEqual(self.gw.effects() - before, 1)
 
+    def test_lost_journal_replays(self) -> None:
+        # The key is derived from the agent's secret: a journal deleted between
+        # two requests of one intent makes the same key, and the gateway replays.
+        before = self.gw.effects()
+        out = self.client.request("POST", "/v1/tickets", json=TICKET, intent="t/lost-journal")
+        self.assertEqual(out.kind, "created", out.reason)
+        self.assertTrue(out.key.startswith("ik1."), out.key)
+        self.client.close()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.journal + suffix):
+                os.remove(self.journal + suffix)
+        again = self.new_client().request("POST", "/v1/tickets", json=TICKET, intent="t/lost-journal")
+        self.assertEqual(again.kind, "replayed", again.reason)
+        self.assertEqual((again.key, again.operation_id), (out.key, out.operation_id))
+        self.assertEqual(self.gw.effects() - before, 1)
+
     def test_changed_payload_is_refused_before_sending(self) -> None:
         before = self.gw.effects()
         self.client.request("POST", "/v1/tickets", json=TICKET, intent="t/changed")
