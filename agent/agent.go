@@ -139,6 +139,45 @@ type Client struct {
 	// Nil: each key is 128 random bits the journal alone remembers. Keys
 	// already in the journal are kept either way.
 	Keys *Keys
+	// RefuseDuplicates refuses a new intent, version or repeat whose
+	// request is that of another intent that may still take effect
+	// (sent, and unknown, in progress, waiting for approval, or never
+	// recorded): a *DuplicateError, before anything is written or sent.
+	// idemgate mcp sets it: a model that names a new intent for a write
+	// whose outcome is still open would otherwise make a second effect.
+	RefuseDuplicates bool
+}
+
+// ErrOpenDuplicate is a new action whose request is that of an intent
+// that may still take effect: reconcile that one first.
+var ErrOpenDuplicate = errors.New("the same request is still open under another intent")
+
+// DuplicateError names the open intent a new action would duplicate.
+type DuplicateError struct {
+	Open *Entry
+}
+
+func (e *DuplicateError) Error() string {
+	kind := string(e.Open.LastKind)
+	if kind == "" {
+		kind = "sent, its answer never recorded"
+	}
+	return fmt.Sprintf("%v: intent %q is %s", ErrOpenDuplicate, e.Open.Intent, kind)
+}
+
+// Unwrap makes a DuplicateError an ErrOpenDuplicate.
+func (e *DuplicateError) Unwrap() error { return ErrOpenDuplicate }
+
+// refuseDuplicate is RefuseDuplicates' check of a new entry.
+func (c *Client) refuseDuplicate(ctx context.Context, want Entry) error {
+	if !c.RefuseDuplicates {
+		return nil
+	}
+	open, err := c.Journal.openWith(ctx, want.Fingerprint)
+	if err != nil || open == nil {
+		return err
+	}
+	return &DuplicateError{Open: open}
 }
 
 // ErrInvalidRun is a Client.Run that cannot be sent as Idempotency-Run.
@@ -229,6 +268,9 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 		if latest.Fingerprint != fp {
 			return nil, fmt.Errorf("intent %q: %w; repeat means an identical action, use revise", a.Intent, ErrPayloadChanged)
 		}
+		if err := c.refuseDuplicate(ctx, want); err != nil {
+			return nil, err
+		}
 		return c.Journal.createRepeat(ctx, want, c.keyFor)
 	}
 	if latest.Fingerprint == fp {
@@ -241,6 +283,9 @@ func (c *Client) entry(ctx context.Context, a Action) (*Entry, error) {
 // created makes a version of an intent; another caller who made the same
 // version first with another request wins, and this one is refused.
 func (c *Client) created(ctx context.Context, want Entry) (*Entry, error) {
+	if err := c.refuseDuplicate(ctx, want); err != nil {
+		return nil, err
+	}
 	e, err := c.Journal.create(ctx, want, c.keyFor)
 	if err != nil {
 		return nil, err

@@ -230,6 +230,35 @@ func (j *Journal) recentWith(ctx context.Context, fp string, since time.Time) (*
 	return e, nil
 }
 
+// Holds says whether the journal holds the named intent or, with steps,
+// a step of it ("<name>/…"), whatever their versions.
+func (j *Journal) Holds(ctx context.Context, name string, steps bool) (bool, error) {
+	var n int
+	err := j.db.QueryRowContext(ctx, `SELECT count(*) FROM intents WHERE name = ? OR (? AND name LIKE ? ESCAPE '\')`,
+		name, steps, escapeLike(name)+"/%").Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return n > 0, nil
+}
+
+// openWith returns the oldest intent (its latest version) whose request
+// has the fingerprint fp and which may still take effect: sent, and
+// unknown, in progress, waiting for approval, or never recorded.
+func (j *Journal) openWith(ctx context.Context, fp string) (*Entry, error) {
+	e, err := scanEntry(j.db.QueryRowContext(ctx, `SELECT `+entryColumns+` FROM intents i
+		WHERE fingerprint = ? AND attempts > 0 AND last_kind IN ('', 'unknown', 'in_progress', 'needs_approval')
+		AND version = (SELECT max(version) FROM intents WHERE name = i.name)
+		ORDER BY created_at LIMIT 1`, fp))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return e, nil
+}
+
 // Pending lists the latest versions of intents still open, oldest first:
 // those whose last outcome is not final (never sent, in progress, unknown,
 // awaiting approval), and those failed before the gateway ever answered

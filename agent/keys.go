@@ -75,6 +75,39 @@ func (k *Keys) mac(doc map[string]any) []byte {
 	return m.Sum(nil)
 }
 
+// sealLen is how many bytes of its MAC a sealed name carries: 96 bits,
+// 16 characters, short enough for a model to copy, too many to guess.
+const sealLen = 12
+
+// SealSep joins a name to its seal.
+const SealSep = "~"
+
+// Seal is name with a MAC under the secret, "NAME~MAC": what idemgate mcp
+// hands out, so that a name it made still proves itself once the journal
+// that recorded it is lost, and a name it never made (a model's own, or
+// a repeat "#2" typed by hand) does not.
+func (k *Keys) Seal(name string) string {
+	return name + SealSep + base64.RawURLEncoding.EncodeToString(k.nameMAC(name))
+}
+
+// Open returns the name a sealed one carries, and whether its seal is
+// this agent's under this secret.
+func (k *Keys) Open(sealed string) (string, bool) {
+	i := strings.LastIndex(sealed, SealSep)
+	if i < 0 {
+		return "", false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(sealed[i+len(SealSep):])
+	if err != nil || !hmac.Equal(mac, k.nameMAC(sealed[:i])) {
+		return "", false
+	}
+	return sealed[:i], true
+}
+
+func (k *Keys) nameMAC(name string) []byte {
+	return k.mac(map[string]any{"agent": k.agent, "intent": name, "use": "intent-name"})[:sealLen]
+}
+
 // Agent is the agent's name the keys are derived for.
 func (k *Keys) Agent() string { return k.agent }
 

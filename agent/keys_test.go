@@ -160,3 +160,40 @@ func TestJournalsFromBeforeKeepTheirKeys(t *testing.T) {
 		t.Fatalf("resumed with keys: %+v %v", again, err)
 	}
 }
+
+// With RefuseDuplicates, a new intent (or a revise, or a repeat of
+// another family) whose request is that of an intent that may still take
+// effect is refused, naming it, before anything is written or sent.
+func TestRefuseDuplicates(t *testing.T) {
+	s := &script{answers: []http.HandlerFunc{lost, status(201)}, lookup: lookupSays("unknown")}
+	client, _ := newScripted(t, s)
+	client.RefuseDuplicates = true
+	ctx := context.Background()
+	charge := Action{Intent: "charge-1", Method: "POST", Path: "/v1/charges", Body: []byte(`{"amount":4999}`)}
+	if out, err := client.Do(ctx, charge); err != nil || out.Kind != Unknown {
+		t.Fatalf("the charge: %+v %v", out, err)
+	}
+	other := Action{Intent: "ticket-1", Method: "POST", Path: "/v1/tickets", Body: []byte(`{"title":"x"}`)}
+	if _, err := client.Do(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	sends := s.count()
+	var dup *DuplicateError
+	for name, a := range map[string]Action{
+		"a new intent": {Intent: "charge-2", Method: "POST", Path: "/v1/charges", Body: []byte(`{ "amount": 4999 }`)},
+		"a revise":     {Intent: "ticket-1", Method: "POST", Path: "/v1/charges", Body: []byte(`{"amount":4999}`), Mode: Revise},
+	} {
+		if _, err := client.Do(ctx, a); !errors.As(err, &dup) || dup.Open.Intent != "charge-1" ||
+			!strings.Contains(err.Error(), `intent "charge-1" is unknown`) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := client.Journal.Latest(ctx, "charge-2"); !errors.Is(err, ErrNoIntent) || s.count() != sends {
+		t.Fatalf("a refused intent was journaled (%v) or sent (%d sends)", err, s.count()-sends)
+	}
+	client.RefuseDuplicates = false
+	if out, err := client.Do(ctx, Action{Intent: "charge-2", Method: "POST", Path: "/v1/charges",
+		Body: []byte(`{"amount":4999}`)}); err != nil || out.Kind != Created {
+		t.Fatalf("without the option: %+v %v", out, err)
+	}
+}

@@ -55,7 +55,7 @@ func TestNeedsApprovalNamesTheDeadline(t *testing.T) {
 		ExpiresAt: deadline}
 	check := func(name string, r mcpserver.Result) {
 		t.Helper()
-		if r.Kind != "needs_approval" || r.Intent != "release-7/deploy" || r.OperationID != "op_5" || r.Approval == nil || *r.Approval != want {
+		if r.Kind != "needs_approval" || r.Intent != sealed("release-7/deploy") || r.OperationID != "op_5" || r.Approval == nil || *r.Approval != want {
 			t.Fatalf("%s: %+v", name, r)
 		}
 		for _, part := range []string{"A human must decide", `"Deploy web 1.4.2 to production"`, "before " + deadline,
@@ -69,14 +69,14 @@ func TestNeedsApprovalNamesTheDeadline(t *testing.T) {
 			t.Errorf("%s: reason %q", name, r.Reason)
 		}
 	}
-	write := map[string]any{"intent": "release-7/deploy", "method": "POST", "path": "/v1/services/web/deployments",
+	write := map[string]any{"intent": sealed("release-7/deploy"), "method": "POST", "path": "/v1/services/web/deployments",
 		"body": map[string]any{"artifact": "web-1.4.2", "environment": "production"}}
 	r, _ := call(t, cs, "submit_write", write)
 	check("submit_write", r)
 	if r.Status != 202 || !strings.Contains(r.Body, `"apr_5"`) || sends.Load() != 1 {
 		t.Fatalf("submit_write: %+v, %d sends", r, sends.Load())
 	}
-	st, _ := call(t, cs, "operation_status", map[string]any{"intent": "release-7/deploy"})
+	st, _ := call(t, cs, "operation_status", map[string]any{"intent": sealed("release-7/deploy")})
 	check("operation_status", st)
 	if !strings.Contains(st.Body, `"target":"POST /v1/services/web/deployments"`) {
 		t.Fatalf("operation_status body: %s", st.Body)
@@ -90,7 +90,7 @@ func TestNeedsApprovalNamesTheDeadline(t *testing.T) {
 	// Other results carry no approval: an empty one would read as involved.
 	var n atomic.Int32
 	created, res := call(t, connect(t, gatewayStub(t, &n).URL), "submit_write",
-		map[string]any{"intent": "t", "method": "POST", "path": "/v1/tickets"})
+		map[string]any{"intent": sealed("t"), "method": "POST", "path": "/v1/tickets"})
 	if b, _ := json.Marshal(res.StructuredContent); created.Kind != "created" || strings.Contains(string(b), `"approval"`) {
 		t.Fatalf("created: %s", b)
 	}

@@ -19,9 +19,12 @@ import (
 // MaxBody bounds a body returned to the model.
 const MaxBody = 8 << 10
 
-// New returns the MCP server for a client.
+// New returns the MCP server for a client. It sets c.RefuseDuplicates,
+// and names intents with c.Keys' seals (see intents.go); without Keys, it
+// takes only names its journal holds.
 func New(c *agent.Client, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "idemgate", Version: version}, nil)
+	c.RefuseDuplicates = true // see intents.go
 	h := &handlers{c: c}
 	mcp.AddTool(s, &mcp.Tool{Name: "submit_write", Description: submitDescription, Annotations: writes,
 		InputSchema: schemaFor[SubmitInput](), OutputSchema: schemaFor[Result]()}, h.submit)
@@ -43,7 +46,7 @@ var (
 
 func ptr[T any](v T) *T { return &v }
 
-const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step. A task made of several writes that must each happen once (make a file, store it, send its link) is a workflow: name it with intent and give each write a step name (letters, digits, '.', '_', ':', '-'); each step is its own action with its own key, the intent "<intent>/<step>". Do the steps in order, and stop at the first whose kind is not "created" or "replayed": following its next_step, then resuming each step with the same intent, step, method, path and body, never performs a step twice, and a step that already succeeded only replays its answer.`
+const submitDescription = `Perform one write (POST, PUT, PATCH, DELETE) on the API behind the idemgate gateway, safely. Every write belongs to an intent: your name for one logical action. Call without an intent first: nothing is sent, and you get a new intent back; then call again with that intent to perform the write. Use intents exactly as this tool gives them (they end with a seal after "~"): a name it did not give is refused, and nothing is sent. On a timeout, an error or a restart, call again with the SAME intent and the same method, path and body (mode "resume", the default): the action is never performed twice. Use mode "repeat" only to do an identical action once more on purpose, and "revise" to change the parameters of an intent. If the kind is "unknown", do not retry and do not make a new intent: call operation_status later. If it is "needs_approval", a human must approve the write first (see approval: what, and by when): do not make a new intent or change the parameters; call operation_status later, or this tool again with the same intent. Every result says what happened (reason), whether anything reached the gateway (sent: no, maybe or yes) and what to do now (next_step): always follow next_step. A task made of several writes that must each happen once (make a file, store it, send its link) is a workflow: call with the first step's name and no intent to get the workflow's intent, then give every write that intent and a step name (letters, digits, '.', '_', ':', '-'); each step is its own action with its own key, the intent "<intent>/<step>". Do the steps in order, and stop at the first whose kind is not "created" or "replayed": following its next_step, then resuming each step with the same intent, step, method, path and body, never performs a step twice, and a step that already succeeded only replays its answer.`
 
 const statusDescription = `Show what is known of an intent (or of an operation id, or of one step of a workflow: intent and step): the last outcome this server saw and the gateway's current view of the operation, with the next step. Use it after an "unknown", "in_progress" or "needs_approval" result, instead of sending the write again; for a write waiting for a human, it shows the approval (id, status, summary, expires_at).`
 
@@ -51,7 +54,7 @@ const listDescription = `List this server's open intents, oldest first: never se
 
 // SubmitInput is submit_write's input.
 type SubmitInput struct {
-	Intent string         `json:"intent,omitempty" jsonschema:"the intent returned by a first call; omit it to create one"`
+	Intent string         `json:"intent,omitempty" jsonschema:"the intent returned by a first call, exactly as given; omit it to create one"`
 	Method string         `json:"method" jsonschema:"the HTTP method of the write"`
 	Path   string         `json:"path" jsonschema:"the API path with its query, starting with /, e.g. /v1/tickets"`
 	Body   map[string]any `json:"body,omitempty" jsonschema:"the request's JSON body, as an object; omit it for none"` // for the schema: see rawBody
@@ -111,27 +114,47 @@ func resultOf(o agent.Outcome) Result {
 
 type handlers struct{ c *agent.Client }
 
+// result is resultOf, naming the intent as the model is given it.
+func (h *handlers) result(o agent.Outcome) Result {
+	r := resultOf(o)
+	r.Intent = h.seal(o.Intent)
+	return r
+}
+
 func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in SubmitInput) (*mcp.CallToolResult, Result, error) {
 	body, err := rawBody(req)
 	if err != nil {
 		return nil, Result{}, err
 	}
-	a := agent.Action{Intent: in.Intent, Method: in.Method, Path: in.Path, Body: body, Mode: agent.Mode(in.Mode)}
-	if in.Step != "" && a.Mode == agent.Repeat {
+	a := agent.Action{Method: in.Method, Path: in.Path, Body: body, Mode: agent.Mode(in.Mode)}
+	switch {
+	case in.Step != "" && a.Mode == agent.Repeat:
 		return nil, Result{}, errors.New(`mode "repeat" cannot take a step (it would make an action outside the workflow): name a new workflow intent`)
-	}
-	if a.Intent, err = target(in.Intent, in.Step); err != nil {
-		return nil, Result{}, err
-	}
-	if in.Intent == "" {
+	case in.Intent == "" && in.Step != "":
+		r, err := h.newWorkflow(in.Step)
+		return nil, r, err
+	case in.Intent == "":
 		return h.prepare(ctx, a)
 	}
-	out, err := h.c.Do(ctx, a)
-	if err != nil && out.Key == "" {
+	name, err := h.named(ctx, in.Intent, in.Step)
+	if err == nil {
+		a.Intent, err = target(name, in.Step)
+	}
+	if err != nil {
 		return nil, Result{}, err
 	}
+	return h.perform(ctx, a, name, in.Step)
+}
+
+// perform does the write under the journal's intent name (of the workflow,
+// with a step), and says what became of it.
+func (h *handlers) perform(ctx context.Context, a agent.Action, name, step string) (*mcp.CallToolResult, Result, error) {
+	out, err := h.c.Do(ctx, a)
+	if err != nil && out.Key == "" {
+		return nil, Result{}, h.refusal(err)
+	}
 	out.Unfinished = out.Unfinished || err != nil // stopped before the policy was done
-	r := stepped(resultOf(out), in.Intent, in.Step)
+	r := stepped(h.result(out), h.seal(name), step)
 	switch { // after sending: the outcome so far stands
 	case err != nil && ctx.Err() != nil:
 		r.Reason += "; the call was cancelled before the policy was done"
@@ -176,23 +199,22 @@ func stepped(r Result, intent, step string) Result {
 func (h *handlers) prepare(ctx context.Context, a agent.Action) (*mcp.CallToolResult, Result, error) {
 	e, existing, err := h.c.Prepare(ctx, a)
 	if err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, h.refusal(err)
 	}
 	o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, OperationID: e.OperationID, Status: e.LastStatus,
 		Attempts: e.Attempts, Sent: e.Sent}
+	r := h.result(o)
 	if !existing {
-		r := resultOf(o)
 		r.Reason = "nothing was sent: a new intent was made for this request"
 		r.NextStep = fmt.Sprintf("Nothing was sent yet. Call submit_write again with intent %q and the same "+
-			"method, path and body to perform it; reuse this intent on every retry of this action.", e.Intent)
+			"method, path and body to perform it; reuse this intent on every retry of this action.", r.Intent)
 		return nil, r, nil
 	}
-	r := resultOf(o)
-	r.Reason = fmt.Sprintf("nothing was sent: intent %q (made %s) is this exact request", e.Intent,
+	r.Reason = fmt.Sprintf("nothing was sent: intent %q (made %s) is this exact request", r.Intent,
 		e.CreatedAt.Format(time.RFC3339))
 	r.NextStep = fmt.Sprintf("Nothing was sent now: intent %q is this exact request. Resume it with that intent "+
 		"(mode resume) to get its outcome; only if you mean to do the same action once more, use mode \"repeat\" "+
-		"with it.", e.Intent)
+		"with it.", r.Intent)
 	return nil, r, nil
 }
 
@@ -222,25 +244,41 @@ type StatusInput struct {
 }
 
 func (h *handlers) status(ctx context.Context, _ *mcp.CallToolRequest, in StatusInput) (*mcp.CallToolResult, Result, error) {
-	var st agent.Status
-	var err error
-	switch {
-	case in.Step != "" && in.Intent == "":
-		err = errors.New("a step needs its workflow's intent")
-	case in.Intent != "":
-		var intent string
-		if intent, err = target(in.Intent, in.Step); err == nil {
-			st, err = h.c.Status(ctx, intent)
-		}
-	case in.OperationID != "":
-		st, err = h.c.StatusByOperation(ctx, in.OperationID)
-	default:
-		err = errors.New("give an intent or an operation_id")
-	}
+	st, name, err := h.lookup(ctx, in)
 	if err != nil {
 		return nil, Result{}, err
 	}
-	return nil, stepped(statusResult(st), in.Intent, in.Step), nil
+	r := statusResult(st)
+	r.Intent = h.seal(st.Entry.Intent)
+	return nil, stepped(r, h.seal(name), in.Step), nil
+}
+
+// lookup finds the intent the input names (name: the journal's name of
+// the intent given, "" for an operation id) and asks the gateway.
+func (h *handlers) lookup(ctx context.Context, in StatusInput) (st agent.Status, name string, err error) {
+	switch {
+	case in.Step != "" && in.Intent == "":
+		return st, "", errors.New("a step needs its workflow's intent")
+	case in.Intent != "":
+		if name, err = h.named(ctx, in.Intent, in.Step); err != nil {
+			return st, "", err
+		}
+		intent, err := target(name, in.Step)
+		if err != nil {
+			return st, "", err
+		}
+		st, err = h.c.Status(ctx, intent)
+		if errors.Is(err, agent.ErrNoIntent) {
+			err = fmt.Errorf("%w: this server's journal holds no record of it (it may have been lost). Its key is "+
+				"derived from the intent, so submit_write with the same intent, method, path and body (mode resume) "+
+				"is replayed if it was done, and never done twice", err)
+		}
+		return st, name, err
+	case in.OperationID != "":
+		st, err = h.c.StatusByOperation(ctx, in.OperationID)
+		return st, "", err
+	}
+	return st, "", errors.New("give an intent or an operation_id")
 }
 
 // statusResult is what a lookup found: the operation's state, and a write
@@ -295,8 +333,8 @@ func (h *handlers) list(ctx context.Context, _ *mcp.CallToolRequest, _ ListInput
 		// them may still perform them.
 		o := agent.Outcome{Intent: e.Intent, Kind: e.LastKind, Sent: e.Sent, Reason: journalReason(e),
 			OperationID: e.OperationID, Status: e.LastStatus, Attempts: e.Attempts, Unfinished: e.LastKind == agent.Failed}
-		r := resultOf(o)
-		out.Intents = append(out.Intents, Pending{Intent: e.Intent, Version: e.Version, Method: e.Method, Path: e.Path,
+		r := h.result(o)
+		out.Intents = append(out.Intents, Pending{Intent: r.Intent, Version: e.Version, Method: e.Method, Path: e.Path,
 			Kind: r.Kind, Sent: r.Sent, Reason: r.Reason, Status: r.Status, OperationID: r.OperationID,
 			Attempts: r.Attempts, CreatedAt: e.CreatedAt.Format(time.RFC3339), UpdatedAt: e.UpdatedAt.Format(time.RFC3339),
 			NextStep: r.NextStep})

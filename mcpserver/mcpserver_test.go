@@ -60,6 +60,13 @@ func gatewayStub(t *testing.T, sends *atomic.Int32) *httptest.Server {
 	return srv
 }
 
+// testKeys are the agent's keys in these tests, which seal intent names
+// with them as the server hands them out, so that a test may name its
+// intents.
+var testKeys, _ = agent.NewKeys([]byte("a-test-secret-of-more-than-sixteen-bytes"), "")
+
+func sealed(name string) string { return testKeys.Seal(name) }
+
 func connect(t *testing.T, url string) *mcp.ClientSession {
 	t.Helper()
 	cs, _ := connectClient(t, url)
@@ -75,7 +82,8 @@ func connectClient(t *testing.T, url string) (*mcp.ClientSession, *agent.Client)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
-	c := &agent.Client{BaseURL: url, Token: "server-side-token", Journal: j, Policy: agent.Policy{MaxAttempts: 2}}
+	c := &agent.Client{BaseURL: url, Token: "server-side-token", Journal: j, Policy: agent.Policy{MaxAttempts: 2},
+		Keys: testKeys}
 	st, ct := mcp.NewInMemoryTransports()
 	if _, err := mcpserver.New(c, "test").Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
@@ -203,13 +211,13 @@ func TestSubmitStatusAndList(t *testing.T) {
 	}
 
 	// The timeout path: the answer is lost, the gateway says unknown.
-	lost, _ := call(t, cs, "submit_write", map[string]any{"intent": "task-9/charge", "method": "POST", "path": "/v1/lost"})
+	lost, _ := call(t, cs, "submit_write", map[string]any{"intent": sealed("task-9/charge"), "method": "POST", "path": "/v1/lost"})
 	if lost.Kind != "unknown" || !strings.Contains(lost.NextStep, "Do not retry") || sends.Load() != 2 {
 		t.Fatalf("lost answer: %+v, %d sends", lost, sends.Load())
 	}
-	for _, args := range []map[string]any{{"intent": "task-9/charge"}, {"operation_id": "op_9"}} {
+	for _, args := range []map[string]any{{"intent": sealed("task-9/charge")}, {"operation_id": "op_9"}} {
 		st, _ := call(t, cs, "operation_status", args)
-		if st.Kind != "unknown" || st.Intent != "task-9/charge" || !strings.Contains(st.Body, `"state":"unknown"`) {
+		if st.Kind != "unknown" || st.Intent != sealed("task-9/charge") || !strings.Contains(st.Body, `"state":"unknown"`) {
 			t.Fatalf("status %v: %+v", args, st)
 		}
 	}
@@ -220,7 +228,7 @@ func TestSubmitStatusAndList(t *testing.T) {
 	var list struct{ Intents []agent.Entry }
 	b, _ := json.Marshal(res.StructuredContent)
 	json.Unmarshal(b, &list)
-	if len(list.Intents) != 1 || list.Intents[0].Intent != "task-9/charge" {
+	if len(list.Intents) != 1 || list.Intents[0].Intent != sealed("task-9/charge") {
 		t.Fatalf("pending: %s", b)
 	}
 }
@@ -230,13 +238,13 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	cs := connect(t, gatewayStub(t, &sends).URL)
 	for _, args := range []map[string]any{
 		{"method": 7, "path": "/v1/tickets"},
-		{"intent": "x", "method": "POST"},
-		{"intent": "x", "method": "POST", "path": "/v1/tickets", "mode": "again"},
-		{"intent": "x", "method": "POST", "path": "no-slash"},
-		{"intent": "x", "method": "POST", "path": "/v1/tickets", "body": "not json"},
-		{"intent": "x", "method": "POST", "path": "/v1/tickets", "unknown": true},
-		{"intent": "x", "method": "post", "path": "/v1/tickets"},
-		{"intent": "x", "method": "GET", "path": "/v1/tickets"},
+		{"intent": sealed("x"), "method": "POST"},
+		{"intent": sealed("x"), "method": "POST", "path": "/v1/tickets", "mode": "again"},
+		{"intent": sealed("x"), "method": "POST", "path": "no-slash"},
+		{"intent": sealed("x"), "method": "POST", "path": "/v1/tickets", "body": "not json"},
+		{"intent": sealed("x"), "method": "POST", "path": "/v1/tickets", "unknown": true},
+		{"intent": sealed("x"), "method": "post", "path": "/v1/tickets"},
+		{"intent": sealed("x"), "method": "GET", "path": "/v1/tickets"},
 	} {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "submit_write", Arguments: args})
 		if err != nil || !res.IsError {
@@ -251,12 +259,12 @@ func TestMalformedInputIsAnErrorResult(t *testing.T) {
 	}
 	// The body is an object: one sent pre-encoded as a string is refused
 	// with the type it should have, and nothing is sent.
-	if _, res := call(t, cs, "submit_write", map[string]any{"intent": "z", "method": "POST", "path": "/v1/t",
+	if _, res := call(t, cs, "submit_write", map[string]any{"intent": sealed("z"), "method": "POST", "path": "/v1/t",
 		"body": `{"a":1}`}); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), `want "object"`) || sends.Load() != 0 {
 		t.Fatalf("a JSON string body: %+v", res)
 	}
 	// The server is still there.
-	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": "y", "method": "POST", "path": "/v1/t"}); st.Kind != "created" {
+	if st, _ := call(t, cs, "submit_write", map[string]any{"intent": sealed("y"), "method": "POST", "path": "/v1/t"}); st.Kind != "created" {
 		t.Fatalf("after bad input: %+v", st)
 	}
 }
@@ -280,13 +288,13 @@ func TestFailuresSayWhatHappened(t *testing.T) {
 		{up, "/v1/denied", "yes", 403, "answered 403 approval_denied: said by the stub", "Failed (see reason, status and body), and resuming this intent will not change that"},
 	} {
 		cs := connect(t, c.url)
-		r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i" + c.path, "method": "POST", "path": c.path})
+		r, _ := call(t, cs, "submit_write", map[string]any{"intent": sealed("i" + c.path), "method": "POST", "path": c.path})
 		if r.Kind != "failed" || r.Sent != c.sent || r.Status != c.status || !strings.Contains(r.Reason, c.reason) ||
 			!strings.HasPrefix(r.NextStep, c.next) || strings.Contains(r.Reason, "server-side-token") ||
 			strings.Contains(r.Reason, "127.0.0.1") {
 			t.Errorf("%s %s: %+v", c.url, c.path, r)
 		}
-		st, _ := call(t, cs, "operation_status", map[string]any{"intent": "i" + c.path})
+		st, _ := call(t, cs, "operation_status", map[string]any{"intent": sealed("i" + c.path)})
 		if c.url == down && (st.Kind != "failed" || st.Sent != "no" ||
 			!strings.Contains(st.Reason, "the gateway could not be asked: connection refused")) {
 			t.Errorf("status with the gateway down: %+v", st)
@@ -302,14 +310,14 @@ func TestListShowsWhatIsOpen(t *testing.T) {
 	var sends atomic.Int32
 	srv := gatewayStub(t, &sends)
 	cs := connect(t, srv.URL)
-	broken := map[string]any{"intent": "task-1/charge", "method": "POST", "path": "/v1/broken"}
+	broken := map[string]any{"intent": sealed("task-1/charge"), "method": "POST", "path": "/v1/broken"}
 	for range 2 { // sent, the upstream's 500, the gateway says unknown; then a resume that only asks
 		if r, _ := call(t, cs, "submit_write", broken); r.Kind != "unknown" || r.Status != 500 {
 			t.Fatalf("%+v", r)
 		}
 	}
-	call(t, cs, "submit_write", map[string]any{"intent": "task-1/ticket", "method": "POST", "path": "/v1/tickets"})
-	call(t, cs, "submit_write", map[string]any{"intent": "task-1/deploy", "method": "POST", "path": "/v1/busy"})
+	call(t, cs, "submit_write", map[string]any{"intent": sealed("task-1/ticket"), "method": "POST", "path": "/v1/tickets"})
+	call(t, cs, "submit_write", map[string]any{"intent": sealed("task-1/deploy"), "method": "POST", "path": "/v1/busy"})
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "list_operations", Arguments: map[string]any{}})
 	if err != nil || res.IsError {
 		t.Fatal(err, res)
@@ -321,11 +329,11 @@ func TestListShowsWhatIsOpen(t *testing.T) {
 		t.Fatalf("open intents: %s", b)
 	}
 	unknown, busy := list.Intents[0], list.Intents[1]
-	if unknown.Intent != "task-1/charge" || unknown.Kind != "unknown" || unknown.Status != 500 || unknown.Sent != "yes" ||
+	if unknown.Intent != sealed("task-1/charge") || unknown.Kind != "unknown" || unknown.Status != 500 || unknown.Sent != "yes" ||
 		!strings.Contains(unknown.Reason, "status 500") || !strings.Contains(unknown.NextStep, "operation_status") {
 		t.Errorf("unknown: %+v", unknown)
 	}
-	if busy.Intent != "task-1/deploy" || busy.Kind != "failed" || busy.Method != "POST" || busy.Path != "/v1/busy" ||
+	if busy.Intent != sealed("task-1/deploy") || busy.Kind != "failed" || busy.Method != "POST" || busy.Path != "/v1/busy" ||
 		!strings.Contains(busy.NextStep, "Call submit_write again later with the same intent") {
 		t.Errorf("turned away for now: %+v", busy)
 	}
@@ -343,12 +351,12 @@ func TestBodyNumbersAreNotRounded(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	cs := connect(t, srv.URL)
-	exact := map[string]any{"intent": "pay", "method": "POST", "path": "/v1/payments",
+	exact := map[string]any{"intent": sealed("pay"), "method": "POST", "path": "/v1/payments",
 		"body": map[string]any{"amount": json.RawMessage(`12.50`), "ref": json.RawMessage(`9007199254740991`)}}
 	if r, _ := call(t, cs, "submit_write", exact); r.Kind != "created" || got.Load() != `{"amount":12.50,"ref":9007199254740991}` {
 		t.Fatalf("%+v, the API got %v", r, got.Load())
 	}
-	big := map[string]any{"intent": "pay-2", "method": "POST", "path": "/v1/payments",
+	big := map[string]any{"intent": sealed("pay-2"), "method": "POST", "path": "/v1/payments",
 		"body": map[string]any{"amount": json.RawMessage(`9007199254740993`)}}
 	_, res := call(t, cs, "submit_write", big)
 	if text := fmt.Sprintf("%+v", res.Content[0]); !res.IsError || !strings.Contains(text, "would become 9007199254740992") {
@@ -367,7 +375,7 @@ func TestJournalFailureAfterSendingIsSaid(t *testing.T) {
 	t.Cleanup(srv.Close)
 	var cs *mcp.ClientSession
 	cs, c = connectClient(t, srv.URL)
-	r, _ := call(t, cs, "submit_write", map[string]any{"intent": "i", "method": "POST", "path": "/v1/x"})
+	r, _ := call(t, cs, "submit_write", map[string]any{"intent": sealed("i"), "method": "POST", "path": "/v1/x"})
 	if r.Kind != "created" || !strings.Contains(r.Reason, "the journal could not record this outcome") {
 		t.Fatalf("%+v", r)
 	}

@@ -82,7 +82,8 @@ func TestCallLostJournalReplays(t *testing.T) {
 }
 
 // idemgate mcp derives its keys as call does: a journal lost between two
-// calls of one intent the tool handed out, and the second is replayed.
+// calls of one intent the tool handed out (a new one, or a repeat's), and
+// the second is replayed; a repeat's name typed by hand is still refused.
 func TestMCPLostJournalReplays(t *testing.T) {
 	t.Parallel()
 	f := newAgentFixture(t)
@@ -92,13 +93,24 @@ func TestMCPLostJournalReplays(t *testing.T) {
 	if r := callTool(t, cs, "submit_write", withIntent(write, intent)); r.out["kind"] != "created" {
 		t.Fatalf("first: %+v", r)
 	}
+	repeat := withIntent(write, intent)
+	repeat["mode"] = "repeat"
+	rep := callTool(t, cs, "submit_write", repeat)
+	second, _ := rep.out["intent"].(string)
+	if rep.out["kind"] != "created" || second == intent || f.effects.Load() != 2 {
+		t.Fatalf("repeat: %+v", rep)
+	}
 	cs.Close()
 	loseJournal(t, f.journal)
 	cs = f.mcp(t)
-	if r := callTool(t, cs, "submit_write", withIntent(write, intent)); r.isError || r.out["kind"] != "replayed" {
-		t.Fatalf("after the journal was lost: %+v", r)
+	for _, name := range []string{intent, second} { // what the tool handed out still verifies, and replays
+		if r := callTool(t, cs, "submit_write", withIntent(write, name)); r.isError || r.out["kind"] != "replayed" {
+			t.Fatalf("%s after the journal was lost: %+v", name, r)
+		}
 	}
-	if n := f.effects.Load(); n != 1 {
-		t.Fatalf("%d effects, want 1", n)
+	base, _, _ := strings.Cut(intent, "~")
+	f.refused(t, cs, withIntent(write, base+"#3"), "never handed out", 2) // a repeat typed by hand
+	if n := f.effects.Load(); n != 2 {
+		t.Fatalf("%d effects, want 2", n)
 	}
 }

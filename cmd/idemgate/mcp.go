@@ -63,7 +63,10 @@ intent, retried safely), operation_status and list_operations. Intents and their
 keys live in the journal, as with idemgate call. submit_write and
 operation_status take an optional step: the write is then one step of the
 workflow the intent names, run as the intent INTENT/STEP with its own key, as
-idemgate call --step and the Go client's RunWorkflow run it. The gateway token is read from
+idemgate call --step and the Go client's RunWorkflow run it. The server names
+intents: each one it hands out carries a seal (a MAC under the agent's secret,
+see idemgate call --help), and a name it never handed out is refused, nothing
+sent. The gateway token is read from
 IDEMGATE_TOKEN and never shown to the model; the gateway URL comes from
 --gateway or IDEMGATE_URL. Every request names the agent run (Idempotency-Run,
 recorded by the gateway's audit log): --run ID, else a run made for this server

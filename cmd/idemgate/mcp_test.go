@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/agent"
 )
 
 // agentFixture is a real gateway process in front of an upstream that
@@ -32,7 +34,8 @@ const agentSecret = "a-test-secret-of-more-than-sixteen-bytes"
 
 // newAgentFixture starts the gateway. The upstream creates a ticket for
 // /v1/tickets (201, counted), and answers /v1/missing with its own 404 and
-// /v1/invalid with its own 422, performing nothing.
+// /v1/invalid with its own 422, performing nothing; /v1/broken performs
+// the write (counted), then answers 500, so the operation is unknown.
 func newAgentFixture(t *testing.T) *agentFixture {
 	t.Helper()
 	f := &agentFixture{effects: new(atomic.Int64), journal: filepath.Join(t.TempDir(), "journal.db")}
@@ -45,6 +48,9 @@ func newAgentFixture(t *testing.T) *agentFixture {
 		case "/v1/invalid":
 			w.WriteHeader(422)
 			fmt.Fprint(w, `{"error":"title is required"}`)
+		case "/v1/broken": // performed, then the upstream fails: nobody knows
+			f.effects.Add(1)
+			w.WriteHeader(500)
 		default:
 			w.WriteHeader(201)
 			fmt.Fprintf(w, `{"id":"T-%d"}`, f.effects.Add(1))
@@ -52,7 +58,8 @@ func newAgentFixture(t *testing.T) *agentFixture {
 	}))
 	t.Cleanup(up.Close)
 	routes := "  - {match: POST /v1/tickets, upstream: app, lease: 30s}\n" +
-		"  - {match: POST /v1/missing, upstream: app, lease: 30s}\n  - {match: POST /v1/invalid, upstream: app, lease: 30s}\n"
+		"  - {match: POST /v1/missing, upstream: app, lease: 30s}\n  - {match: POST /v1/invalid, upstream: app, lease: 30s}\n" +
+		"  - {match: POST /v1/broken, upstream: app, lease: 30s}\n"
 	f.gateway = startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.URL, routes)).URL
 	f.env = []string{"IDEMGATE_TOKEN=agent-token", "IDEMGATE_URL=" + f.gateway, "IDEMGATE_JOURNAL=" + f.journal,
 		"IDEMGATE_AGENT_SECRET=" + agentSecret}
@@ -196,5 +203,59 @@ func TestVersionComesFromTheBuild(t *testing.T) {
 		if got := versionOf(c.set, c.info); got != c.want {
 			t.Errorf("versionOf(%q, %+v) = %q, want %q", c.set, c.info, got, c.want)
 		}
+	}
+}
+
+// refused checks a submit_write was refused as a tool error saying why,
+// and that nothing reached the API.
+func (f *agentFixture) refused(t *testing.T, cs *mcp.ClientSession, args map[string]any, why string, effects int64) {
+	t.Helper()
+	r := callTool(t, cs, "submit_write", args)
+	if !r.isError || !strings.Contains(r.text, why) || !strings.Contains(r.text, "nothing was sent") {
+		t.Errorf("%v: want a refusal saying %q, got %+v", args, why, r)
+	}
+	if n := f.effects.Load(); n != effects {
+		t.Fatalf("%v: %d effects, want %d", args, n, effects)
+	}
+}
+
+// The model cannot make a second effect by naming intents itself: a name
+// submit_write never handed out (invented, or a repeat "#2" typed by hand,
+// or a handed-out name with its seal changed) is refused, and nothing is
+// sent; a new intent (a handed-out name the journal does not hold, or a
+// revise) whose request is that of an intent still open (unknown) is
+// refused, naming it and its next step. (A name the journal holds is
+// taken without its seal: it is that intent, and resuming it is safe.)
+func TestMCPRefusesIntentsItNeverHandedOut(t *testing.T) {
+	t.Parallel()
+	f := newAgentFixture(t)
+	cs := f.mcp(t)
+	ticket := map[string]any{"method": "POST", "path": "/v1/tickets", "body": map[string]any{"title": "Disk full"}}
+	f.refused(t, cs, withIntent(ticket, "task-9/create-ticket"), "never handed out", 0)
+	intent := handOut(t, cs, ticket)
+	if r := callTool(t, cs, "submit_write", withIntent(ticket, intent)); r.out["kind"] != "created" {
+		t.Fatalf("a handed-out intent: %+v", r)
+	}
+	name, seal, _ := strings.Cut(intent, "~")
+	for _, forged := range []string{intent + "#2", name + "#2", name + "~" + strings.Repeat("A", len(seal))} {
+		f.refused(t, cs, withIntent(ticket, forged), "never handed out", 1)
+	}
+
+	charge := map[string]any{"method": "POST", "path": "/v1/broken", "body": map[string]any{"amount": 4999}}
+	open := handOut(t, cs, charge)
+	if r := callTool(t, cs, "submit_write", withIntent(charge, open)); r.out["kind"] != "unknown" {
+		t.Fatalf("the charge: %+v", r)
+	}
+	keys, err := agent.NewKeys([]byte(agentSecret), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.refused(t, cs, withIntent(charge, keys.Seal("intent-fresh")), open, 2)
+	revise := withIntent(charge, intent)
+	revise["mode"] = "revise"
+	f.refused(t, cs, revise, open, 2)
+	r := callTool(t, cs, "submit_write", revise)
+	if !strings.Contains(r.text, "operation_status") {
+		t.Errorf("the refusal names no next step: %s", r.text)
 	}
 }
