@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,22 +29,34 @@ func newDemoCmd() *cobra.Command {
 	var keep bool
 	cmd := &cobra.Command{
 		Use:   "demo [--keep]",
-		Short: "Show the whole idea in half a minute: an agent, the gateway, a naive ops API, and faults",
-		Long: `demo starts the reference ops API (naive: it ignores idempotency keys, with
-fault injection) and the gateway in front of it, on SQLite files in a
-temporary directory, then plays a narrated scenario: a lost answer and its
-retry, a changed payload, 50 concurrent duplicates, a duplicate alert, a
-mutable deploy ref, and a payment whose outcome is unknown until an operator
-resolves it. It ends with a table of requests sent and effects performed, and
-exits non-zero if any effect count is wrong. --keep leaves both servers
-running and prints commands to try next.`,
-		Args: cobra.NoArgs,
+		Short: "Show the whole idea in a few seconds: an agent, the gateway, a naive ops API, and faults",
+		Long:  demoLong(scenarios.Demo()),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), keep)
 		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "leave both servers running after the scenario")
 	return cmd
+}
+
+// demoLong is demo --help, its acts listed from the acts played, so that
+// it never tells another story than the one the demo plays.
+func demoLong(acts []scenarios.Act) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `demo starts the reference ops API (naive: it ignores idempotency keys, with
+fault injection) and the gateway in front of it, on SQLite files in a
+temporary directory, then plays %d acts, in a few seconds, each judged by
+the effects the API performed:
+`, len(acts))
+	for i, a := range acts {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, a.Action)
+	}
+	b.WriteString(`It ends with a table of requests sent and effects performed, and exits
+non-zero if any effect count is wrong. --keep leaves both servers running and
+says where they are: the API through the gateway, the web page (/ui/) and the
+approver's token to sign in with, /metrics, the files.`)
+	return b.String()
 }
 
 func runDemo(ctx context.Context, out io.Writer, keep bool) error {
@@ -205,10 +218,19 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// printNext says what to try once the scenario is over (--keep).
+// printNext says where everything is, and what to try, once the scenario
+// is over (--keep).
 func (e *demoEnv) printNext() {
 	fmt.Fprintf(e.out, `
 Both servers keep running until Ctrl-C. Their files (config, stores, logs) stay in %[1]s
+The gateway: %[2]s   the ops API behind it: %[6]s
+The web page, for approvers and operators: %[2]s/ui/
+  sign in with the approver's token %[11]s (alice), or the operator's %[4]s
+Metrics (Prometheus text):
+  curl -s %[2]s/metrics -H 'Authorization: Bearer %[4]s'
+Make a production deploy wait for alice's approval, then decide it on the web page:
+  curl -i %[2]s/v1/deployments -H 'Authorization: Bearer %[3]s' -H '%[8]s: try-deploy' \
+    -H 'Content-Type: application/json' -d '%[12]s'
 Send a ticket twice; the second answer carries %[7]s: true:
   curl -i %[2]s/v1/tickets -H 'Authorization: Bearer %[3]s' -H '%[8]s: try-1' \
     -H 'Content-Type: application/json' -d '{"project":"OPS","title":"Try me","priority":3}'
@@ -219,5 +241,6 @@ Look at the operations (the control API, as the operator):
 Count what the ops API really did:
   curl -s %[6]s/v1/effects
 `, e.dir, e.gwURL, demoAgentToken, demoOperatorToken, e.storeDSN, e.apiURL, contract.HeaderReplayed,
-		contract.HeaderKey, contract.CodeFingerprintMismatch, contract.ControlPrefix)
+		contract.HeaderKey, contract.CodeFingerprintMismatch, contract.ControlPrefix, demoApproverToken,
+		scenarios.Deployment("production", scenarios.DigestOther))
 }
