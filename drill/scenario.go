@@ -312,7 +312,7 @@ func eval(prg cel.Program, status int, header http.Header, body []byte) (ref.Val
 func (s *Scenario) Count(status int, header http.Header, body []byte) (int64, error) {
 	out, err := eval(s.count, status, header, body)
 	if err != nil {
-		return 0, fmt.Errorf("effects.count: %w", err)
+		return 0, fmt.Errorf("effects.count: %w%s", err, countHint(body))
 	}
 	switch v := out.Value().(type) {
 	case int64:
@@ -325,6 +325,30 @@ func (s *Scenario) Count(status int, header http.Header, body []byte) (int64, er
 		}
 	}
 	return 0, fmt.Errorf("effects.count: %v is not a whole number", out.Value())
+}
+
+// countHint says what a count that failed on an answer could be instead:
+// an expression written for another API's effects resource (the
+// reference API's body.tickets_created against a list) fails with CEL's
+// own words, which do not say what to write.
+func countHint(body []byte) string {
+	var doc any
+	if json.Unmarshal(body, &doc) != nil {
+		return ""
+	}
+	switch v := doc.(type) {
+	case []any:
+		return fmt.Sprintf("; the answer is a JSON list of %d items: to count them, write count: 'size(body)'", len(v))
+	case map[string]any:
+		names := make([]string, 0, len(v))
+		for name := range v {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return fmt.Sprintf("; the answer is a JSON object with members %s: count one of them (count: "+
+			"'body.NAME'), or the items of a list (count: 'size(body.NAME)')", strings.Join(names, ", "))
+	}
+	return ""
 }
 
 // State reads an operation's state from the status resource's answer.
