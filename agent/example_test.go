@@ -8,8 +8,9 @@ import (
 	"github.com/idemgate/idemgate/agent"
 )
 
-// Example is the README's ten lines: one intent, sent through a gateway,
-// resumable after any failure by running it again.
+// Example is the guide's ten lines: one intent, sent through a gateway,
+// resumable after any failure by running it again, its key derived from
+// the agent's secret so that even a lost journal resumes it.
 func Example() {
 	ctx := context.Background()
 	j, err := agent.OpenJournal(ctx, "journal.db")
@@ -17,7 +18,15 @@ func Example() {
 		return
 	}
 	defer j.Close()
-	c := &agent.Client{BaseURL: "http://127.0.0.1:8080", Token: os.Getenv("IDEMGATE_TOKEN"), Journal: j}
+	secret, err := agent.LoadSecret("") // as idemgate call finds it: keys that outlive the journal
+	if err != nil {
+		return
+	}
+	keys, err := agent.NewKeys(secret, "")
+	if err != nil {
+		return
+	}
+	c := &agent.Client{BaseURL: "http://127.0.0.1:8080", Token: os.Getenv("IDEMGATE_TOKEN"), Journal: j, Keys: keys}
 	out, err := c.Do(ctx, agent.Action{Intent: "task-42/create-ticket", Method: "POST",
 		Path: "/v1/tickets", Body: []byte(`{"project":"OPS","title":"Disk full","priority":2}`)})
 	if err != nil {
