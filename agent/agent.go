@@ -157,6 +157,7 @@ type DuplicateError struct {
 	Open *Entry
 }
 
+// Error names the open intent and what became of it.
 func (e *DuplicateError) Error() string {
 	kind := string(e.Open.LastKind)
 	if kind == "" {

@@ -10,20 +10,8 @@ import (
 	"path/filepath"
 )
 
-// The agent's secret is configuration, kept apart from the journal: a
-// journal deleted, or a new one on another machine given the same secret,
-// still derives the same keys (see Keys). idemgate call, idemgate mcp and
-// the Python client read it the same way:
-//
-//  1. a file named by the caller (--agent-secret-file, or
-//     $IDEMGATE_AGENT_SECRET_FILE): it must exist;
-//  2. else $IDEMGATE_AGENT_SECRET, the secret itself;
-//  3. else DefaultSecretFile, made with a new random secret (0600) the
-//     first time: an agent that configured nothing still gets keys that
-//     survive its journal, on this machine. Copy that file (or set one of
-//     the above) to keep them on another.
-
-// Where the secret is named in the environment.
+// The environment variables that configure an agent's keys: its secret,
+// the file that holds it, and its name.
 const (
 	EnvSecret     = "IDEMGATE_AGENT_SECRET"
 	EnvSecretFile = "IDEMGATE_AGENT_SECRET_FILE"
@@ -43,8 +31,18 @@ func DefaultSecretFile() (string, error) {
 	return filepath.Join(home, ".config", "idemgate", "agent-secret"), nil
 }
 
-// LoadSecret finds the agent's secret as the list above says; file is the
-// one the caller named ("" for none).
+// LoadSecret finds the agent's secret, which is configuration kept apart
+// from the journal: a journal deleted, or a new one on another machine
+// given the same secret, still derives the same keys (see Keys).
+// idemgate call, idemgate mcp and the Python client read it the same way:
+//
+//  1. file, the one the caller named (--agent-secret-file), else
+//     $IDEMGATE_AGENT_SECRET_FILE: it must exist;
+//  2. else $IDEMGATE_AGENT_SECRET, the secret itself;
+//  3. else DefaultSecretFile, made with a new random secret (0600) the
+//     first time: an agent that configured nothing still gets keys that
+//     survive its journal, on this machine. Copy that file (or set one of
+//     the above) to keep them on another.
 func LoadSecret(file string) ([]byte, error) {
 	if file == "" {
 		file = os.Getenv(EnvSecretFile)
