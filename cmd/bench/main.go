@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,8 +45,18 @@ func main() {
 	conc := flag.String("c", "1,32", "concurrencies")
 	pg := flag.String("postgres", envOr("IDEMGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL server for (d) and (f); empty to skip them")
+	calls := flag.Bool("calls", false, "count the store calls of (c) and (d)'s requests, and print them per row")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	flag.Parse()
-	if err := run(*n, *rounds, *conc, *pg); err != nil {
+	if *cpuprofile != "" {
+		stop, err := profileCPU(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
+	if err := run(*n, *rounds, *conc, *pg, *calls); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -72,7 +83,7 @@ type row struct {
 	c      int
 }
 
-func run(n, rounds int, concList, pgDSN string) error {
+func run(n, rounds int, concList, pgDSN string, counting bool) error {
 	concurrencies, err := parseConcurrencies(concList)
 	if err != nil || rounds < 1 || n < rounds {
 		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
@@ -84,7 +95,7 @@ func run(n, rounds int, concList, pgDSN string) error {
 		_, _ = w.Write([]byte(ticketAnswer))
 	}))
 	defer upstream.Close()
-	env, err := setup(upstream.URL, pgDSN)
+	env, err := setup(upstream.URL, pgDSN, counting)
 	defer env.cleanup()
 	if err != nil {
 		return err
@@ -107,6 +118,9 @@ func run(n, rounds int, concList, pgDSN string) error {
 		return err
 	}
 	report(os.Stdout, commits, results, concurrencies)
+	if env.calls != nil {
+		printCalls(os.Stdout, env, env.calls, concurrencies)
+	}
 	return sealed(os.Stdout, env)
 }
 
@@ -167,11 +181,11 @@ func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*res
 			for r := range rounds {
 				for i := range js {
 					j := js[(i+r)%len(js)]
-					rd, err := measureOnce(j.t, j.mode, n/rounds, c)
+					key := row{j.t.name, j.mode, c}
+					rd, err := env.counted(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
 					if err != nil {
 						return nil, nil, fmt.Errorf("%s %s c=%d: %w", j.t.name, j.mode, c, err)
 					}
-					key := row{j.t.name, j.mode, c}
 					if results[key] == nil {
 						results[key] = &result{}
 					}
@@ -221,3 +235,16 @@ func parseConcurrencies(list string) ([]int, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// profileCPU starts a CPU profile into path; stop ends and writes it.
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

@@ -59,6 +59,10 @@ type benchEnv struct {
 	targets []target
 	commits map[string]commitProbes // by gateway target name
 	logs    map[string]ledger.Store // the audited targets' stores
+	// tallies count the store calls of the gateways with action rows, by
+	// target name, and calls the rows' (-calls; nil without it).
+	tallies map[string]*callTally
+	calls   map[row]*callRow
 	closers []func()
 }
 
@@ -77,8 +81,11 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // setup starts the proxy, the gateways and the floors in front of upstream,
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
-func setup(upstream, pgDSN string) (*benchEnv, error) {
+func setup(upstream, pgDSN string, counting bool) (*benchEnv, error) {
 	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
+	if counting {
+		e.tallies, e.calls = map[string]*callTally{}, map[row]*callRow{}
+	}
 	u, _ := url.Parse(upstream)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
@@ -258,7 +265,13 @@ actions:
 		return err
 	}
 	cfg.Unobserved = name == unobservedSQLite
-	s, err := server.New(cfg, store, nil)
+	hasActions := name == gwSQLite || name == gwPostgres
+	var served ledger.Store = store
+	if hasActions && e.tallies != nil {
+		e.tallies[name] = &callTally{}
+		served = countedStore{store, e.tallies[name]}
+	}
+	s, err := server.New(cfg, served, nil)
 	if err != nil {
 		return err
 	}
@@ -272,8 +285,7 @@ actions:
 	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
 	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
-	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(),
-		action: name == gwSQLite || name == gwPostgres})
+	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(), action: hasActions})
 	return nil
 }
 
