@@ -7,9 +7,11 @@
 //	    SQLite, two commits that wait for the disk (bench/floor.go);
 //	(d) idemgate on PostgreSQL, and (f) its raw floor on PostgreSQL;
 //
-// for new-key writes and for replays, at each concurrency, and prints
-// throughput, p50 and p99, the median latency of one durable commit on
-// each store, and the checks of the hardening issue with their ratios.
+// for new-key writes and for replays, at each concurrency; on (c) and (d)
+// also action effects, each a reservation and its completion over HTTP,
+// beside their new-key writes (bench/actions.go). It prints throughput,
+// p50 and p99, the median latency of one durable commit on each store,
+// and the checks of the hardening and performance issues with their ratios.
 //
 //	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=]
 //
@@ -29,6 +31,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +45,18 @@ func main() {
 	conc := flag.String("c", "1,32", "concurrencies")
 	pg := flag.String("postgres", envOr("IDEMGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL server for (d) and (f); empty to skip them")
+	calls := flag.Bool("calls", false, "count the store calls of (c) and (d)'s requests, and print them per row")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	flag.Parse()
-	if err := run(*n, *rounds, *conc, *pg); err != nil {
+	if *cpuprofile != "" {
+		stop, err := profileCPU(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
+	if err := run(*n, *rounds, *conc, *pg, *calls); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,6 +69,13 @@ func envOr(k, def string) string {
 	return def
 }
 
+// ticketBody is every write's body, and every action's command;
+// ticketAnswer is the upstream's answer to it, and every action's result.
+const (
+	ticketBody   = `{"title":"bench","priority":2}`
+	ticketAnswer = `{"id":"T-1","status":"open"}`
+)
+
 // row names one measurement.
 type row struct {
 	target string
@@ -63,7 +83,7 @@ type row struct {
 	c      int
 }
 
-func run(n, rounds int, concList, pgDSN string) error {
+func run(n, rounds int, concList, pgDSN string, counting bool) error {
 	concurrencies, err := parseConcurrencies(concList)
 	if err != nil || rounds < 1 || n < rounds {
 		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
@@ -72,10 +92,10 @@ func run(n, rounds int, concList, pgDSN string) error {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
-		_, _ = w.Write([]byte(`{"id":"T-1","status":"open"}`))
+		_, _ = w.Write([]byte(ticketAnswer))
 	}))
 	defer upstream.Close()
-	env, err := setup(upstream.URL, pgDSN)
+	env, err := setup(upstream.URL, pgDSN, counting)
 	defer env.cleanup()
 	if err != nil {
 		return err
@@ -87,7 +107,7 @@ func run(n, rounds int, concList, pgDSN string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\twrites\tconcurrency\treq/s\tp50 ms\tp99 ms\t")
 	for _, t := range env.targets {
-		for _, mode := range modes {
+		for _, mode := range t.modes() {
 			for _, c := range concurrencies {
 				r := results[row{t.name, mode, c}]
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t\n", t.name, mode, c, r.rate, ms(r.p50), ms(r.p99))
@@ -98,10 +118,48 @@ func run(n, rounds int, concList, pgDSN string) error {
 		return err
 	}
 	report(os.Stdout, commits, results, concurrencies)
+	if env.calls != nil {
+		printCalls(os.Stdout, env, env.calls, concurrencies)
+	}
 	return sealed(os.Stdout, env)
 }
 
+// modes are the rounds' kinds of writes; action rows are measured in the
+// new-key rounds (see jobs).
 var modes = []string{"new-key", "replay"}
+
+// action is the mode of an action effect: reserve, then complete.
+const action = "action"
+
+// modes are the target's rows' modes.
+func (t target) modes() []string {
+	if t.action {
+		return append(slices.Clone(modes), action)
+	}
+	return modes
+}
+
+// job is one share of a round: a target in a mode.
+type job struct {
+	t    target
+	mode string
+}
+
+// jobs are the shares of one round of mode: every target's, and in the
+// new-key rounds the gateways' action effects too, so that an action row
+// is measured beside the proxied writes it is compared with.
+func jobs(targets []target, mode string) []job {
+	var out []job
+	for _, t := range targets {
+		out = append(out, job{t, mode})
+	}
+	for _, t := range targets {
+		if mode == "new-key" && t.action {
+			out = append(out, job{t, action})
+		}
+	}
+	return out
+}
 
 // measureAll warms every target up, then measures each row in rounds,
 // every target in turn within a round, sampling the stores' commit
@@ -109,7 +167,7 @@ var modes = []string{"new-key", "replay"}
 func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*result, map[string]commitLatency, error) {
 	hi, lo := slices.Max(concurrencies), slices.Min(concurrencies)
 	for _, t := range env.targets {
-		for _, mode := range modes {
+		for _, mode := range t.modes() {
 			if _, err := measureOnce(t, mode, max(n/5, hi), hi); err != nil {
 				return nil, nil, fmt.Errorf("%s %s warm-up: %w", t.name, mode, err)
 			}
@@ -118,15 +176,16 @@ func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*res
 	results := map[row]*result{}
 	commits := map[string]commitLatency{}
 	for _, mode := range modes {
+		js := jobs(env.targets, mode)
 		for _, c := range concurrencies {
 			for r := range rounds {
-				for i := range env.targets {
-					t := env.targets[(i+r)%len(env.targets)]
-					rd, err := measureOnce(t, mode, n/rounds, c)
+				for i := range js {
+					j := js[(i+r)%len(js)]
+					key := row{j.t.name, j.mode, c}
+					rd, err := env.counted(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
 					if err != nil {
-						return nil, nil, fmt.Errorf("%s %s c=%d: %w", t.name, mode, c, err)
+						return nil, nil, fmt.Errorf("%s %s c=%d: %w", j.t.name, j.mode, c, err)
 					}
-					key := row{t.name, mode, c}
 					if results[key] == nil {
 						results[key] = &result{}
 					}
@@ -176,3 +235,16 @@ func parseConcurrencies(list string) ([]int, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// profileCPU starts a CPU profile into path; stop ends and writes it.
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

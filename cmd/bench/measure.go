@@ -49,9 +49,14 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 var keySeq atomic.Int64
 
 // measureOnce sends n requests from c workers. Replays first create the
-// keys they will cycle through, outside the measurement.
+// keys they will cycle through, outside the measurement. In mode action a
+// request is one whole action effect, reserve and complete (actions.go).
 func measureOnce(t target, mode string, n, c int) (round, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2}}
+	do := send
+	if mode == action {
+		do = sendAction
+	}
 	keys := make([]string, 64)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("bench-%d", keySeq.Add(1))
@@ -76,11 +81,11 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 					return
 				}
 				key := keys[i%len(keys)]
-				if mode == "new-key" {
+				if mode != "replay" {
 					key = fmt.Sprintf("bench-%d", keySeq.Add(1))
 				}
 				t0 := time.Now()
-				if err := send(client, t.url, key); err != nil {
+				if err := do(client, t.url, key); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -98,7 +103,7 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 }
 
 func send(client *http.Client, base, key string) error {
-	req, _ := http.NewRequest("POST", base+"/v1/tickets", strings.NewReader(`{"title":"bench","priority":2}`))
+	req, _ := http.NewRequest("POST", base+"/v1/tickets", strings.NewReader(ticketBody))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set(contract.HeaderKey, key)
 	req.Header.Set("Content-Type", "application/json")

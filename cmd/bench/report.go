@@ -12,7 +12,7 @@ import (
 type check struct {
 	what   string
 	got    string
-	want   string
+	want   string // "": no target, the figure is information
 	passed bool
 }
 
@@ -36,12 +36,19 @@ func report(w io.Writer, commits map[string]commitLatency, r map[row]*result, co
 		}
 	}
 	fmt.Fprintln(w)
+	if r[row{gwSQLite, action, lo}] != nil || r[row{gwPostgres, action, lo}] != nil {
+		actionNote(w, slices.Max(concurrencies))
+		fmt.Fprintln(w)
+	}
 	for _, c := range checks(commits, r, concurrencies) {
 		verdict := "ok"
-		if !c.passed {
+		switch {
+		case c.want == "":
+			c.want, verdict = "(information, no target)", "-"
+		case !c.passed:
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(w, "%-62s %-44s %-36s %s\n", c.what, c.got, c.want, verdict)
+		fmt.Fprintf(w, "%-62s %-50s %-36s %s\n", c.what, c.got, c.want, verdict)
 	}
 }
 
@@ -68,6 +75,7 @@ func checks(commits map[string]commitLatency, r map[row]*result, concurrencies [
 			checks = append(checks, check{fmt.Sprintf("%s replays c=%d vs the reverse proxy", s.gw, c),
 				fmt.Sprintf("%.2f× (rounds %s)", ratio, rateRange(gw, rp)), "≥ 1.0×", ratio >= 1})
 		}
+		checks = append(checks, actionChecks(r, s.gw, concurrencies)...)
 		checks = append(checks, auditChecks(r, s.gw, hi)...)
 		if s.gw == gwSQLite {
 			checks = append(checks, metricsCheck(r, hi)...)
@@ -88,10 +96,14 @@ func checks(commits map[string]commitLatency, r map[row]*result, concurrencies [
 
 // rateRange is the lowest and highest round-by-round ratio of a's rate to
 // b's, rounds paired in order.
-func rateRange(a, b *result) string {
+func rateRange(a, b *result) string { return roundRange(a, b, round.rate) }
+
+// roundRange is the lowest and highest round-by-round ratio of a figure
+// of a's rounds to b's, rounds paired in order.
+func roundRange(a, b *result, figure func(round) float64) string {
 	var ratios []float64
 	for i := range min(len(a.rounds), len(b.rounds)) {
-		ratios = append(ratios, a.rounds[i].rate()/b.rounds[i].rate())
+		ratios = append(ratios, figure(a.rounds[i])/figure(b.rounds[i]))
 	}
 	if len(ratios) == 0 {
 		return "-"

@@ -45,10 +45,12 @@ const (
 // audited pairs each gateway with the same build with the audit log on.
 var audited = map[string]string{gwSQLite: auditSQLite, gwPostgres: auditPostgres}
 
-// target is one way to reach the upstream.
+// target is one way to reach the upstream; action is set on the gateways
+// whose action effects are measured too (actions.go).
 type target struct {
-	name string
-	url  string
+	name   string
+	url    string
+	action bool
 }
 
 // benchEnv is every target, and the commit probes of each store, on the
@@ -57,6 +59,10 @@ type benchEnv struct {
 	targets []target
 	commits map[string]commitProbes // by gateway target name
 	logs    map[string]ledger.Store // the audited targets' stores
+	// tallies count the store calls of the gateways with action rows, by
+	// target name, and calls the rows' (-calls; nil without it).
+	tallies map[string]*callTally
+	calls   map[row]*callRow
 	closers []func()
 }
 
@@ -69,14 +75,17 @@ func (e *benchEnv) cleanup() {
 func (e *benchEnv) serve(name string, h http.Handler) {
 	srv := httptest.NewServer(h)
 	e.closers = append(e.closers, srv.Close)
-	e.targets = append(e.targets, target{name, srv.URL})
+	e.targets = append(e.targets, target{name: name, url: srv.URL})
 }
 
 // setup starts the proxy, the gateways and the floors in front of upstream,
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
-func setup(upstream, pgDSN string) (*benchEnv, error) {
-	e := &benchEnv{targets: []target{{direct, upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
+func setup(upstream, pgDSN string, counting bool) (*benchEnv, error) {
+	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
+	if counting {
+		e.tallies, e.calls = map[string]*callTally{}, map[row]*callRow{}
+	}
 	u, _ := url.Parse(upstream)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
@@ -244,7 +253,9 @@ limits:
   default: {rate: "0", max_live: 0, max_stored: 0}
 routes:
   - {match: POST /v1/tickets, upstream: app}
-%s`, dsn, upstream, hex.EncodeToString(sum[:]), section)
+actions:
+  - {name: %s}
+%s`, dsn, upstream, hex.EncodeToString(sum[:]), benchAction, section)
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		return err
@@ -254,7 +265,13 @@ routes:
 		return err
 	}
 	cfg.Unobserved = name == unobservedSQLite
-	s, err := server.New(cfg, store, nil)
+	hasActions := name == gwSQLite || name == gwPostgres
+	var served ledger.Store = store
+	if hasActions && e.tallies != nil {
+		e.tallies[name] = &callTally{}
+		served = countedStore{store, e.tallies[name]}
+	}
+	s, err := server.New(cfg, served, nil)
 	if err != nil {
 		return err
 	}
@@ -268,7 +285,7 @@ routes:
 	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
 	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
-	e.targets = append(e.targets, target{name, "http://" + ln.Addr().String()})
+	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(), action: hasActions})
 	return nil
 }
 
