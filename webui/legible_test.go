@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemgate/idemgate/webui"
@@ -38,11 +40,17 @@ func TestEveryPageIsLegible(t *testing.T) {
 		o.Series, o.NearExpiry = series{now: time.Now()}, 2*time.Hour // every pending approval "expires soon"
 	})
 	seen := map[string]bool{}
-	people := fx.people(t, browser)
+	failed := &failures{}
+	people := fx.people(t, browser, failed)
 	for _, v := range fx.views(t) {
 		t.Run(v.name, func(t *testing.T) {
 			ctx := people(v.who)
+			failed.take()
 			do(t, ctx, v.steps(fx)...)
+			do(t, ctx, chromedp.Sleep(200*time.Millisecond)) // the icon is asked for after the load
+			for _, f := range failed.take() {
+				t.Errorf("the page's request for %s failed", f)
+			}
 			seen[eval[string](t, ctx, "document.body.dataset.page")] = true
 			for _, bad := range eval[[]string](t, ctx, contrastJS) {
 				t.Errorf("%s", bad)
@@ -63,8 +71,10 @@ func TestEveryPageIsLegible(t *testing.T) {
 
 // people returns a signed-in tab for each person ("" for a browser with
 // no session), opened once and kept: a browser context costs seconds on a
-// loaded machine.
-func (fx *fixture) people(t *testing.T, browser context.Context) func(who string) context.Context {
+// loaded machine. Every request of a tab's pages other than the page
+// itself (a style sheet, a script, the icon) that fails is told to
+// failed: each is an error in the browser's console.
+func (fx *fixture) people(t *testing.T, browser context.Context, failed *failures) func(who string) context.Context {
 	tabs := map[string]context.Context{}
 	return func(who string) context.Context {
 		if ctx, ok := tabs[who]; ok {
@@ -73,6 +83,9 @@ func (fx *fixture) people(t *testing.T, browser context.Context) func(who string
 		ctx, cancel := context.WithTimeout(browser, 5*time.Minute)
 		ctx, cancelTab := chromedp.NewContext(ctx, chromedp.WithNewBrowserContext())
 		t.Cleanup(func() { cancelTab(); cancel() })
+		if err := chromedp.Listen(ctx, failed.hear); err != nil {
+			t.Fatal(err)
+		}
 		if who != "" {
 			do(t, ctx, chromedp.Navigate(fx.srv.URL+"/ui/signin"), chromedp.SendKeys(chromedp.ID("token"), fx.tokens[who]),
 				chromedp.Click(chromedp.CSS(`button[type="submit"]`)), chromedp.WaitVisible(chromedp.ID("whoami")))
@@ -80,6 +93,29 @@ func (fx *fixture) people(t *testing.T, browser context.Context) func(who string
 		tabs[who] = ctx
 		return ctx
 	}
+}
+
+// failures are the failed requests of the pages' own parts.
+type failures struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (f *failures) hear(ev any) {
+	if r, ok := ev.(*network.EventResponseReceived); ok && r.Type != network.ResourceTypeDocument && r.Response.Status >= 400 {
+		f.mu.Lock()
+		f.urls = append(f.urls, fmt.Sprintf("%s (%d)", r.Response.URL, r.Response.Status))
+		f.mu.Unlock()
+	}
+}
+
+// take returns the failures heard so far, and forgets them.
+func (f *failures) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.urls
+	f.urls = nil
+	return out
 }
 
 // templates lists the pages under templates/, the layout and its parts

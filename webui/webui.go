@@ -192,6 +192,17 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mux.ServeHTTP(w, r)
 }
 
+// Icon serves the page's icon, for a server to mount at /favicon.ico:
+// a browser asks there for any page that names none (an API's error
+// page, a bookmark), and a 401 would be an error in every console.
+func (u *UI) Icon() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		http.ServeFileFS(w, r, files, "static/favicon.svg")
+	})
+}
+
 // home sends a person where they work: approvers to the inbox, everyone
 // else to the operations.
 func (u *UI) home(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
@@ -15,7 +14,7 @@ const UIPrefix = "/ui/"
 // ui builds the web page: sign-in by a principal's token, and every
 // decision and resolution through the control plane's Operator, as the
 // control API makes them.
-func (s *Server) ui() (http.Handler, error) {
+func (s *Server) ui() (*webui.UI, error) {
 	c := s.cfg.UI
 	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log,
 		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,

@@ -16,7 +16,7 @@ import (
 // TestUIThroughTheGateway: the page is mounted at /ui/, signs in with a
 // principal's token from the gateway's configuration (a wrong one is
 // refused), and shows the tenant's dashboard charted from the gateway's
-// own metrics history.
+// own metrics history. /favicon.ico is its icon, not a 401.
 func TestUIThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	db := dbtest.SQLiteDB(t)
@@ -32,6 +32,14 @@ func TestUIThroughTheGateway(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	icon, err := client.Get(e.gw.URL + "/favicon.ico")
+	if err != nil {
+		t.Fatal(err)
+	}
+	icon.Body.Close()
+	if icon.StatusCode != 200 || icon.Header.Get("Content-Type") != "image/svg+xml" {
+		t.Fatalf("/favicon.ico: %d %s, want the page's icon", icon.StatusCode, icon.Header.Get("Content-Type"))
 	}
 	status, page := get("/ui/signin")
 	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
