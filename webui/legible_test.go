@@ -55,6 +55,7 @@ func TestEveryPageIsLegible(t *testing.T) {
 			for _, bad := range eval[[]string](t, ctx, contrastJS) {
 				t.Errorf("%s", bad)
 			}
+			phoneWidth(t, ctx)
 			for _, sel := range v.ink {
 				if eval[bool](t, ctx, `getComputedStyle(document.querySelector("`+sel+`")).color !== getComputedStyle(document.body).color`) {
 					t.Errorf("%s is not drawn in the page's ink", sel)
@@ -93,6 +94,22 @@ func (fx *fixture) people(t *testing.T, browser context.Context, failed *failure
 		tabs[who] = ctx
 		return ctx
 	}
+}
+
+// phoneWidth fails if the page, drawn 390 pixels wide as on a phone,
+// scrolls sideways, naming the elements that stick out.
+func phoneWidth(t *testing.T, ctx context.Context) {
+	t.Helper()
+	do(t, ctx, chromedp.EmulateViewport(390, 844))
+	defer do(t, ctx, chromedp.ResetViewport())
+	width := eval[int](t, ctx, "document.documentElement.scrollWidth")
+	if width <= 390 {
+		return
+	}
+	out := eval[[]string](t, ctx, `[...document.querySelectorAll("body *")]
+		.filter(e => e.getBoundingClientRect().right > innerWidth + 0.5 && ![...e.children].some(c => c.getBoundingClientRect().right > innerWidth + 0.5))
+		.slice(0, 6).map(e => "<" + e.tagName.toLowerCase() + (e.className ? "." + e.className : "") + "> to " + Math.round(e.getBoundingClientRect().right) + "px")`)
+	t.Errorf("at 390 pixels wide the page is %d wide and scrolls sideways: %v", width, out)
 }
 
 // failures are the failed requests of the pages' own parts.
@@ -141,7 +158,7 @@ func templates(t *testing.T) []string {
 // confirmations, the refusals, and the error pages.
 func (fx *fixture) views(t *testing.T) []view {
 	t.Helper()
-	a := fx.deploy("bot", "dep-look-1", prod)
+	a := fx.deploy("bot", "dep-look-1", `{"artifact":"api@sha256:`+strings.Repeat("4f2a9c0b", 8)+`","environment":"production"}`)
 	mine := fx.deploy("dana", "dep-look-2", `{"artifact":"web@sha256:77aa","environment":"production"}`)
 	decided := fx.deploy("bot", "dep-look-3", `{"artifact":"api@sha256:99","environment":"production"}`)
 	lost := fx.unknownCapture("cap-look-1")
