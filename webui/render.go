@@ -51,11 +51,12 @@ func (u *UI) parsePages() (map[string]*template.Template, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
-		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"show": func(s string) string { return show(s) },
-		"json": showJSON,
-		"left": func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
-		"ago":  func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
+		"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
+		"show":   func(s string) string { return show(s) },
+		"json":   showJSON,
+		"left":   func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
+		"ago":    func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
 	}
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
