@@ -44,6 +44,7 @@ type fixture struct {
 	seen    *recorder         // every /ui/ exchange, for the token check
 	deploys atomic.Int64      // effects at the upstream
 	charges atomic.Int64
+	refunds atomic.Int64
 }
 
 // principals of the fixture: two tenants; dana is an approver who also
@@ -134,6 +135,11 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 	if err != nil {
 		fx.t.Fatal(err)
 	}
+	always, err := approval.Compile(approval.Config{TTL: time.Hour, Reversible: true,
+		Summary: `Refund {{.body.amount_minor}} (minor units) {{.body.currency}} on {{.body.order}}`})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
 	principal := func(r *http.Request) (approval.Principal, error) {
 		if p, ok := authenticate(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); ok {
 			return p, nil
@@ -145,6 +151,7 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		Routes: []httpidem.Route{
 			{Method: "POST", Pattern: "/v1/services/{service}/deployments", Approval: pol, ResultRef: "body:/deployment"},
 			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id"},
+			{Method: "POST", Pattern: "/v1/refunds", Approval: always, ResultRef: "body:/id"},
 		}})
 	if err != nil {
 		fx.t.Fatal(err)
@@ -155,6 +162,10 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"deployment":"D-%d"}`, n)
+	})
+	up.HandleFunc("POST /v1/refunds", func(w http.ResponseWriter, r *http.Request) {
+		fx.refunds.Add(1)
+		http.Error(w, "upstream timed out", http.StatusBadGateway) // refunded or not: nobody knows
 	})
 	up.HandleFunc("POST /v1/payment-intents/{id}/capture", func(w http.ResponseWriter, r *http.Request) {
 		fx.charges.Add(1)
@@ -189,7 +200,19 @@ func (fx *fixture) call(who, method, path, key, body string) reply {
 // deploy asks for a deployment as who, and returns its pending approval.
 func (fx *fixture) deploy(who, key, body string) *ledger.Approval {
 	fx.t.Helper()
-	r := fx.call(who, "POST", "/v1/services/api/deployments", key, body)
+	return fx.pending(fx.call(who, "POST", "/v1/services/api/deployments", key, body))
+}
+
+// refund asks for a refund as who, and returns its pending approval: every
+// refund needs one, and its upstream's answer is lost (502).
+func (fx *fixture) refund(who, key, body string) *ledger.Approval {
+	fx.t.Helper()
+	return fx.pending(fx.call(who, "POST", "/v1/refunds", key, body))
+}
+
+// pending reads the approval a 202 names.
+func (fx *fixture) pending(r reply) *ledger.Approval {
+	fx.t.Helper()
 	var acc contract.Accepted
 	if r.status != http.StatusAccepted || json.Unmarshal([]byte(r.body), &acc) != nil {
 		fx.t.Fatalf("deploy: want 202 with an approval, got %d %s", r.status, r.body)

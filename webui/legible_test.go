@@ -56,6 +56,9 @@ func TestEveryPageIsLegible(t *testing.T) {
 				t.Errorf("%s", bad)
 			}
 			phoneWidth(t, ctx)
+			for _, bad := range eval[[]string](t, ctx, onceJS) {
+				t.Errorf("a fact shown twice: %s", bad)
+			}
 			for _, sel := range v.ink {
 				if eval[bool](t, ctx, `getComputedStyle(document.querySelector("`+sel+`")).color !== getComputedStyle(document.body).color`) {
 					t.Errorf("%s is not drawn in the page's ink", sel)
@@ -95,6 +98,30 @@ func (fx *fixture) people(t *testing.T, browser context.Context, failed *failure
 		return ctx
 	}
 }
+
+// onceJS lists the facts a page says twice: within one inbox card, or
+// else within the page, a name given twice, a value given under two
+// names, or a value that repeats the title.
+const onceJS = `(() => {
+  const bad = [], scopes = new Map();
+  for (const dl of document.querySelectorAll("dl.facts")) {
+    const scope = dl.closest("li.card") || document.querySelector("main");
+    scopes.set(scope, (scopes.get(scope) || []).concat([dl]));
+  }
+  for (const [scope, dls] of scopes) {
+    const titles = [...scope.querySelectorAll("h1,h2")].map(h => h.innerText.trim()).filter(t => t.length > 12);
+    const names = new Set(), values = new Map();
+    for (const dl of dls) for (const dt of dl.querySelectorAll("dt")) {
+      const name = dt.innerText.trim(), value = (dt.nextElementSibling || dt).innerText.trim();
+      if (names.has(name)) bad.push(name + " is given twice");
+      names.add(name);
+      if (value.length > 4 && values.has(value)) bad.push(name + " repeats " + values.get(value) + ": " + value);
+      values.set(value, name);
+      for (const title of titles) if (value.includes(title)) bad.push(name + " repeats the title: " + title);
+    }
+  }
+  return bad;
+})()`
 
 // phoneWidth fails if the page, drawn 390 pixels wide as on a phone,
 // scrolls sideways, naming the elements that stick out.
@@ -162,6 +189,7 @@ func (fx *fixture) views(t *testing.T) []view {
 	mine := fx.deploy("dana", "dep-look-2", `{"artifact":"web@sha256:77aa","environment":"production"}`)
 	decided := fx.deploy("bot", "dep-look-3", `{"artifact":"api@sha256:99","environment":"production"}`)
 	lost := fx.unknownCapture("cap-look-1")
+	refund := fx.refund("bot", "ref-look-1", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`)
 	fx.seal()
 	at := func(path string, wait string) func(*fixture) []chromedp.Action[chromedp.Void] {
 		return func(fx *fixture) []chromedp.Action[chromedp.Void] {
@@ -186,6 +214,7 @@ func (fx *fixture) views(t *testing.T) []view {
 		see("inbox", "alice", at("/ui/inbox", "#approval-"+a.ID)),
 		see("inbox of a requester", "dana", at("/ui/inbox", "#approval-"+mine.ID+" .refusal")),
 		see("approval", "alice", at("/ui/approvals/"+a.ID, "#decide-form")),
+		see("approval of a route without parameters", "alice", at("/ui/approvals/"+refund.ID, "#decide-form")),
 		see("approval, the requester's own", "dana", at("/ui/approvals/"+mine.ID, "#why-not")),
 		see("confirm approve", "alice", choose(a.ID, "approve"), "#confirm-fingerprint", ".confirm .note"),
 		see("confirm deny", "alice", choose(a.ID, "deny"), "#confirm-fingerprint", ".confirm .note"),
@@ -197,6 +226,7 @@ func (fx *fixture) views(t *testing.T) []view {
 		see("operations", "alice", at("/ui/operations", "#ops")),
 		see("operations, none match", "alice", at("/ui/operations?state=failed", "#ops-empty")),
 		see("operation with its approval", "alice", at("/ui/operations/"+a.OpID, "#timeline")),
+		see("operation of a route without parameters", "alice", at("/ui/operations/"+refund.OpID, "#timeline")),
 		see("operation unknown, with the resolve form", "alice", at("/ui/operations/"+lost.ID, "#resolve-form")),
 		see("dashboard", "alice", at("/ui/dashboard", "#charts")),
 		see("error: not found", "alice", at("/ui/nowhere", "#problem")),
