@@ -140,6 +140,10 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 	if err != nil {
 		fx.t.Fatal(err)
 	}
+	release, err := approval.Compile(approval.Config{TTL: time.Hour, Summary: `Release {{.body.v}} to {{.body.environment}}`})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
 	principal := func(r *http.Request) (approval.Principal, error) {
 		if p, ok := authenticate(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); ok {
 			return p, nil
@@ -147,11 +151,13 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		return approval.Principal{}, fmt.Errorf("no principal")
 	}
 	m, err := httpidem.New(httpidem.Options{Store: fx.store, StatusBase: "/_idem/v1", Principal: principal, Logger: logger,
+		Audit:  auditRecorder{fx},
 		Tenant: func(r *http.Request) (string, error) { p, err := principal(r); return p.Tenant, err },
 		Routes: []httpidem.Route{
 			{Method: "POST", Pattern: "/v1/services/{service}/deployments", Approval: pol, ResultRef: "body:/deployment"},
 			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id"},
 			{Method: "POST", Pattern: "/v1/refunds", Approval: always, ResultRef: "body:/id"},
+			{Method: "POST", Pattern: "/v1/releases", Approval: release, ConcurrencyKey: "/environment"},
 		}})
 	if err != nil {
 		fx.t.Fatal(err)
@@ -174,6 +180,17 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 	return m.Handler(up)
 }
 
+// auditRecorder writes the audit events that record no transition (a
+// conflict, a refusal for a held concurrency group, a replay) at once, so
+// that a page opened next shows them.
+type auditRecorder struct{ fx *fixture }
+
+func (r auditRecorder) Record(e audit.Event) {
+	if err := r.fx.store.RecordEvents(context.Background(), []audit.Event{e}); err != nil {
+		r.fx.t.Errorf("record %s: %v", e.Kind, err)
+	}
+}
+
 // reply is an API answer.
 type reply struct {
 	status int
@@ -181,13 +198,17 @@ type reply struct {
 	body   string
 }
 
-// call sends a request to the API as the named principal.
-func (fx *fixture) call(who, method, path, key, body string) reply {
+// call sends a request to the API as the named principal, with the extra
+// headers given as name, value pairs.
+func (fx *fixture) call(who, method, path, key, body string, headers ...string) reply {
 	fx.t.Helper()
 	req, _ := http.NewRequest(method, fx.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+fx.tokens[who])
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fx.t.Fatal(err)

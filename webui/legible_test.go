@@ -190,6 +190,8 @@ func (fx *fixture) views(t *testing.T) []view {
 	decided := fx.deploy("bot", "dep-look-3", `{"artifact":"api@sha256:99","environment":"production"}`)
 	lost := fx.unknownCapture("cap-look-1")
 	refund := fx.refund("bot", "ref-look-1", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`)
+	holder := fx.pending(fx.call("bot", "POST", "/v1/releases", "rel-look-1", `{"environment":"production","v":1}`))
+	fx.call("dana", "POST", "/v1/releases", "rel-look-2", `{"environment":"production","v":2}`, "Idempotency-Run", "run-d")
 	fx.seal()
 	at := func(path string, wait string) func(*fixture) []chromedp.Action[chromedp.Void] {
 		return func(fx *fixture) []chromedp.Action[chromedp.Void] {
@@ -227,6 +229,7 @@ func (fx *fixture) views(t *testing.T) []view {
 		see("operations, none match", "alice", at("/ui/operations?state=failed", "#ops-empty")),
 		see("operation with its approval", "alice", at("/ui/operations/"+a.OpID, "#timeline")),
 		see("operation of a route without parameters", "alice", at("/ui/operations/"+refund.OpID, "#timeline")),
+		see("operation that refused another request", "alice", at("/ui/operations/"+holder.OpID, "#timeline")),
 		see("operation unknown, with the resolve form", "alice", at("/ui/operations/"+lost.ID, "#resolve-form")),
 		see("dashboard", "alice", at("/ui/dashboard", "#charts")),
 		see("error: not found", "alice", at("/ui/nowhere", "#problem")),
