@@ -1,10 +1,15 @@
 package webui_test
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // readable strips the markup off a page, leaving its text with its
@@ -69,4 +74,31 @@ func TestLockedNamesWhoWasRefused(t *testing.T) {
 	if strings.Contains(got, "principal dana") {
 		t.Errorf("the locked event still reads as the holder's: %s", got)
 	}
+}
+
+// TestASucceededOperationsErrorIsHistory: a capture whose connection
+// was reset is unknown with last error upstream_reset; once an operator
+// settles it as succeeded, its page no longer shows that error as its
+// state, only as what happened before.
+func TestASucceededOperationsErrorIsHistory(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	r := fx.reserve("cap-reset", "/v1/payment-intents/{id}/capture", time.Hour)
+	if _, err := fx.store.MarkUnknown(context.Background(), *r.Lease, ledger.Note{Reason: "connection reset", ErrorCode: "upstream_reset"}); err != nil {
+		t.Fatal(err)
+	}
+	alice := fx.signIn(t, "alice")
+	path := "/ui/operations/" + r.Op.ID
+	if got := readable(alice.get(path).body); !strings.Contains(got, "Last error upstream_reset") {
+		t.Fatalf("an unknown operation's page does not show its last error: %s", got)
+	}
+	form := url.Values{"csrf": {alice.csrf}, "state": {"succeeded"}, "note": {"the bank shows it"}}
+	if got := alice.post(path+"/resolve", form); got.status != http.StatusSeeOther {
+		t.Fatalf("resolve: %d %s", got.status, got.body)
+	}
+	got := readable(alice.get(path).body)
+	if strings.Contains(got, "Last error") {
+		t.Errorf("a succeeded operation shows a last error as its state: %s", got)
+	}
+	contains(t, "the settled operation", got, "Before it succeeded upstream_reset (an error met on the way")
 }
