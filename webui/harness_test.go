@@ -155,7 +155,10 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		Tenant: func(r *http.Request) (string, error) { p, err := principal(r); return p.Tenant, err },
 		Routes: []httpidem.Route{
 			{Method: "POST", Pattern: "/v1/services/{service}/deployments", Approval: pol, ResultRef: "body:/deployment"},
-			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id"},
+			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id",
+				Probe: func(params map[string]string, _ map[string][]string, _ any) (string, error) {
+					return "GET /v1/payment-intents/" + params["id"], nil
+				}},
 			{Method: "POST", Pattern: "/v1/refunds", Approval: always, ResultRef: "body:/id"},
 			{Method: "POST", Pattern: "/v1/releases", Approval: release, ConcurrencyKey: "/environment"},
 		}})

@@ -190,6 +190,10 @@ func (fx *fixture) views(t *testing.T) []view {
 	decided := fx.deploy("bot", "dep-look-3", `{"artifact":"api@sha256:99","environment":"production"}`)
 	lost := fx.unknownCapture("cap-look-1")
 	refund := fx.refund("bot", "ref-look-1", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`)
+	alice := fx.signIn(t, "alice")
+	lostRefund := fx.refund("bot", "ref-look-2", `{"order":"o-8","amount_minor":1200,"currency":"EUR"}`)
+	alice.post("/ui/approvals/"+lostRefund.ID+"/decide", alice.decision("approve", lostRefund.Fingerprint))
+	fx.call("bot", "POST", "/v1/refunds", "ref-look-2", `{"order":"o-8","amount_minor":1200,"currency":"EUR"}`)
 	holder := fx.pending(fx.call("bot", "POST", "/v1/releases", "rel-look-1", `{"environment":"production","v":1}`))
 	fx.call("dana", "POST", "/v1/releases", "rel-look-2", `{"environment":"production","v":2}`, "Idempotency-Run", "run-d")
 	fx.seal()
@@ -231,6 +235,7 @@ func (fx *fixture) views(t *testing.T) []view {
 		see("operation of a route without parameters", "alice", at("/ui/operations/"+refund.OpID, "#timeline")),
 		see("operation that refused another request", "alice", at("/ui/operations/"+holder.OpID, "#timeline")),
 		see("operation unknown, with the resolve form", "alice", at("/ui/operations/"+lost.ID, "#resolve-form")),
+		see("operation unknown after its approval", "alice", at("/ui/operations/"+lostRefund.OpID, "#sent")),
 		see("dashboard", "alice", at("/ui/dashboard", "#charts")),
 		see("error: not found", "alice", at("/ui/nowhere", "#problem")),
 		see("error: not for this role", "bot", at("/ui/inbox", "#problem")),

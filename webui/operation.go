@@ -30,6 +30,9 @@ type operationData struct {
 	// Action marks an action's operation (docs/design.md, "Actions"): its
 	// resolution takes a result, not the upstream's answer.
 	Action bool
+	// Sent is what is known of the request an unknown operation sent, for
+	// the person who looks for its record at the upstream; nil otherwise.
+	Sent *sent
 	// AskedRun is the run of the request that reserved the operation,
 	// from its first event; the operation keeps only the latest sender's
 	// (the run that executed it, after an approval).
@@ -80,6 +83,9 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		it := u.item(a, s.principal)
 		data.Approval = &it
+	}
+	if op.State == ledger.Unknown {
+		data.Sent = sentOf(op)
 	}
 	u.timeline(r, op, &data)
 	pg := u.page(s, "operations", "Operation "+op.ID, data)

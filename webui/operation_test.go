@@ -2,6 +2,7 @@ package webui_test
 
 import (
 	"context"
+	"html"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -15,7 +16,7 @@ import (
 // readable strips the markup off a page, leaving its text with its
 // spaces folded: what a person reads.
 func readable(page string) string {
-	text := strings.Join(strings.Fields(tags.ReplaceAllString(page, " ")), " ")
+	text := strings.Join(strings.Fields(html.UnescapeString(tags.ReplaceAllString(page, " "))), " ")
 	return beforeStop.ReplaceAllString(text, "$1")
 }
 
@@ -101,4 +102,36 @@ func TestASucceededOperationsErrorIsHistory(t *testing.T) {
 		t.Errorf("a succeeded operation shows a last error as its state: %s", got)
 	}
 	contains(t, "the settled operation", got, "Before it succeeded upstream_reset (an error met on the way")
+}
+
+// TestAnUnknownOperationShowsWhatWasSent: the person who resolves an
+// unknown operation must find its record at the upstream. A capture's
+// page shows its target, its path parameters, the probe that finds it,
+// the run to look for in the agent's log, and how to check a body
+// against its fingerprint: the store keeps no body, and the page says so.
+// A refund that was approved shows the command the approver saw, whole.
+func TestAnUnknownOperationShowsWhatWasSent(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	capture := fx.unknownCapture("cap-sent")
+	alice := fx.signIn(t, "alice")
+	got := readable(alice.get("/ui/operations/" + capture.ID).body)
+	contains(t, "an unknown capture", got, "What was sent", "POST /v1/payment-intents/pi_7/capture",
+		"id pi_7", "GET /v1/payment-intents/pi_7", "does not keep request bodies",
+		"idemgate fingerprint --method POST --route '/v1/payment-intents/{id}/capture' --tenant acme --param id=pi_7",
+		capture.Fingerprint)
+
+	a := fx.refund("bot", "ref-sent", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`)
+	if r := alice.post("/ui/approvals/"+a.ID+"/decide", alice.decision("approve", a.Fingerprint)); r.status != http.StatusSeeOther {
+		t.Fatalf("approve: %d", r.status)
+	}
+	if r := fx.call("bot", "POST", "/v1/refunds", "ref-sent", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`); r.status < 500 {
+		t.Fatalf("the refund's upstream should have failed: %d %s", r.status, r.body)
+	}
+	if op := fx.operation(a.OpID); op.State != ledger.Unknown {
+		t.Fatalf("the refund is %s", op.State)
+	}
+	got = readable(alice.get("/ui/operations/" + a.OpID).body)
+	contains(t, "an unknown refund", got, "What was sent", "the command the approver approved", `/amount_minor 4999900`,
+		`/order "o-7"`)
 }
