@@ -81,7 +81,7 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 	}
 	logger := slog.New(slog.NewJSONHandler(fx.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: authenticate,
-		Logger: logger}
+		Logger: logger, Amounts: map[string][]webui.Amount{"POST /v1/refunds": {{Pointer: "/amount_minor", Currency: "/currency"}}}}
 	for _, f := range opts {
 		f(&o)
 	}

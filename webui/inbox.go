@@ -30,7 +30,7 @@ type approvalItem struct {
 func (u *UI) item(a *ledger.Approval, p approval.Principal) approvalItem {
 	now := u.opts.Now()
 	it := approvalItem{A: a, Pending: a.Status == ledger.ApprovalPending && !now.After(a.ExpiresAt)}
-	it.Fields, it.Pretty = fieldsOf(a.Command)
+	it.Fields, it.Pretty = fieldsOf(a.Command, u.opts.Amounts[a.Route])
 	it.Soon = it.Pending && a.ExpiresAt.Sub(now) < u.opts.NearExpiry
 	err := decision(a.ID, a.Fingerprint, "", p).Check(a, now)
 	it.CanDecide = err == nil

@@ -135,3 +135,16 @@ func TestAnUnknownOperationShowsWhatWasSent(t *testing.T) {
 	contains(t, "an unknown refund", got, "What was sent", "the command the approver approved", `/amount_minor 4999900`,
 		`/order "o-7"`)
 }
+
+// TestAmountsInMinorUnitsAreFormatted: the refunds route's schema marks
+// amount_minor as minor units of the currency in /currency; the inbox
+// and the approval show 4999900 as 49,999.00 EUR beside the raw value.
+func TestAmountsInMinorUnitsAreFormatted(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	a := fx.refund("bot", "ref-amount", `{"order":"o-9","amount_minor":4999900,"currency":"EUR"}`)
+	alice := fx.signIn(t, "alice")
+	for _, path := range []string{"/ui/inbox", "/ui/approvals/" + a.ID} {
+		contains(t, path, readable(alice.get(path).body), "/amount_minor 4999900 = 49,999.00 EUR", `/currency "EUR"`)
+	}
+}

@@ -67,6 +67,10 @@ type Options struct {
 	// are accepted ("https://gw.example.com"): for a proxy that rewrites
 	// the Host header.
 	TrustedOrigins []string
+	// Amounts are the members of each route's command ("POST
+	// /v1/refunds", "action:NAME") that its schema marks as minor units of
+	// a currency (AmountsOf): the page shows them formatted.
+	Amounts map[string][]Amount
 	// Series is the metrics history the dashboard charts; nil shows "no
 	// data yet".
 	Series Series
