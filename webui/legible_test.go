@@ -187,6 +187,7 @@ func (fx *fixture) views(t *testing.T) []view {
 	t.Helper()
 	a := fx.deploy("bot", "dep-look-1", `{"artifact":"api@sha256:`+strings.Repeat("4f2a9c0b", 8)+`","environment":"production"}`)
 	mine := fx.deploy("dana", "dep-look-2", `{"artifact":"web@sha256:77aa","environment":"production"}`)
+	fx.deploy("bot", "dep-look-long", `{"artifact":"`+strings.Repeat("long-", 200)+`","environment":"production"}`)
 	decided := fx.deploy("bot", "dep-look-3", `{"artifact":"api@sha256:99","environment":"production"}`)
 	lost := fx.unknownCapture("cap-look-1")
 	refund := fx.refund("bot", "ref-look-1", `{"order":"o-7","amount_minor":4999900,"currency":"EUR"}`)

@@ -54,6 +54,8 @@ func (u *UI) parsePages() (map[string]*template.Template, error) {
 		"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
 		"show":   func(s string) string { return show(s) },
+		"clip":   clip,
+		"prefix": func() string { return u.opts.Prefix },
 		"json":   showJSON,
 		"left":   func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
 		"ago":    func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },

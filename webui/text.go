@@ -45,3 +45,21 @@ func isShown(s string, keep []rune) bool {
 // showJSON is show for indented JSON, whose newlines are its layout: a
 // string inside it cannot hold a raw newline.
 func showJSON(s string) string { return show(s, '\n') }
+
+// clipped is a text cut to a bound: its first characters, how many more
+// there are, and where to see it whole.
+type clipped struct {
+	Text  string
+	More  int
+	Whole string
+}
+
+// clip cuts s to n characters (n 0: none), for a page that must stay
+// small; whole is where the page that shows it whole is.
+func clip(n int, s, whole string) clipped {
+	if n <= 0 || utf8.RuneCountInString(s) <= n {
+		return clipped{Text: s, Whole: whole}
+	}
+	r := []rune(s)
+	return clipped{Text: string(r[:n]), More: len(r) - n, Whole: whole}
+}
