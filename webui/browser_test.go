@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -32,6 +33,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("a cross-site form is refused", func(t *testing.T) { crossSite(t, fx, browser) })
 	t.Run("cookie flags and sign-out", func(t *testing.T) { cookieAndSignOut(t, fx, browser) })
 	t.Run("dashboard", func(t *testing.T) { dashboard(t, fx, browser) })
+	t.Run("expiry in UTC and in the viewer's zone", func(t *testing.T) { expiryInTwoZones(t, fx, browser) })
 	t.Run("the token appears in no page, URL or log", fx.checkNoToken)
 }
 
@@ -269,4 +271,19 @@ func dashboard(t *testing.T, fx *fixture, browser context.Context) {
 	}
 	contains(t, "dashboard", text(t, ctx, "#charts"), "Operations created", "Unknown operations", "Manual resolutions")
 	screenshot(t, ctx, "ui-dashboard")
+}
+
+// expiryInTwoZones: beside the countdown, the approval page says when it
+// expires in UTC (from the server) and in the viewer's own zone (from
+// the browser's clock), here Tokyo's.
+func expiryInTwoZones(t *testing.T, fx *fixture, browser context.Context) {
+	a := fx.deploy("bot", "dep-zones-1", prod)
+	ctx := fx.browse(t, browser, "alice")
+	if _, err := chromedp.Call(ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Tokyo"}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, chromedp.Navigate(fx.srv.URL+"/ui/approvals/"+a.ID), chromedp.WaitVisible(chromedp.ID("decide-form")))
+	tokyo := time.FixedZone("JST", 9*3600)
+	contains(t, "expiry", text(t, ctx, "main"), "left", a.ExpiresAt.UTC().Format("2006-01-02 15:04")+" UTC",
+		a.ExpiresAt.In(tokyo).Format("2006-01-02 15:04")+" GMT+9")
 }

@@ -9,9 +9,11 @@ import (
 )
 
 // field is one member of a command, named by its JSON Pointer, with its
-// value as JSON text: "1" and 1 look different, as they are.
+// value as JSON text: "1" and 1 look different, as they are. Amount is
+// the value formatted when the route's schema marks it as minor units.
 type field struct {
 	Pointer, Value string
+	Amount         string
 }
 
 // maxFields bounds the members listed; the whole command is shown below
@@ -21,7 +23,7 @@ const maxFields = 200
 // fieldsOf lists the command's scalar members by JSON Pointer and indents
 // the whole of it. Both are text: the template escapes them, so a member
 // holding markup is shown, never run.
-func fieldsOf(cmd []byte) ([]field, string) {
+func fieldsOf(cmd []byte, amounts []Amount) ([]field, string) {
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, cmd, "", "  "); err != nil {
 		return nil, string(cmd)
@@ -34,7 +36,29 @@ func fieldsOf(cmd []byte) ([]field, string) {
 	}
 	var out []field
 	walk(&out, "", v)
+	formatAmounts(out, amounts)
 	return out, buf.String()
+}
+
+// formatAmounts fills the Amount of each field that amounts mark, when
+// its currency is known: named by the mark, or read from the field it
+// points to.
+func formatAmounts(fields []field, amounts []Amount) {
+	for _, a := range amounts {
+		i := slices.IndexFunc(fields, func(f field) bool { return f.Pointer == a.Pointer })
+		if i < 0 {
+			continue
+		}
+		cur := a.Currency
+		if strings.HasPrefix(cur, "/") {
+			j := slices.IndexFunc(fields, func(f field) bool { return f.Pointer == a.Currency })
+			if j < 0 {
+				continue
+			}
+			cur, _ = strconv.Unquote(fields[j].Value)
+		}
+		fields[i].Amount, _ = minorUnits(fields[i].Value, cur)
+	}
 }
 
 // walk appends v's scalars under pointer p, objects' members in name order.

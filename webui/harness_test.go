@@ -44,6 +44,7 @@ type fixture struct {
 	seen    *recorder         // every /ui/ exchange, for the token check
 	deploys atomic.Int64      // effects at the upstream
 	charges atomic.Int64
+	refunds atomic.Int64
 }
 
 // principals of the fixture: two tenants; dana is an approver who also
@@ -80,7 +81,7 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 	}
 	logger := slog.New(slog.NewJSONHandler(fx.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: authenticate,
-		Logger: logger}
+		Logger: logger, Amounts: map[string][]webui.Amount{"POST /v1/refunds": {{Pointer: "/amount_minor", Currency: "/currency"}}}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -134,6 +135,15 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 	if err != nil {
 		fx.t.Fatal(err)
 	}
+	always, err := approval.Compile(approval.Config{TTL: time.Hour, Reversible: true,
+		Summary: `Refund {{.body.amount_minor}} (minor units) {{.body.currency}} on {{.body.order}}`})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	release, err := approval.Compile(approval.Config{TTL: time.Hour, Summary: `Release {{.body.v}} to {{.body.environment}}`})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
 	principal := func(r *http.Request) (approval.Principal, error) {
 		if p, ok := authenticate(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); ok {
 			return p, nil
@@ -141,10 +151,16 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		return approval.Principal{}, fmt.Errorf("no principal")
 	}
 	m, err := httpidem.New(httpidem.Options{Store: fx.store, StatusBase: "/_idem/v1", Principal: principal, Logger: logger,
+		Audit:  auditRecorder{fx},
 		Tenant: func(r *http.Request) (string, error) { p, err := principal(r); return p.Tenant, err },
 		Routes: []httpidem.Route{
 			{Method: "POST", Pattern: "/v1/services/{service}/deployments", Approval: pol, ResultRef: "body:/deployment"},
-			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id"},
+			{Method: "POST", Pattern: "/v1/payment-intents/{id}/capture", ResultRef: "body:/id",
+				Probe: func(params map[string]string, _ map[string][]string, _ any) (string, error) {
+					return "GET /v1/payment-intents/" + params["id"], nil
+				}},
+			{Method: "POST", Pattern: "/v1/refunds", Approval: always, ResultRef: "body:/id"},
+			{Method: "POST", Pattern: "/v1/releases", Approval: release, ConcurrencyKey: "/environment"},
 		}})
 	if err != nil {
 		fx.t.Fatal(err)
@@ -156,11 +172,26 @@ func (fx *fixture) api(authenticate func(string) (approval.Principal, bool), log
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"deployment":"D-%d"}`, n)
 	})
+	up.HandleFunc("POST /v1/refunds", func(w http.ResponseWriter, r *http.Request) {
+		fx.refunds.Add(1)
+		http.Error(w, "upstream timed out", http.StatusBadGateway) // refunded or not: nobody knows
+	})
 	up.HandleFunc("POST /v1/payment-intents/{id}/capture", func(w http.ResponseWriter, r *http.Request) {
 		fx.charges.Add(1)
 		http.Error(w, "upstream timed out", http.StatusBadGateway) // captured or not: nobody knows
 	})
 	return m.Handler(up)
+}
+
+// auditRecorder writes the audit events that record no transition (a
+// conflict, a refusal for a held concurrency group, a replay) at once, so
+// that a page opened next shows them.
+type auditRecorder struct{ fx *fixture }
+
+func (r auditRecorder) Record(e audit.Event) {
+	if err := r.fx.store.RecordEvents(context.Background(), []audit.Event{e}); err != nil {
+		r.fx.t.Errorf("record %s: %v", e.Kind, err)
+	}
 }
 
 // reply is an API answer.
@@ -170,13 +201,17 @@ type reply struct {
 	body   string
 }
 
-// call sends a request to the API as the named principal.
-func (fx *fixture) call(who, method, path, key, body string) reply {
+// call sends a request to the API as the named principal, with the extra
+// headers given as name, value pairs.
+func (fx *fixture) call(who, method, path, key, body string, headers ...string) reply {
 	fx.t.Helper()
 	req, _ := http.NewRequest(method, fx.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+fx.tokens[who])
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fx.t.Fatal(err)
@@ -189,7 +224,19 @@ func (fx *fixture) call(who, method, path, key, body string) reply {
 // deploy asks for a deployment as who, and returns its pending approval.
 func (fx *fixture) deploy(who, key, body string) *ledger.Approval {
 	fx.t.Helper()
-	r := fx.call(who, "POST", "/v1/services/api/deployments", key, body)
+	return fx.pending(fx.call(who, "POST", "/v1/services/api/deployments", key, body))
+}
+
+// refund asks for a refund as who, and returns its pending approval: every
+// refund needs one, and its upstream's answer is lost (502).
+func (fx *fixture) refund(who, key, body string) *ledger.Approval {
+	fx.t.Helper()
+	return fx.pending(fx.call(who, "POST", "/v1/refunds", key, body))
+}
+
+// pending reads the approval a 202 names.
+func (fx *fixture) pending(r reply) *ledger.Approval {
+	fx.t.Helper()
 	var acc contract.Accepted
 	if r.status != http.StatusAccepted || json.Unmarshal([]byte(r.body), &acc) != nil {
 		fx.t.Fatalf("deploy: want 202 with an approval, got %d %s", r.status, r.body)

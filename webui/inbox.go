@@ -22,6 +22,29 @@ type approvalItem struct {
 	CanDecide bool    // the session's principal may decide it now
 	WhyNot    string  // why not, when it may not
 	Soon      bool    // pending, and little time is left
+	// Clip, in the inbox, cuts each long text to so many characters, with
+	// a link to the approval's page, which shows it whole (0: whole);
+	// MoreFields counts the fields left out.
+	Clip       int
+	MoreFields int
+}
+
+// The inbox's bounds: an agent that asks for many approvals with large
+// commands must not make a page too large to read or to load (issue 24,
+// 7.13). A card shows the first fields, each text cut to inboxClip
+// characters; the approval's own page shows everything.
+const (
+	inboxPage   = 20
+	inboxClip   = 240
+	inboxFields = 12
+)
+
+// brief cuts it for the inbox.
+func (it *approvalItem) brief() {
+	it.Clip, it.Pretty = inboxClip, ""
+	if n := len(it.Fields); n > inboxFields {
+		it.Fields, it.MoreFields = it.Fields[:inboxFields], n-inboxFields
+	}
 }
 
 // item builds what a page shows of a for p. Whether p may decide comes
@@ -30,7 +53,7 @@ type approvalItem struct {
 func (u *UI) item(a *ledger.Approval, p approval.Principal) approvalItem {
 	now := u.opts.Now()
 	it := approvalItem{A: a, Pending: a.Status == ledger.ApprovalPending && !now.After(a.ExpiresAt)}
-	it.Fields, it.Pretty = fieldsOf(a.Command)
+	it.Fields, it.Pretty = fieldsOf(a.Command, u.opts.Amounts[a.Route])
 	it.Soon = it.Pending && a.ExpiresAt.Sub(now) < u.opts.NearExpiry
 	err := decision(a.ID, a.Fingerprint, "", p).Check(a, now)
 	it.CanDecide = err == nil
@@ -70,14 +93,16 @@ func (u *UI) inbox(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	pg, err := u.opts.Store.ListApprovals(r.Context(), ledger.ApprovalListParams{Tenant: p.Tenant,
-		Status: ledger.ApprovalPending, After: r.URL.Query().Get("after"), Limit: 50})
+		Status: ledger.ApprovalPending, After: r.URL.Query().Get("after"), Limit: inboxPage})
 	if err != nil {
 		u.storeFail(w, r, s, err, "")
 		return
 	}
-	data := inboxData{Next: pg.Next}
+	data := inboxData{Next: pg.Next, After: r.URL.Query().Get("after")}
 	for _, a := range pg.Approvals {
-		data.Items = append(data.Items, u.item(a, p))
+		it := u.item(a, p)
+		it.brief()
+		data.Items = append(data.Items, it)
 	}
 	u.render(w, r, http.StatusOK, "inbox", u.page(s, "inbox", "Approvals inbox", data))
 }
@@ -85,7 +110,8 @@ func (u *UI) inbox(w http.ResponseWriter, r *http.Request, s *session) {
 // inboxData is a page of the inbox.
 type inboxData struct {
 	Items []approvalItem
-	Next  string
+	Next  string // the cursor of the next page, or ""
+	After string // this page's cursor: "" on the first
 }
 
 // approvalOf reads an approval of the session's tenant; another tenant's

@@ -30,13 +30,23 @@ type operationData struct {
 	// Action marks an action's operation (docs/design.md, "Actions"): its
 	// resolution takes a result, not the upstream's answer.
 	Action bool
+	// Sent is what is known of the request an unknown operation sent, for
+	// the person who looks for its record at the upstream; nil otherwise.
+	Sent *sent
+	// AskedRun is the run of the request that reserved the operation,
+	// from its first event; the operation keeps only the latest sender's
+	// (the run that executed it, after an approval).
+	AskedRun string
 }
 
-// moment is one audit event on the timeline, with its proof's status.
+// moment is one audit event on the timeline, with its proof's status,
+// and what it says in words.
 type moment struct {
 	E       audit.Event
 	Proven  bool
 	Pending string // why there is no proof yet
+	Title   string // the kind in words
+	Say     []part
 }
 
 // operationOf reads an operation of the session's tenant; another
@@ -74,6 +84,9 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 		it := u.item(a, s.principal)
 		data.Approval = &it
 	}
+	if op.State == ledger.Unknown {
+		data.Sent = sentOf(op)
+	}
 	u.timeline(r, op, &data)
 	pg := u.page(s, "operations", "Operation "+op.ID, data)
 	if r.URL.Query().Has("resolved") {
@@ -98,7 +111,12 @@ func (u *UI) timeline(r *http.Request, op *ledger.Operation, data *operationData
 		return
 	}
 	for _, p := range proofs {
-		data.Timeline = append(data.Timeline, moment{E: p.Event, Proven: len(p.Text) > 0, Pending: p.Pending})
+		e := p.Event
+		data.Timeline = append(data.Timeline, moment{E: e, Proven: len(p.Text) > 0, Pending: p.Pending,
+			Title: kindTitle(e.Kind), Say: say(e)})
+		if e.From == "" && e.To != "" && data.AskedRun == "" {
+			data.AskedRun = e.RunID
+		}
 	}
 }
 

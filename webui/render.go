@@ -19,6 +19,7 @@ var pageNames = []string{"signin", "error", "inbox", "approval", "confirm", "ope
 
 // page is what every template is given.
 type page struct {
+	Name    string // the template's, on the body as data-page: what the browser tests know a page by
 	Title   string
 	Prefix  string
 	Nav     string // the menu entry that is current
@@ -50,9 +51,14 @@ func (u *UI) parsePages() (map[string]*template.Template, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
-		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"left": func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
-		"ago":  func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
+		"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"minute": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
+		"show":   func(s string) string { return show(s) },
+		"clip":   clip,
+		"prefix": func() string { return u.opts.Prefix },
+		"json":   showJSON,
+		"left":   func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
+		"ago":    func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
 	}
 	out := map[string]*template.Template{}
 	for _, name := range pageNames {
@@ -80,7 +86,7 @@ func (u *UI) page(s *session, nav, title string, body any) *page {
 // render writes a whole page, or a bare 500 if the template fails (a page
 // half written with a 200 would be worse).
 func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
-	p.Prefix = u.opts.Prefix
+	p.Prefix, p.Name = u.opts.Prefix, name
 	var buf bytes.Buffer
 	if err := u.pages[name].Execute(&buf, p); err != nil {
 		u.opts.Logger.Error("ui template", slog.String("page", name), slog.String("error", err.Error()))

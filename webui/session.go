@@ -2,9 +2,11 @@ package webui
 
 import (
 	"crypto/sha256"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,9 +21,20 @@ const (
 	signinCookie  = "idemgate_ui_signin"
 )
 
-// maxSessions bounds the sessions kept in memory; past it the one unused
-// the longest is ended to make room.
-const maxSessions = 10000
+// maxSessions bounds the sessions kept in memory, and maxPerPrincipal
+// each principal's share of them: a principal past its share ends its own
+// oldest session, and never another's. A table full of other principals'
+// live sessions refuses a newcomer (errSessionsFull) rather than signing
+// anyone out: one principal signing in in a loop cannot sign out an
+// approver (issue 24, 7.12).
+const (
+	maxSessions     = 10000
+	maxPerPrincipal = 20
+)
+
+// errSessionsFull refuses a sign-in when every place is held by another
+// principal's live session.
+var errSessionsFull = errors.New("webui: every session place is taken by other principals")
 
 // session is a signed-in principal. Its id lives only in the browser's
 // cookie; the server keeps its SHA-256, so a copy of the server's memory
@@ -39,25 +52,43 @@ type session struct {
 type sessions struct {
 	mu        sync.Mutex
 	m         map[[32]byte]*session
+	owned     map[string][][32]byte // by principal (owner), oldest first
 	ttl, idle time.Duration
 	now       func() time.Time
+	// max and perPrincipal are maxSessions and maxPerPrincipal; a test
+	// makes them small.
+	max, perPrincipal int
 }
 
 func newSessions(ttl, idle time.Duration, now func() time.Time) *sessions {
-	return &sessions{m: map[[32]byte]*session{}, ttl: ttl, idle: idle, now: now}
+	return &sessions{m: map[[32]byte]*session{}, owned: map[string][][32]byte{}, ttl: ttl, idle: idle, now: now,
+		max: maxSessions, perPrincipal: maxPerPrincipal}
 }
 
-// create starts a session for p and returns its id.
-func (s *sessions) create(p approval.Principal) string {
+// owner names a principal across tenants.
+func owner(p approval.Principal) string { return p.Tenant + "\x00" + p.Name }
+
+// create starts a session for p and returns its id. To make room it ends
+// expired sessions, then p's own oldest, never another principal's.
+func (s *sessions) create(p approval.Principal) (string, error) {
 	id, now := randomText(), s.now()
 	ss := &session{principal: p, csrf: randomText(), created: now, seen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.m) >= maxSessions {
+	who := owner(p)
+	if len(s.m) >= s.max {
 		s.prune(now)
 	}
-	s.m[sha256.Sum256([]byte(id))] = ss
-	return id
+	if mine := s.owned[who]; len(mine) >= s.perPrincipal || (len(s.m) >= s.max && len(mine) > 0) {
+		s.drop(mine[0])
+	}
+	if len(s.m) >= s.max {
+		return "", errSessionsFull
+	}
+	key := sha256.Sum256([]byte(id))
+	s.m[key] = ss
+	s.owned[who] = append(s.owned[who], key)
+	return id, nil
 }
 
 // get returns a copy of the live session id names, and counts this use
@@ -71,7 +102,7 @@ func (s *sessions) get(id string) (*session, bool) {
 		return nil, false
 	}
 	if s.expired(ss, now) {
-		delete(s.m, key)
+		s.drop(key)
 		return nil, false
 	}
 	ss.seen = now
@@ -85,27 +116,36 @@ func (s *sessions) end(id string) {
 	key := sha256.Sum256([]byte(id))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drop(key)
+}
+
+// drop ends the session under key, in the table and in its principal's
+// list. The caller holds mu.
+func (s *sessions) drop(key [32]byte) {
+	ss := s.m[key]
+	if ss == nil {
+		return
+	}
 	delete(s.m, key)
+	who := owner(ss.principal)
+	mine := slices.DeleteFunc(s.owned[who], func(k [32]byte) bool { return k == key })
+	if len(mine) == 0 {
+		delete(s.owned, who)
+	} else {
+		s.owned[who] = mine
+	}
 }
 
 func (s *sessions) expired(ss *session, now time.Time) bool {
 	return !now.Before(ss.created.Add(s.ttl)) || !now.Before(ss.seen.Add(s.idle))
 }
 
-// prune ends the expired sessions and, if the table is still full, the one
-// unused the longest. The caller holds mu.
+// prune ends the expired sessions. The caller holds mu.
 func (s *sessions) prune(now time.Time) {
-	var oldest [32]byte
-	var seen time.Time
 	for k, ss := range s.m {
 		if s.expired(ss, now) {
-			delete(s.m, k)
-		} else if seen.IsZero() || ss.seen.Before(seen) {
-			oldest, seen = k, ss.seen
+			s.drop(k)
 		}
-	}
-	if len(s.m) >= maxSessions {
-		delete(s.m, oldest)
 	}
 }
 
@@ -177,7 +217,13 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	if old, err := r.Cookie(sessionCookie); err == nil {
 		u.sessions.end(old.Value) // a new session id at every sign-in: no fixation
 	}
-	http.SetCookie(w, u.cookie(sessionCookie, u.sessions.create(p), u.opts.SessionTTL))
+	id, err := u.sessions.create(p)
+	if err != nil {
+		u.opts.Logger.Warn("ui sign-in refused: the session table is full", slog.String("principal", p.Name))
+		u.showSignin(w, r, http.StatusServiceUnavailable, "Too many people are signed in here just now. Try again in a few minutes.")
+		return
+	}
+	http.SetCookie(w, u.cookie(sessionCookie, id, u.opts.SessionTTL))
 	http.SetCookie(w, u.cookie(signinCookie, "", -time.Second))
 	u.opts.Logger.Info("ui sign-in", slog.String("principal", p.Name), slog.String("tenant", p.Tenant))
 	next := u.safeNext(r.PostFormValue("next"))

@@ -67,6 +67,10 @@ type Options struct {
 	// are accepted ("https://gw.example.com"): for a proxy that rewrites
 	// the Host header.
 	TrustedOrigins []string
+	// Amounts are the members of each route's command ("POST
+	// /v1/refunds", "action:NAME") that its schema marks as minor units of
+	// a currency (AmountsOf): the page shows them formatted.
+	Amounts map[string][]Amount
 	// Series is the metrics history the dashboard charts; nil shows "no
 	// data yet".
 	Series Series
@@ -190,6 +194,17 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.mux.ServeHTTP(w, r)
+}
+
+// Icon serves the page's icon, for a server to mount at /favicon.ico:
+// a browser asks there for any page that names none (an API's error
+// page, a bookmark), and a 401 would be an error in every console.
+func (u *UI) Icon() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		http.ServeFileFS(w, r, files, "static/favicon.svg")
+	})
 }
 
 // home sends a person where they work: approvers to the inbox, everyone

@@ -99,6 +99,7 @@ func (s *Server) mount() (http.Handler, error) {
 	mux.Handle(contract.ControlPrefix+"/", s.gw.Authenticated(api))
 	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
 	mux.Handle(UIPrefix, page)                                   // its own sessions: no bearer token in a browser
+	mux.Handle("GET /favicon.ico", page.Icon())                  // asked for by a browser on any page, signed in or not
 	mux.Handle("/", s.gw.Routes())
 	return s.gw.Front(mux), nil
 }

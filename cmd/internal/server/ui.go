@@ -1,10 +1,14 @@
 package server
 
 import (
-	"net/http"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/webui"
 )
@@ -15,9 +19,13 @@ const UIPrefix = "/ui/"
 // ui builds the web page: sign-in by a principal's token, and every
 // decision and resolution through the control plane's Operator, as the
 // control API makes them.
-func (s *Server) ui() (http.Handler, error) {
+func (s *Server) ui() (*webui.UI, error) {
 	c := s.cfg.UI
-	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log,
+	amounts, err := amountsOf(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
 		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
 		Authenticate: func(token string) (approval.Principal, bool) {
@@ -28,6 +36,37 @@ func (s *Server) ui() (http.Handler, error) {
 			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, true
 		},
 	})
+}
+
+// amountsOf reads the members that each route's and action's schema marks
+// as minor units of a currency (webui.MinorUnitsKeyword), by the route's
+// name as its operations record it: the web page formats them.
+func amountsOf(cfg *gateway.Config) (map[string][]webui.Amount, error) {
+	out := map[string][]webui.Amount{}
+	add := func(route, schema string) error {
+		if schema == "" {
+			return nil
+		}
+		data, err := os.ReadFile(schema)
+		if err == nil {
+			out[route], err = webui.AmountsOf(data)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", route, err)
+		}
+		return nil
+	}
+	for _, rc := range cfg.Routes {
+		if err := add(strings.TrimSpace(rc.Match), rc.Schema); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range cfg.Actions {
+		if err := add(contract.ActionRoute(a.Name), a.Schema); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // dashboard is the metrics history as the web page charts it.

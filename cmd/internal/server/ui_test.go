@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,12 +18,19 @@ import (
 // TestUIThroughTheGateway: the page is mounted at /ui/, signs in with a
 // principal's token from the gateway's configuration (a wrong one is
 // refused), and shows the tenant's dashboard charted from the gateway's
-// own metrics history.
+// own metrics history. /favicon.ico is its icon, not a 401. An amount a
+// route's schema marks as minor units is formatted in the inbox.
 func TestUIThroughTheGateway(t *testing.T) {
 	t.Parallel()
 	db := dbtest.SQLiteDB(t)
 	store, dsn := db.Open(t), db.DSN
-	e := newEnv(t, store, dsn, "")
+	schema := filepath.Join(t.TempDir(), "payout.json")
+	if err := os.WriteFile(schema, []byte(`{"type":"object","properties":{"currency":{"type":"string"},`+
+		`"amount_minor":{"type":"integer","x-idemgate-minor-units":"/currency"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, store, dsn, "  - {match: POST /v1/payouts, upstream: ops, schema: "+schema+
+		", approval: {approvers: [admin], summary: 'Pay {{.body.amount_minor}} {{.body.currency}}'}}\n")
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar}
 	get := func(path string) (int, string) {
@@ -32,6 +41,14 @@ func TestUIThroughTheGateway(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	icon, err := client.Get(e.gw.URL + "/favicon.ico")
+	if err != nil {
+		t.Fatal(err)
+	}
+	icon.Body.Close()
+	if icon.StatusCode != 200 || icon.Header.Get("Content-Type") != "image/svg+xml" {
+		t.Fatalf("/favicon.ico: %d %s, want the page's icon", icon.StatusCode, icon.Header.Get("Content-Type"))
 	}
 	status, page := get("/ui/signin")
 	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
@@ -59,6 +76,12 @@ func TestUIThroughTheGateway(t *testing.T) {
 	e.g.Metrics().History().Sample(time.Now())
 	if resp := post("alice-token"); resp.StatusCode != 200 || resp.Request.URL.Path == "/ui/signin" {
 		t.Fatalf("alice's token: %d at %s", resp.StatusCode, resp.Request.URL)
+	}
+	if r := e.do("POST", "/v1/payouts", "agent-token", `{"amount_minor":4999900,"currency":"EUR"}`, "Idempotency-Key", "pay-1"); r.status != 202 {
+		t.Fatalf("a payout: %d %s", r.status, r.body)
+	}
+	if status, page = get("/ui/inbox"); status != 200 || !strings.Contains(page, "49,999.00 EUR") {
+		t.Fatalf("the inbox does not format the payout's amount, which the route's schema marks: %d\n%s", status, page)
 	}
 	status, page = get("/ui/dashboard")
 	if status != 200 || !strings.Contains(page, "Operations created") || strings.Contains(page, "No data yet") ||
