@@ -152,6 +152,9 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 }
 
 func (d driver) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
+	if err := ledger.Lookup("approval", id); err != nil {
+		return nil, err
+	}
 	a, err := scanApproval(d.read(ctx, selectApprovalSQL, id))
 	return a, mapErr("approval "+id, err)
 }
@@ -205,6 +208,9 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, e
 
 // ListApprovals implements ledger.Store.
 func (s *Store) ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error) {
+	if err := ledger.Lookup("list approvals", p.Tenant, p.After); err != nil {
+		return ledger.ApprovalPage{}, err
+	}
 	limit := p.PageLimit()
 	var where strings.Builder
 	args := []any{p.After}

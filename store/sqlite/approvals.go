@@ -182,6 +182,9 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, e
 
 // ListApprovals implements ledger.Store.
 func (s *Store) ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error) {
+	if err := ledger.Lookup("list approvals", p.Tenant, p.After); err != nil {
+		return ledger.ApprovalPage{}, err // a cursor no id can be, as PostgreSQL answers it
+	}
 	limit := p.PageLimit()
 	query := `SELECT ` + approvalColumns + ` FROM idem_approvals WHERE id > ?`
 	args := []any{p.After}
