@@ -273,8 +273,9 @@ func TestConnectionNamedHeadersAreRemoved(t *testing.T) {
 }
 
 // TestAgentHeadersNeverReachTheUpstream: the agent's credentials, cookies,
-// forwarding claims and method overrides stay at the gateway, which says
-// itself where the request came from.
+// forwarding claims, method overrides and URL overrides (X-Original-URL,
+// X-Rewrite-URL, which IIS and Symfony-style servers route by) stay at the
+// gateway, which says itself where the request came from.
 func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
 	t.Parallel()
 	e := newHygieneEnv(t)
@@ -287,9 +288,10 @@ func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
 				"Proxy-Authorization": {"Basic YWdlbnQ6c2VjcmV0"}, "Forwarded": {"for=6.6.6.6;proto=https"},
 				"X-Forwarded-For": {"6.6.6.6"}, "X-Forwarded-Host": {"admin.internal"}, "X-Forwarded-Proto": {"https"},
 				"X-Forwarded-Prefix": {"/admin"}, "X-Real-Ip": {"6.6.6.6"}, "X-Http-Method-Override": {"DELETE"},
-				"X-Http-Method": {"DELETE"}, "X-Method-Override": {"DELETE"}}), before)
+				"X-Http-Method": {"DELETE"}, "X-Method-Override": {"DELETE"}, "X-Original-Url": {"/v1/admin-only"},
+				"X-Rewrite-Url": {"/v1/admin-only"}}), before)
 			for _, h := range []string{"Cookie", "Proxy-Authorization", "Forwarded", "X-Forwarded-Prefix", "X-Real-Ip",
-				"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} {
+				"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Url", "X-Rewrite-Url"} {
 				if v := got.header.Values(h); v != nil {
 					t.Errorf("the upstream got %s: %q", h, v)
 				}
