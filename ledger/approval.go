@@ -53,7 +53,9 @@ type Approval struct {
 	// Headers are the request's headers but its credentials, its tracing
 	// and its content's: what the approver is shown, and, with the
 	// executing attempt's own tracing, content and credentials, exactly
-	// what is sent (a retry adds nothing; issue 24, 7.7).
+	// what is sent (a retry adds nothing; issue 24, 7.7). Nil (unlike
+	// empty) means none were kept: an approval opened before they were,
+	// whose execution sends the attempt's headers as they are.
 	Headers     http.Header
 	Reversible  bool
 	RequestedBy string

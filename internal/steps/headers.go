@@ -7,9 +7,10 @@ import (
 )
 
 // HeaderText is an approval's headers as both stores keep them: JSON of
-// name → values, nil (NULL) for none.
+// name → values ("{}" for none), and nil (NULL) for an approval that kept
+// none (see ledger.Approval.Headers).
 func HeaderText(h http.Header) *string {
-	if len(h) == 0 {
+	if h == nil {
 		return nil
 	}
 	b, _ := json.Marshal(h) // a map of strings to strings always encodes

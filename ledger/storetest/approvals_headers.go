@@ -11,7 +11,8 @@ import (
 // testApprovalHeaders (issue 24, 7.7): the headers of the request an
 // approval asks about are kept with it, shown with every read of it, and
 // carried by a reopened approval (which asks for the same request); an
-// approval without any reads none.
+// approval that kept none (nil) reads nil, one that kept an empty set an
+// empty set.
 func testApprovalHeaders(t *testing.T, b Backend) {
 	s := b.Fresh(t)
 	c := ctx(t)
@@ -31,8 +32,13 @@ func testApprovalHeaders(t *testing.T, b Backend) {
 		t.Fatalf("listed: %+v %v", page.Approvals, err)
 	}
 	bare := reserve(t, s, ApprovalParams(Long, Long))
-	if a := getApproval(t, s, bare.Op.Approval.ID); len(a.Headers) != 0 {
-		t.Fatalf("an approval without headers reads %v", a.Headers)
+	if a := getApproval(t, s, bare.Op.Approval.ID); a.Headers != nil {
+		t.Fatalf("an approval that kept no headers reads %v", a.Headers)
+	}
+	none := ApprovalParams(Long, Long)
+	none.Approval.Headers = http.Header{}
+	if a := getApproval(t, s, reserve(t, s, none).Op.Approval.ID); a.Headers == nil || len(a.Headers) != 0 {
+		t.Fatalf("an approval that kept an empty set reads %#v", a.Headers)
 	}
 	lapsing := ApprovalParams(Lapsing, Long)
 	lapsing.Approval.Headers = sent
