@@ -49,15 +49,18 @@ type ResponseView struct {
 // operations only id, status and expires_at are known, and only they are
 // rendered (see NewSummary).
 type ApprovalView struct {
-	ID          string                `json:"id"`
-	OperationID string                `json:"operation_id"`
-	Key         string                `json:"key"`
-	Tenant      string                `json:"tenant"`
-	Route       string                `json:"route"`
-	Target      string                `json:"target"`
-	Fingerprint string                `json:"fingerprint"`
-	Summary     string                `json:"summary"`
-	Command     json.RawMessage       `json:"command"`
+	ID          string          `json:"id"`
+	OperationID string          `json:"operation_id"`
+	Key         string          `json:"key"`
+	Tenant      string          `json:"tenant"`
+	Route       string          `json:"route"`
+	Target      string          `json:"target"`
+	Fingerprint string          `json:"fingerprint"`
+	Summary     string          `json:"summary"`
+	Command     json.RawMessage `json:"command"`
+	// Headers are the request's headers that the approved execution sends
+	// (credentials, tracing and content headers are the attempt's own).
+	Headers     map[string][]string   `json:"headers"`
 	Reversible  *bool                 `json:"reversible"`
 	RequestedBy string                `json:"requested_by"`
 	Approvers   []string              `json:"approvers"`
@@ -91,7 +94,10 @@ func NewApprovalView(a *ledger.Approval) *ApprovalView {
 	v := &ApprovalView{ID: a.ID, OperationID: a.OpID, Key: a.Key, Tenant: a.Tenant, Route: a.Route, Target: a.Target,
 		Fingerprint: a.Fingerprint, Summary: a.Summary, Reversible: &reversible, RequestedBy: a.RequestedBy,
 		Approvers: a.Approvers, Status: a.Status, CreatedAt: &created, ExpiresAt: a.ExpiresAt.UTC(),
-		DecidedBy: a.DecidedBy, Note: a.Note}
+		DecidedBy: a.DecidedBy, Note: a.Note, Headers: map[string][]string(a.Headers)}
+	if v.Headers == nil {
+		v.Headers = map[string][]string{}
+	}
 	if json.Valid(a.Command) {
 		v.Command = json.RawMessage(a.Command)
 	}

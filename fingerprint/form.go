@@ -32,6 +32,7 @@ func ParseForm(data []byte, limits Limits) (map[string]any, error) {
 			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), limits.MaxBytes)}
 	}
 	form := map[string]any{}
+	var seen folds
 	for start, pairs := 0, 1; start <= len(data); pairs++ {
 		if pairs > limits.MaxFields {
 			return nil, &Error{Kind: ErrTooLarge, Offset: start,
@@ -41,7 +42,7 @@ func ParseForm(data []byte, limits Limits) (map[string]any, error) {
 		if end < 0 {
 			end = len(data) - start
 		}
-		if err := addPair(form, data, start, start+end); err != nil {
+		if err := addPair(form, &seen, data, start, start+end); err != nil {
 			return nil, err
 		}
 		start += end + 1
@@ -49,8 +50,9 @@ func ParseForm(data []byte, limits Limits) (map[string]any, error) {
 	return form, nil
 }
 
-// addPair decodes the pair at data[start:end] into form.
-func addPair(form map[string]any, data []byte, start, end int) error {
+// addPair decodes the pair at data[start:end] into form. A name may come
+// again (its values are a list), but not in another case (see folds).
+func addPair(form map[string]any, seen *folds, data []byte, start, end int) error {
 	pair := data[start:end]
 	if len(pair) == 0 {
 		return nil
@@ -65,6 +67,11 @@ func addPair(form map[string]any, data []byte, start, end int) error {
 		return formError(kind, start+at, namePath, describe(kind, rawName, at, "name"))
 	}
 	values, _ := form[name].([]any)
+	if values == nil {
+		if other, folded := seen.add(form, name); folded {
+			return formError(ErrDuplicateKey, start, []segment{{name: name, index: -1}}, foldDetail(name, other))
+		}
+	}
 	valuePath := []segment{{name: name, index: -1}, {index: len(values)}}
 	value, at, kind := unescapeForm(rawValue)
 	if kind != nil {

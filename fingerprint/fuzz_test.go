@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/fingerprint"
@@ -18,6 +19,7 @@ func FuzzCanonicalize(f *testing.F) {
 		`[1,-0,0.1,1e-7,1e21,9007199254740992]`, `[9007199254740993,0.10000000000000000001,1e-400]`,
 		`"\u001f\t\"\\/"`, `{"a":{"a":{"a":[]}}}`,
 		`{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[01]`, `1e400`,
+		`{"environment":"staging","Environment":"production"}`, `{"s":1,"\u017f":2}`, `{"ß":1,"SS":2}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -31,6 +33,9 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !json.Valid(data) {
 			t.Fatalf("accepted what encoding/json refuses: %q", data)
+		}
+		if a, b, ok := foldedPair(v); ok {
+			t.Fatalf("accepted %q and %q, which encoding/json takes for one member: %q", a, b, data)
 		}
 		canon, err := fingerprint.Canonical(v)
 		if err != nil {
@@ -61,6 +66,7 @@ func FuzzParseForm(f *testing.F) {
 	for _, seed := range []string{
 		"a=1&b=2&a=3", "a=1&&b=2", "q=hello+world%21&%C3%A9=%E2%82%AC", "flag&=x&a=b=c", "a=1;b=2",
 		"a=%zz", "a=%C3%28", "a=%", "%ED%A0%80=1", "expand[]=x&expand[]=y", "&", "",
+		"environment=staging&Environment=production", "s=1&%C5%BF=2",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -93,5 +99,33 @@ func FuzzParseForm(f *testing.F) {
 		if _, err := fingerprint.Canonical(form); err != nil {
 			t.Fatalf("%q: parsed but cannot canonicalize: %v", data, err)
 		}
+		if a, b, ok := foldedPair(form); ok {
+			t.Fatalf("accepted fields %q and %q, one name to a case-insensitive decoder: %q", a, b, data)
+		}
 	})
+}
+
+// foldedPair finds, in any object of v, two member names that differ but
+// are equal under strings.EqualFold (encoding/json's matching of names).
+func foldedPair(v any) (string, string, bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for a, x := range v {
+			for b := range v {
+				if a != b && strings.EqualFold(a, b) {
+					return a, b, true
+				}
+			}
+			if a, b, ok := foldedPair(x); ok {
+				return a, b, true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if a, b, ok := foldedPair(x); ok {
+				return a, b, true
+			}
+		}
+	}
+	return "", "", false
 }

@@ -22,7 +22,8 @@ var jcsDir = filepath.Join("testdata", "jcs")
 
 // TestJCSVectors reproduces the reference implementation's input/output pairs
 // byte for byte, with numbers rounded as RFC 8785 is written; in the default
-// strict mode every vector but values.json gives the same bytes.
+// strict mode every vector but values.json and structures.json gives the
+// same bytes.
 func TestJCSVectors(t *testing.T) {
 	dir := jcsDir
 	inputs, err := filepath.Glob(filepath.Join(dir, "input", "*.json"))
@@ -50,8 +51,8 @@ func TestJCSVectors(t *testing.T) {
 			if string(got) != string(want) {
 				t.Errorf("canonical form differs\n got: %s\nwant: %s", got, want)
 			}
-			if name == "values.json" {
-				return // refused in strict mode: TestJCSValuesStrict
+			if name == "values.json" || name == "structures.json" {
+				return // refused in strict mode: TestJCSStrict
 			}
 			if strict, err := fingerprint.Canonicalize(src, fingerprint.Limits{}); err != nil || string(strict) != string(want) {
 				t.Errorf("strict mode: %s, %v", strict, err)
@@ -60,21 +61,27 @@ func TestJCSVectors(t *testing.T) {
 	}
 }
 
-// TestJCSValuesStrict: the vector's 333333333.33333329 is a value no double
-// holds (its canonical form, 333333333.3333333, is another number), so the
-// default mode refuses the document and says which number.
-func TestJCSValuesStrict(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(jcsDir, "input", "values.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = fingerprint.Canonicalize(src, fingerprint.Limits{})
-	var fe *fingerprint.Error
-	if !errors.As(err, &fe) || !errors.Is(err, fingerprint.ErrInexactNumber) || fe.Path != "/numbers/0" {
-		t.Fatalf("got %v, want ErrInexactNumber at /numbers/0", err)
-	}
-	if want := "333333333.33333329 would become 333333333.3333333"; fe.Detail != want {
-		t.Errorf("detail %q, want %q", fe.Detail, want)
+// TestJCSStrict: two vectors hold what the default mode refuses, saying
+// where. values.json's 333333333.33333329 is a value no double holds (its
+// canonical form, 333333333.3333333, is another number); structures.json's
+// {"f":…,"F":5} holds two names Go's encoding/json takes for one.
+func TestJCSStrict(t *testing.T) {
+	for name, want := range map[string]struct {
+		kind         error
+		path, detail string
+	}{
+		"values.json":     {fingerprint.ErrInexactNumber, "/numbers/0", "333333333.33333329 would become 333333333.3333333"},
+		"structures.json": {fingerprint.ErrDuplicateKey, "/1/f/F", `"F" and "f" are one name to a case-insensitive decoder`},
+	} {
+		src, err := os.ReadFile(filepath.Join(jcsDir, "input", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = fingerprint.Canonicalize(src, fingerprint.Limits{})
+		var fe *fingerprint.Error
+		if !errors.As(err, &fe) || !errors.Is(err, want.kind) || fe.Path != want.path || fe.Detail != want.detail {
+			t.Errorf("%s: got %v, want %v at %s: %s", name, err, want.kind, want.path, want.detail)
+		}
 	}
 }
 

@@ -106,9 +106,12 @@ type Limits struct {
 
 	// Rounding is RFC 8785 as written: numbers are rounded to the nearest
 	// double (333333333.33333329 becomes 333333333.3333333, 1e-400 becomes
-	// 0). Never for fingerprints, where a rounded amount would share the
-	// fingerprint of another; it is there for the RFC's own test vectors and
-	// for tools that must agree with other RFC 8785 implementations.
+	// 0), and member names that only a case-insensitive decoder takes for
+	// one ("f" and "F") are accepted. Never for fingerprints, where a
+	// rounded amount would share the fingerprint of another, and a second
+	// name in another case would be what the upstream reads; it is there
+	// for the RFC's own test vectors and for tools that must agree with
+	// other RFC 8785 implementations.
 	Rounding bool
 }
 
@@ -248,6 +251,7 @@ func (p *parser) object() (any, error) {
 	}
 	p.pos++ // '{'
 	obj := map[string]any{}
+	var seen folds
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
@@ -262,10 +266,8 @@ func (p *parser) object() (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, dup := obj[name]; dup {
-			p.pos = keyAt
-			p.path = append(p.path, segment{name: name, index: -1})
-			return nil, p.fail(ErrDuplicateKey, strconv.Quote(name))
+		if err := p.duplicate(obj, &seen, name, keyAt); err != nil {
+			return nil, err
 		}
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
@@ -284,6 +286,27 @@ func (p *parser) object() (any, error) {
 			return obj, err
 		}
 	}
+}
+
+// duplicate refuses name, read at keyAt, if obj has it already, or has a
+// name a case-insensitive decoder takes for it (see folds).
+func (p *parser) duplicate(obj map[string]any, seen *folds, name string, keyAt int) error {
+	var detail string
+	switch _, dup := obj[name]; {
+	case dup:
+		detail = strconv.Quote(name)
+	case p.rounding:
+		return nil // RFC 8785 as written: names in other cases are others
+	default:
+		other, folded := seen.add(obj, name)
+		if !folded {
+			return nil
+		}
+		detail = foldDetail(name, other)
+	}
+	p.pos = keyAt
+	p.path = append(p.path, segment{name: name, index: -1})
+	return p.fail(ErrDuplicateKey, detail)
 }
 
 // next consumes the separator after a member or element: it reports true at

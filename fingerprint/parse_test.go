@@ -65,6 +65,15 @@ func TestParseRefuses(t *testing.T) {
 		{"bad hex", `"\u12g4"`, fingerprint.ErrInvalidEscape, "hex"},
 		{"duplicate", `{"a":{"b":1,"b":2}}`, fingerprint.ErrDuplicateKey, "path /a/b"},
 		{"duplicate after escape", `{"a":1,"\u0061":2}`, fingerprint.ErrDuplicateKey, `"a"`},
+		// Names a case-insensitive decoder takes for one (issue 24, 7.2):
+		// `when` reads the first, Go's encoding/json keeps the last.
+		{"case variant", `{"environment":"staging","Environment":"production"}`, fingerprint.ErrDuplicateKey,
+			`"Environment" and "environment" are one name to a case-insensitive decoder at offset 25 (path /Environment)`},
+		{"case variant nested", `{"a":{"ID":1,"x":2,"id":3}}`, fingerprint.ErrDuplicateKey, "path /a/id"},
+		{"long s", `{"status":"ok","\u017ftatus":"x"}`, fingerprint.ErrDuplicateKey, "path /ſtatus"},
+		{"kelvin sign", `{"\u212aey":1,"key":2}`, fingerprint.ErrDuplicateKey, "path /key"},
+		{"full folding", `{"straße":1,"STRASSE":2}`, fingerprint.ErrDuplicateKey, "path /STRASSE"},
+		{"dotted capital I", `{"İd":1,"i\u0307d":2}`, fingerprint.ErrDuplicateKey, "one name"},
 		{"too deep", deep, fingerprint.ErrTooDeep, "limit 64"},
 		{"inexact integer", `{"amount":9007199254740993}`, fingerprint.ErrInexactNumber, "path /amount"},
 		{"inexact negative", `[-12345678901234567890]`, fingerprint.ErrInexactNumber, "path /0"},
@@ -96,6 +105,17 @@ func TestParseRefuses(t *testing.T) {
 				t.Errorf("message %q does not say %q", err, c.where)
 			}
 		})
+	}
+}
+
+// TestParseKeepsNamesThatNoDecoderConflates: names that differ by more
+// than case stay apart, as do the same name in two objects.
+func TestParseKeepsNamesThatNoDecoderConflates(t *testing.T) {
+	for _, in := range []string{`{"a":{"A":1},"b":{"a":2}}`, `{"id":1,"ids":2,"i_d":3}`, `{"é":1,"e\u0301":2}`,
+		`{"Environment":"x","environments":[{"environment":1}]}`, `[{"a":1},{"A":2}]`} {
+		if _, err := fingerprint.Parse([]byte(in), fingerprint.Limits{}); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
 	}
 }
 

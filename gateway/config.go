@@ -54,12 +54,16 @@ type Config struct {
 	// (body_timeout, 30s; the whole request must be in within the sum of
 	// the two), an idle connection's life (idle_timeout, 2m),
 	// the size of its headers (max_header_bytes, 64KiB), and the number of
-	// connections served at once (max_conns, 4096; more wait to be accepted).
+	// connections served at once (max_conns, 4096; more wait to be
+	// accepted), of which one client address (an IPv6 /64) holds at most
+	// max_conns_per_client (a quarter of max_conns; behind a proxy or a
+	// load balancer, which is one client, set it to max_conns).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	BodyTimeout       time.Duration `yaml:"body_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes    Size          `yaml:"max_header_bytes"`
 	MaxConns          int           `yaml:"max_conns"`
+	MaxConnsPerClient int           `yaml:"max_conns_per_client"`
 	// MaxResponse bounds a stored upstream answer (1MiB).
 	MaxResponse Size `yaml:"max_response"`
 	// RecordDeadline bounds how long an outcome is retried against a store
@@ -288,6 +292,9 @@ func (c *Config) serverDefaults() {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 4096
+	}
+	if c.MaxConnsPerClient <= 0 {
+		c.MaxConnsPerClient = max(c.MaxConns/4, 1)
 	}
 }
 

@@ -53,16 +53,20 @@ func TestServerSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.ReadHeaderTimeout != 10*time.Second || cfg.BodyTimeout != 30*time.Second || cfg.IdleTimeout != 2*time.Minute ||
-		cfg.MaxHeaderBytes != 64<<10 || cfg.MaxConns != 4096 {
+		cfg.MaxHeaderBytes != 64<<10 || cfg.MaxConns != 4096 || cfg.MaxConnsPerClient != 1024 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
-	set := "read_header_timeout: 2s\nbody_timeout: 5s\nidle_timeout: 1m\nmax_header_bytes: 16KiB\nmax_conns: 100\n"
+	set := "read_header_timeout: 2s\nbody_timeout: 5s\nidle_timeout: 1m\nmax_header_bytes: 16KiB\nmax_conns: 100\n" +
+		"max_conns_per_client: 30\n"
 	if cfg, err = ParseConfig("gw.yaml", []byte(set+goodConfig)); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.ReadHeaderTimeout != 2*time.Second || cfg.BodyTimeout != 5*time.Second || cfg.IdleTimeout != time.Minute ||
-		cfg.MaxHeaderBytes != 16<<10 || cfg.MaxConns != 100 {
+		cfg.MaxHeaderBytes != 16<<10 || cfg.MaxConns != 100 || cfg.MaxConnsPerClient != 30 {
 		t.Fatalf("set: %+v", cfg)
+	}
+	if cfg, err = ParseConfig("gw.yaml", []byte("max_conns: 2\n"+goodConfig)); err != nil || cfg.MaxConnsPerClient != 1 {
+		t.Fatalf("a quarter of 2: %+v %v", cfg, err)
 	}
 }
 

@@ -3,44 +3,113 @@ package gateway
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
 
-// connLimit serves at most max connections at once. When all are taken
-// and another client connects, the connection idle the longest (a
-// keep-alive one, between requests) is closed to make room for it: idle
+// connLimit serves at most max connections at once, and at most
+// perClient of them for one client (an address, or an IPv6 /64). When all
+// are taken and another client connects, the connection idle the longest
+// (a keep-alive one, between requests) is closed to make room for it: idle
 // connections cost their holder nothing, so without this a few hundred
 // sockets that each sent one request could keep everyone else out for the
 // whole idle timeout. Connections in the middle of a request are never
 // closed here; their deadlines bound them. With none idle, the newcomer
-// waits, accepted but not yet read, until one ends or goes idle.
+// waits, accepted but not yet read, until one ends or goes idle. A client
+// at its own cap makes room the same way among its own connections only;
+// with none of them idle, its newcomer is closed at once: waiting would
+// hold up every other client's, and one client stalling in thousands of
+// connections must not take the slots the others are served in.
 type connLimit struct {
 	net.Listener
-	slots    chan struct{}
-	wentIdle chan struct{} // a connection went idle: one may be closed now
-	done     chan struct{}
-	once     sync.Once
-	mu       sync.Mutex
-	idle     map[*limitedConn]time.Time // since when
+	perClient int
+	slots     chan struct{}
+	wentIdle  chan struct{} // a connection went idle: one may be closed now
+	done      chan struct{}
+	once      sync.Once
+	mu        sync.Mutex
+	idle      map[*limitedConn]time.Time // since when
+	clients   map[netip.Prefix]int       // connections held, by client
 }
 
-func newConnLimit(ln net.Listener, max int) *connLimit {
-	return &connLimit{Listener: ln, slots: make(chan struct{}, max), wentIdle: make(chan struct{}, 1),
-		done: make(chan struct{}), idle: map[*limitedConn]time.Time{}}
+func newConnLimit(ln net.Listener, max, perClient int) *connLimit {
+	return &connLimit{Listener: ln, perClient: perClient, slots: make(chan struct{}, max),
+		wentIdle: make(chan struct{}, 1), done: make(chan struct{}), idle: map[*limitedConn]time.Time{},
+		clients: map[netip.Prefix]int{}}
 }
 
-// Accept takes the next connection, and a slot for it.
+// Accept takes the next connection whose client is under its cap, and a
+// slot for it.
 func (l *connLimit) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		client := clientOf(c.RemoteAddr())
+		if !l.admit(client) {
+			c.Close()
+			continue
+		}
+		if !l.acquire() {
+			l.leave(client)
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		return &limitedConn{Conn: c, l: l, client: client}, nil
 	}
-	if !l.acquire() {
-		c.Close()
-		return nil, net.ErrClosed
+}
+
+// clientOf is who a connection comes from, as the cap counts: its address,
+// or its IPv6 /64 (one host's share, as a provider hands them out); no
+// client (uncapped) for other than TCP.
+func clientOf(addr net.Addr) netip.Prefix {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return netip.Prefix{}
 	}
-	return &limitedConn{Conn: c, l: l}, nil
+	a := tcp.AddrPort().Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// admit counts a connection for client, closing the client's own
+// connection idle the longest if it is at its cap; false when none is.
+func (l *connLimit) admit(client netip.Prefix) bool {
+	if !client.IsValid() {
+		return true
+	}
+	for {
+		l.mu.Lock()
+		if l.clients[client] < l.perClient {
+			l.clients[client]++
+			l.mu.Unlock()
+			return true
+		}
+		oldest := l.takeLongestIdle(func(c *limitedConn) bool { return c.client == client })
+		l.mu.Unlock()
+		if oldest == nil {
+			return false
+		}
+		oldest.Close() // gives its count back
+	}
+}
+
+// leave gives back a connection client held.
+func (l *connLimit) leave(client netip.Prefix) {
+	if !client.IsValid() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.clients[client]--; l.clients[client] <= 0 {
+		delete(l.clients, client)
+	}
 }
 
 // acquire waits for a slot, closing idle connections to free one.
@@ -51,7 +120,12 @@ func (l *connLimit) acquire() bool {
 			return true
 		default:
 		}
-		l.closeLongestIdle()
+		l.mu.Lock()
+		oldest := l.takeLongestIdle(func(*limitedConn) bool { return true })
+		l.mu.Unlock()
+		if oldest != nil {
+			oldest.Close()
+		}
 		select {
 		case l.slots <- struct{}{}:
 			return true
@@ -62,19 +136,17 @@ func (l *connLimit) acquire() bool {
 	}
 }
 
-func (l *connLimit) closeLongestIdle() {
-	l.mu.Lock()
+// takeLongestIdle removes from the idle set, and returns, the connection
+// idle the longest of those match accepts (nil for none). l.mu is held.
+func (l *connLimit) takeLongestIdle(match func(*limitedConn) bool) *limitedConn {
 	var oldest *limitedConn
 	for c, since := range l.idle {
-		if oldest == nil || since.Before(l.idle[oldest]) {
+		if match(c) && (oldest == nil || since.Before(l.idle[oldest])) {
 			oldest = c
 		}
 	}
 	delete(l.idle, oldest)
-	l.mu.Unlock()
-	if oldest != nil {
-		oldest.Close()
-	}
+	return oldest
 }
 
 // Close stops accepting: a caller waiting for a slot gives up.
@@ -102,16 +174,21 @@ func (l *connLimit) track(c net.Conn, state http.ConnState) {
 	}
 }
 
-// limitedConn gives its slot back once, when closed.
+// limitedConn gives its slot, and its client's count, back once, when
+// closed.
 type limitedConn struct {
 	net.Conn
-	l    *connLimit
-	once sync.Once
+	l      *connLimit
+	client netip.Prefix
+	once   sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { <-c.l.slots })
+	c.once.Do(func() {
+		<-c.l.slots
+		c.l.leave(c.client)
+	})
 	return err
 }
 

@@ -107,10 +107,13 @@ func unhex(c byte) byte {
 
 // agentHeaders never reach the upstream: the agent's credentials, what it
 // claims about where the request came from (the gateway says it), what
-// would make the upstream run another method than the one authorised and
-// fingerprinted, and the gateway's own protocol.
+// would make the upstream run another method, or route to another path
+// (IIS, Symfony and Zend read X-Original-URL and X-Rewrite-URL as the
+// request's URL), than the one authorised and fingerprinted, and the
+// gateway's own protocol.
 var agentHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "Forwarded", "X-Real-Ip",
-	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", contract.HeaderKey, contract.HeaderPrefer}
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Url", "X-Rewrite-Url",
+	contract.HeaderKey, contract.HeaderPrefer}
 
 // stripAgentHeaders removes agentHeaders and every X-Forwarded-* header,
 // whatever the case of their names.

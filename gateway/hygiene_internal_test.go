@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"testing"
 
@@ -41,7 +42,28 @@ func TestOriginLocal(t *testing.T) {
 		{plain, "http://user@127.0.0.1:3000/x", "/x"},
 		{plain, "https://127.0.0.1:3000/tickets/1", ""}, // another origin
 		{plain, "http://127.0.0.1:3001/tickets/1", ""},
-		{plain, "http://localhost:3000/tickets/1", ""},
+		// Other spellings of the same origin (issue 24, 7.16): compared
+		// resolved, never as text.
+		{plain, "http://localhost:3000/tickets/1", "/tickets/1"},
+		{plain, "http://LocalHost.:3000/tickets/1", "/tickets/1"},
+		{plain, "http://app.localhost:3000/x", "/x"},
+		{plain, "http://[::ffff:127.0.0.1]:3000/x", "/x"},
+		{plain, "http://[::ffff:7f00:1]:3000/x", "/x"},
+		{plain, "http://127.0.0.1.:3000/x", "/x"},
+		{plain, "http://127.1:3000/x", "/x"},
+		{plain, "http://2130706433:3000/x", "/x"},
+		{plain, "http://0x7f.0.0.1:3000/x", "/x"},
+		{plain, "http://0177.0.0.1:3000/x", "/x"},
+		{plain, "http://127.0.0.1:03000/x", "/x"},
+		{plain, "http://127.0.0.2:3000/x", ""},
+		{plain, "http://[::1]:3000/x", ""}, // another address: maybe another server
+		{plain, "http://localhost:3001/x", ""},
+		{plain, "http://127.0.0.1:3000x/x", ""},
+		{plain, "http://localhost.example:3000/x", ""},
+		{plain, "http://0b1111111.0.0.1:3000/x", ""}, // not a WHATWG number
+		{plain, "http://127.0.0.1.1:3000/x", ""},
+		{prefixed, "https://api.example.:443/base/x", "/x"},
+		{prefixed, "https://API.EXAMPLE./base/x", "/x"},
 		{plain, "/tickets/1", ""},
 		{plain, "tickets/1", ""},
 		{plain, "urn:x:1", ""},
@@ -56,6 +78,32 @@ func TestOriginLocal(t *testing.T) {
 		got, ok := originOf(c.target).local(c.ref)
 		if ok != (c.want != "") || got != c.want {
 			t.Errorf("%s: local(%q) = %q, %v; want %q", c.target, c.ref, got, ok, c.want)
+		}
+	}
+}
+
+// TestOriginLocalByAddress: an upstream named by a host name is also
+// recognised at the addresses it resolves to, and one at localhost at
+// every loopback address localhost names.
+func TestOriginLocalByAddress(t *testing.T) {
+	named, _ := url.Parse("http://ops.internal:9090")
+	o := originOf(named)
+	if _, ok := o.local("http://10.1.2.3:9090/x"); ok {
+		t.Fatal("an address nobody resolved was taken for the upstream's")
+	}
+	o.resolved([]netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd00::5")})
+	for ref, want := range map[string]string{"http://10.1.2.3:9090/x": "/x", "http://[fd00::5]:9090/x": "/x",
+		"http://[::ffff:10.1.2.3]:9090/x": "/x", "http://167838211:9090/x": "/x", "http://10.1.2.4:9090/x": "",
+		"http://10.1.2.3:9091/x": ""} {
+		if got, ok := o.local(ref); ok != (want != "") || got != want {
+			t.Errorf("local(%q) = %q, %v; want %q", ref, got, ok, want)
+		}
+	}
+	local, _ := url.Parse("http://localhost:3000")
+	for ref, want := range map[string]string{"http://127.0.0.1:3000/x": "/x", "http://[::1]:3000/x": "/x",
+		"http://127.0.0.2:3000/x": ""} {
+		if got, ok := originOf(local).local(ref); ok != (want != "") || got != want {
+			t.Errorf("localhost: local(%q) = %q, %v; want %q", ref, got, ok, want)
 		}
 	}
 }

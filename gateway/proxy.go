@@ -29,7 +29,7 @@ type upstreamClient struct {
 	client *http.Client
 	plain  *httputil.ReverseProxy // for routes that are not recorded
 	log    *slog.Logger
-	origin origin // the upstream's own, to recognise it in Location
+	origin *origin // the upstream's own, to recognise it in Location
 }
 
 func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClient {
@@ -46,6 +46,7 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 	}
 	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.target), client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	uc.origin.resolve()
 	uc.plain = &httputil.ReverseProxy{
 		// The proxy has removed the hop-by-hop headers (keeping an
 		// upgrade's) and the X-Forwarded ones; direct does the rest.

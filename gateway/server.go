@@ -11,18 +11,18 @@ import (
 // stalled clients from holding it: deadlines on headers, bodies and idle
 // connections, a bound on header size and on connections served at once
 // (Config's read_header_timeout, body_timeout, idle_timeout,
-// max_header_bytes, max_conns). Every program that serves a gateway builds
+// max_header_bytes, max_conns, max_conns_per_client). Every program that serves a gateway builds
 // its server with NewServer, so that none of them forgets a limit.
 type Server struct {
-	srv      *http.Server
-	maxConns int
+	srv                 *http.Server
+	maxConns, perClient int
 }
 
 // NewServer builds the server of the gateway's whole HTTP surface, h
 // (its Front, around every plane it serves).
 func (g *Gateway) NewServer(h http.Handler) *Server {
 	c := g.cfg
-	return &Server{maxConns: c.MaxConns, srv: &http.Server{
+	return &Server{maxConns: c.MaxConns, perClient: c.MaxConnsPerClient, srv: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		// The whole request's deadline: a body that trickles, or that
@@ -40,9 +40,10 @@ func (g *Gateway) NewServer(h http.Handler) *Server {
 
 // Serve serves ln until Shutdown or Close, at most max_conns connections
 // at once: past them, the longest idle keep-alive connection is closed to
-// make room, and with none idle the newcomer waits until one ends.
+// make room, and with none idle the newcomer waits until one ends. One
+// client holds at most max_conns_per_client of them (see connLimit).
 func (s *Server) Serve(ln net.Listener) error {
-	l := newConnLimit(ln, s.maxConns)
+	l := newConnLimit(ln, s.maxConns, s.perClient)
 	s.srv.ConnState = l.track
 	return s.srv.Serve(l)
 }

@@ -52,7 +52,7 @@ func (m *Middleware) approvalRequest(req *request, in approval.Input) (*ledger.A
 		target += "?" + req.rawQuery
 	}
 	return &ledger.ApprovalRequest{ID: ledger.NewApprovalID(), Target: target, Summary: summary, Command: command,
-		Reversible: pol.Reversible(), RequestedBy: in.Principal.Name, Approvers: pol.Approvers(),
+		Headers: approvalHeaders(req.header, req.route), Reversible: pol.Reversible(), RequestedBy: in.Principal.Name, Approvers: pol.Approvers(),
 		TTL: pol.TTL(), ValidFor: pol.ValidFor()}, nil
 }
 

@@ -1,6 +1,7 @@
 package httpidem_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ type deployApp struct {
 	store   ledger.Store
 	srv     *httptest.Server
 	effects atomic.Int64
+	sent    atomic.Pointer[http.Header] // the headers of the last deployment
 }
 
 func newDeployApp(t *testing.T, s ledger.Store, cfg approval.Config) *deployApp {
@@ -58,6 +60,8 @@ func newDeployApp(t *testing.T, s ledger.Store, cfg approval.Config) *deployApp 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/services/{service}/deployments", func(w http.ResponseWriter, r *http.Request) {
 		n := a.effects.Add(1)
+		h := r.Header.Clone()
+		a.sent.Store(&h)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"deployment":"D-%d"}`, n)
@@ -439,6 +443,33 @@ func TestPolicyFailsOnRequest(t *testing.T) {
 		}
 		if _, err := s.GetByKey(t.Context(), "acme", "dep"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("reserved anyway: %v", err)
+		}
+	})
+}
+
+// TestApprovedRunSendsTheApprovedHeaders (issue 24, 7.7): the approval
+// keeps the headers of the request that asked for it (not its tracing,
+// content or key), and the retry that executes hands the handler those,
+// with its own trace: a header added or changed since never reaches it.
+func TestApprovedRunSendsTheApprovedHeaders(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newDeployApp(t, s, prodPolicy)
+		acc := accepted(t, a.deploy("dep-h", prod, "X-Target-Cluster", "eu-1", "Traceparent", "t1"))
+		shown, err := s.GetApproval(context.Background(), acc.Approval.ID)
+		if err != nil || shown.Headers.Get("X-Target-Cluster") != "eu-1" || shown.Headers.Get("Traceparent") != "" ||
+			shown.Headers.Get("Idempotency-Key") != "" || shown.Headers.Get("Content-Type") != "" {
+			t.Fatalf("the approval keeps %v (%v)", shown.Headers, err)
+		}
+		if d := a.decide("approve", alice, acc.Approval.ID, ""); d.status != 200 {
+			t.Fatalf("approve: %d %s", d.status, d.body)
+		}
+		run := a.deploy("dep-h", prod, "X-Target-Cluster", "us-1", "X-Dry-Run", "true", "Traceparent", "t2")
+		sent := *a.sent.Load()
+		if run.status != 201 || sent.Get("X-Target-Cluster") != "eu-1" || sent.Values("X-Dry-Run") != nil ||
+			sent.Get("Traceparent") != "t2" || sent.Get("Idempotency-Key") != "dep-h" ||
+			sent.Get("Content-Type") != "application/json" {
+			t.Fatalf("the approved run: %d, the handler got %v", run.status, sent)
 		}
 	})
 }

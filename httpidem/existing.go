@@ -140,6 +140,14 @@ func (m *Middleware) acquire(w http.ResponseWriter, r *http.Request, req *reques
 	case op.Approval != nil && op.Approval.Status == ledger.ApprovalApproved:
 		reason = "approved: executing"
 	}
+	if op.Approval != nil && req.route.Action == "" {
+		a, err := m.opts.Store.GetApproval(r.Context(), op.Approval.ID)
+		if err != nil {
+			m.problem(w, contract.ProblemFor(err), op)
+			return
+		}
+		r = asApproved(r, req.route, a.Headers)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
 	res, err := m.opts.Store.Acquire(ctx, ledger.AcquireParams{ID: op.ID, Lease: req.route.Lease,
 		Actor: m.opts.Actor, Reason: reason, Resend: resend, RunID: req.run, TraceID: req.trace})

@@ -33,6 +33,7 @@ type request struct {
 	headers   map[string]string
 	principal approval.Principal // set on routes that ask for approvals
 	reopened  bool               // this request tried to open a new approval
+	header    http.Header        // as received: an approval keeps it (approvalHeaders)
 	// The audit log's context: who (the principal's name), the agent run
 	// (Idempotency-Run), the W3C trace, and the target (method and path).
 	who, run, trace, target string
@@ -45,7 +46,7 @@ type request struct {
 // readRequest reads and checks everything about r before anything is
 // reserved: a refusal here changes nothing.
 func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contract.Problem) {
-	req := &request{route: rt}
+	req := &request{route: rt, header: r.Header}
 	var present bool
 	var err error
 	if rt.keyHeader != "" {

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"time"
@@ -49,6 +50,13 @@ type Approval struct {
 	Fingerprint string
 	Summary     string
 	Command     []byte // the validated command the fingerprint covers, canonical JSON
+	// Headers are the request's headers but its credentials, its tracing
+	// and its content's: what the approver is shown, and, with the
+	// executing attempt's own tracing, content and credentials, exactly
+	// what is sent (a retry adds nothing; issue 24, 7.7). Nil (unlike
+	// empty) means none were kept: an approval opened before they were,
+	// whose execution sends the attempt's headers as they are.
+	Headers     http.Header
 	Reversible  bool
 	RequestedBy string
 	Approvers   []string // roles that may decide
@@ -97,6 +105,7 @@ type ApprovalRequest struct {
 	Target      string
 	Summary     string
 	Command     []byte
+	Headers     http.Header // see Approval.Headers
 	Reversible  bool
 	RequestedBy string
 	Approvers   []string
@@ -120,6 +129,11 @@ func (r ApprovalRequest) Validate() error {
 		return invalid("an approval needs the roles that may decide")
 	case r.TTL < MinDuration || r.ValidFor < MinDuration:
 		return invalid("approval ttl %v and valid_for %v: want at least %v", r.TTL, r.ValidFor, MinDuration)
+	}
+	for name, values := range r.Headers {
+		if name == "" || !Holdable(name) || !Holdable(values...) {
+			return invalid("header %q: an approval shows its request's headers, which must be UTF-8 text", name)
+		}
 	}
 	return nil
 }

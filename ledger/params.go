@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,28 @@ func texts(required map[string]string, optional ...string) error {
 // cleanText reports whether s is valid UTF-8 without NUL, which PostgreSQL
 // cannot store in text and SQLite would truncate at.
 func cleanText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// Holdable reports whether every value is text a store can hold: a read
+// by an id, a key or a cursor that is not (op_x%00 in a URL) names
+// nothing, and is answered so by the store before its database refuses
+// it in words a caller must not be shown (issue 24, 7.6).
+func Holdable(values ...string) bool {
+	for _, v := range values {
+		if !cleanText(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Lookup is nil when every value is Holdable, and else ErrNotFound for
+// the read what: a store's single reads and pages start with it.
+func Lookup(what string, values ...string) error {
+	if Holdable(values...) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, ErrNotFound)
+}
 
 // State returns the state a new operation starts in.
 func (p ReserveParams) State() State {

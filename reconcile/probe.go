@@ -25,7 +25,9 @@ import (
 // Config is a route's `reconcile:` block.
 type Config struct {
 	// Probe is "METHOD /path?query", a text/template over .params, .query
-	// and .body of the write; every value is URL-escaped as it is put in.
+	// and .body of the write. It holds values ({{.body.ref}}, {{index
+	// .query.id 0}}) and no branches or loops; each value must be a string,
+	// an integer or a boolean, and is escaped for its place (see places.go).
 	Probe string `yaml:"probe"`
 	// Applied and NotApplied are CEL over the probe's answer: status (int),
 	// headers (map of name to list of values), body (its JSON, or null).
@@ -43,6 +45,7 @@ type Config struct {
 type Probe struct {
 	method              string
 	target              *template.Template
+	prefix              string // the template's literal path, up to its first value
 	applied, notApplied cel.Program
 	every, giveUp       time.Duration
 }
@@ -53,8 +56,9 @@ const costLimit = 1_000_000
 // maxTarget bounds a rendered probe request.
 const maxTarget = 2048
 
-// Compile checks everything it can at start-up: the template parses, its
-// method is one that reads, and both expressions type-check as bool.
+// Compile checks everything it can at start-up: the template parses and
+// holds only values whose place (path or query) its text tells, its method
+// is one that reads, and both expressions type-check as bool.
 func Compile(c Config) (*Probe, error) {
 	method, path, ok := strings.Cut(strings.TrimSpace(c.Probe), " ")
 	if !ok || (method != http.MethodGet && method != http.MethodHead) || !strings.HasPrefix(path, "/") {
@@ -64,7 +68,11 @@ func Compile(c Config) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe: %w", err)
 	}
-	p := &Probe{method: method, target: t, every: c.Every, giveUp: c.GiveUpAfter}
+	prefix, err := placeValues(t)
+	if err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	p := &Probe{method: method, target: t, prefix: prefix, every: c.Every, giveUp: c.GiveUpAfter}
 	if p.applied, err = compile("applied", c.Applied); err != nil {
 		return nil, err
 	}
@@ -104,65 +112,54 @@ func compile(name, src string) (cel.Program, error) {
 	return prg, nil
 }
 
-// Render is the probe request for one write: "GET /path?query". It must
-// stay on the upstream: an absolute or odd target is refused.
+// Render is the probe request for one write: "GET /path?query". Each
+// value must be a scalar (see scalar), and the result must pass Check; an
+// error names the value's place in the template, never the value, which
+// may be a secret of the body.
 func (p *Probe) Render(params map[string]string, query map[string][]string, body any) (string, error) {
 	var b bytes.Buffer
-	data := map[string]any{"params": escaped(params), "query": escaped(query), "body": escaped(body)}
+	data := map[string]any{"params": params, "query": query, "body": body}
 	if err := p.target.Execute(&b, data); err != nil {
+		var v *valueError
+		if errors.As(err, &v) {
+			return "", fmt.Errorf("probe: %w", v)
+		}
 		return "", fmt.Errorf("probe: %w", err)
 	}
-	target := b.String()
+	if err := p.Check(b.String()); err != nil {
+		return "", fmt.Errorf("probe: the rendered request %w", err)
+	}
+	return p.method + " " + b.String(), nil
+}
+
+// Check reports why target may not be sent as this probe, or nil: it must
+// be a path on the upstream (no scheme, host or fragment), under the
+// template's literal path, with no dot segment even once unescaped. The
+// reconciler checks a stored probe again before it sends it, so that one
+// rendered by an older version, or written by hand, is not trusted.
+func (p *Probe) Check(target string) error {
+	path, _, _ := strings.Cut(target, "?")
 	u, err := url.ParseRequestURI(target)
 	switch {
-	case err != nil, b.Len() > maxTarget, !strings.HasPrefix(target, "/"), strings.HasPrefix(target, "//"),
-		u.Host != "", strings.ContainsAny(target, " \t\r\n"):
-		return "", fmt.Errorf("probe: %q is not a path on the upstream", target)
+	case err != nil, len(target) > maxTarget, !strings.HasPrefix(target, "/"), strings.HasPrefix(target, "//"),
+		u.Scheme != "", u.Host != "", strings.ContainsAny(target, " \t\r\n#\\"):
+		return errors.New("is not a path on the upstream")
+	case !strings.HasPrefix(path, p.prefix):
+		return fmt.Errorf("is not under the probe's path %s", p.prefix)
 	}
-	return p.method + " " + target, nil
+	if dec, err := url.PathUnescape(path); err != nil || hasDotSegment(dec) {
+		return errors.New("holds a dot segment")
+	}
+	return nil
 }
 
-// escaped is v with every string escaped for a URL (a path segment or a
-// query value alike): a value that holds "&", "#", "/" or "%" must not
-// change which record the probe looks up.
-func escaped(v any) any {
-	switch v := v.(type) {
-	case string:
-		return strings.ReplaceAll(url.QueryEscape(v), "+", "%20")
-	case map[string]string:
-		out := make(map[string]any, len(v))
-		for k, x := range v {
-			out[k] = escaped(x)
-		}
-		return out
-	case map[string][]string:
-		out := make(map[string]any, len(v))
-		for k, xs := range v {
-			out[k] = escaped(anySlice(xs))
-		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, x := range v {
-			out[k] = escaped(x)
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, x := range v {
-			out[i] = escaped(x)
-		}
-		return out
+// checkRequest is Check of a stored probe, its method included: it only
+// reads, with its route's method.
+func (p *Probe) checkRequest(method, target string) error {
+	if method != p.method {
+		return fmt.Errorf("is not a %s", p.method)
 	}
-	return v
-}
-
-func anySlice(xs []string) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
+	return p.Check(target)
 }
 
 // Judge reads a probe's answer: applied, not applied, or inconclusive

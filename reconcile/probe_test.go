@@ -3,10 +3,12 @@ package reconcile
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -49,7 +51,7 @@ func TestRenderAndJudge(t *testing.T) {
 		t.Fatal(err)
 	}
 	for u, want := range map[string]string{"/evil.example/x": "GET /%2Fevil.example%2Fx", "A&reference=B#": "GET /A%26reference%3DB%23",
-		"a b\nHost: x": "GET /a%20b%0AHost%3A%20x", "../../admin": "GET /..%2F..%2Fadmin", "%zz": "GET /%25zz"} {
+		"a b\nHost: x": "GET /a%20b%0AHost%3A%20x", "..x/y..": "GET /..x%2Fy..", "%zz": "GET /%25zz"} {
 		if got, err := escape.Render(nil, nil, map[string]any{"url": u}); err != nil || got != want {
 			t.Errorf("%q rendered %q (%v), want %q: a value must not change the lookup", u, got, err, want)
 		}
@@ -81,5 +83,145 @@ func TestBackoffAndPatience(t *testing.T) {
 	}
 	if !strings.HasPrefix(p.method, "GET") {
 		t.Fatal(p.method)
+	}
+}
+
+// refundProbe is the adversarial tester's route (issue 24, 7.1): a value
+// of the write in the path, another in the query.
+func refundProbe(t *testing.T) *Probe {
+	t.Helper()
+	p, err := Compile(Config{Probe: "GET /v1/refunds/{{.body.ref}}/status?order={{.body.order}}",
+		Applied: "status == 200", NotApplied: "status == 404"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func doc(t *testing.T, text string) any {
+	t.Helper()
+	v, err := fingerprint.Parse([]byte(text), fingerprint.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestRenderTakesOnlyScalars: a value that is an object, a list or null
+// is no record's name; none is rendered, and the error names the place
+// in the template, never the value (it may be a secret of the body).
+func TestRenderTakesOnlyScalars(t *testing.T) {
+	p := refundProbe(t)
+	for _, body := range []string{
+		`{"ref":{"/../../../internal/payroll?x=":1},"order":"o1"}`, // a map key with dot segments and a query
+		`{"ref":{"R-1/status?order=VICTIM&x=":1},"order":"o1"}`,    // a map key that injects a query
+		`{"ref":["R-1"],"order":"o1"}`, `{"ref":null,"order":"o1"}`, `{"ref":1.5,"order":"o1"}`,
+		`{"ref":"R-1","order":{"a":"b"}}`,
+	} {
+		got, err := p.Render(nil, nil, doc(t, body))
+		if err == nil {
+			t.Errorf("%s rendered %q", body, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), ".body.") || strings.Contains(err.Error(), "payroll") ||
+			strings.Contains(err.Error(), "VICTIM") {
+			t.Errorf("%s: the error %q must name the place and not show the value", body, err)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"ref":"R-1","order":"o1"}`:  "GET /v1/refunds/R-1/status?order=o1",
+		`{"ref":42,"order":true}`:     "GET /v1/refunds/42/status?order=true",
+		`{"ref":1e2,"order":-7}`:      "GET /v1/refunds/100/status?order=-7",
+		`{"ref":"r é","order":"a+b"}`: "GET /v1/refunds/r%20%C3%A9/status?order=a%2Bb",
+	} {
+		if got, err := p.Render(nil, nil, doc(t, body)); err != nil || got != want {
+			t.Errorf("%s: %q %v, want %q", body, got, err, want)
+		}
+	}
+}
+
+// TestRenderRefusesDotSegments: ".." as a value climbs out of the
+// template's path; ".", "" and a value holding a dot segment between
+// slashes (which an upstream that decodes %2F would climb with) too.
+func TestRenderRefusesDotSegments(t *testing.T) {
+	p := refundProbe(t)
+	for _, ref := range []string{"..", ".", "", "../../admin", "a/../b", `..\x`, "x/."} {
+		if got, err := p.Render(nil, nil, map[string]any{"ref": ref, "order": "o1"}); err == nil {
+			t.Errorf("ref %q rendered %q", ref, got)
+		}
+	}
+	for _, order := range []string{"..", ".", ""} {
+		if got, err := p.Render(nil, nil, map[string]any{"ref": "R-1", "order": order}); err == nil {
+			t.Errorf("order %q rendered %q", order, got)
+		}
+	}
+	if got, err := p.Render(nil, nil, map[string]any{"ref": "a..b", "order": "../x"}); err != nil ||
+		got != "GET /v1/refunds/a..b/status?order=..%2Fx" {
+		t.Errorf("dots inside a value: %q %v", got, err)
+	}
+}
+
+// TestRenderEscapesByPlace: a value never adds a segment, a query
+// parameter or a fragment, wherever it stands.
+func TestRenderEscapesByPlace(t *testing.T) {
+	p := refundProbe(t)
+	got, err := p.Render(nil, nil, map[string]any{"ref": "R-1/status?order=VICTIM&x=", "order": "o1&order=VICTIM#f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, target, _ := strings.Cut(got, " ")
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.EscapedPath() != "/v1/refunds/R-1%2Fstatus%3Forder%3DVICTIM%26x%3D/status" ||
+		len(u.Query()) != 1 || u.Query().Get("order") != "o1&order=VICTIM#f" || u.Fragment != "" {
+		t.Fatalf("a value changed the lookup: %q", got)
+	}
+	q, err := Compile(Config{Probe: "GET /v1/refunds?ref={{index .query.ref 0}}&id={{.params.id}}",
+		Applied: "true", NotApplied: "false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = q.Render(map[string]string{"id": "7"}, map[string][]string{"ref": {"a&b=c"}}, nil)
+	if err != nil || got != "GET /v1/refunds?ref=a%26b%3Dc&id=7" {
+		t.Fatalf("query values: %q %v", got, err)
+	}
+	if got, err := q.Render(map[string]string{"id": "7"}, map[string][]string{"ref": {"a", "b"}}, nil); err != nil ||
+		got != "GET /v1/refunds?ref=a&id=7" {
+		t.Fatalf("the first of a query's values: %q %v", got, err)
+	}
+}
+
+// TestProbeStaysUnderItsPrefix: what the reconciler sends is checked
+// again when it is sent (a probe stored by an older version, or by hand,
+// is not trusted): it stays a path on the upstream, under the template's
+// literal prefix, with no dot segment.
+func TestProbeStaysUnderItsPrefix(t *testing.T) {
+	p := refundProbe(t)
+	for _, target := range []string{"/v1/refunds/R-1/status?order=o1", "/v1/refunds/x"} {
+		if err := p.Check(target); err != nil {
+			t.Errorf("%s: %v", target, err)
+		}
+	}
+	for _, target := range []string{"/internal/payroll", "/v1/refunds/map[/../../../internal/payroll?x=:1]/status?order=o1",
+		"/v1/refunds/../../internal", "/v1/refunds/%2e%2e/x", "//evil.example/v1/refunds/x", "http://evil.example/v1/refunds/x",
+		"/v1/refundsX", "/v1/refunds/x#frag", "/v1/refunds/a b"} {
+		if err := p.Check(target); err == nil {
+			t.Errorf("%s passed", target)
+		}
+	}
+}
+
+// TestCompileRefusesWhatCannotBeChecked: a probe whose values' places
+// cannot be known from its text (a branch, a loop, a sub-template), or
+// whose literal path climbs or names a fragment, is refused at start-up.
+func TestCompileRefusesWhatCannotBeChecked(t *testing.T) {
+	for _, probe := range []string{"GET /v1/x/{{if .body.a}}{{.body.a}}{{end}}", "GET /v1/{{range .body.a}}x{{end}}",
+		"GET /v1/{{with .body.a}}{{.}}{{end}}", `GET /v1/{{define "x"}}y{{end}}`, "GET /v1/../admin/{{.body.a}}",
+		"GET /v1/x/{{.body.a}}#top", "GET /v1/{{$x := .body.a}}"} {
+		if _, err := Compile(Config{Probe: probe, Applied: "true", NotApplied: "false"}); err == nil {
+			t.Errorf("%s compiled", probe)
+		}
 	}
 }

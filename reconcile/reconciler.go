@@ -141,6 +141,9 @@ func (r *Reconciler) settle(ctx context.Context, c ledger.ProbeClaim) (*ledger.O
 		return r.again(ctx, c, never, fmt.Sprintf("gave up: unknown for over %v, it waits for an operator", p.giveUp))
 	}
 	method, target, _ := strings.Cut(c.Op.Probe, " ")
+	if err := p.checkRequest(method, target); err != nil {
+		return r.again(ctx, c, never, fmt.Sprintf("the stored probe request %v: it waits for an operator", err))
+	}
 	ans, err := r.Send(ctx, c.Op.Route, method, target)
 	if err != nil {
 		return r.again(ctx, c, now.Add(p.Next(c.Lease.Probes)), fmt.Sprintf("probe %s failed: %v", c.Op.Probe, err))

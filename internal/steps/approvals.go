@@ -89,12 +89,13 @@ func Reopen(ctx context.Context, d Driver, p ledger.ReopenParams) (*ledger.Opera
 	}
 	// The new approval asks for the same thing on the same requester's
 	// behalf, whoever retried: else the requester could approve its own
-	// operation once another principal's retry reopened it.
+	// operation once another principal's retry reopened it, or a retry
+	// send headers the request that asked first did not carry.
 	prev, err := d.GetApproval(ctx, p.Previous)
 	if err != nil {
 		return nil, fmt.Errorf("reopen approval: %w", err)
 	}
-	p.Request.RequestedBy, p.Request.Summary = prev.RequestedBy, prev.Summary
+	p.Request.RequestedBy, p.Request.Summary, p.Request.Headers = prev.RequestedBy, prev.Summary, prev.Headers
 	op, err := d.Reopen(ctx, p)
 	if !errors.Is(err, ErrGuard) {
 		if err != nil {

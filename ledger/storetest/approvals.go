@@ -28,6 +28,7 @@ func runApprovals(t *testing.T, b Backend) {
 	t.Run("ApprovalConcurrencyKey", alone(b, testApprovalConcurrencyKey))
 	t.Run("ApprovalLapsedHolder", inParallel(b, testApprovalLapsedHolder))
 	t.Run("ApprovalList", inParallel(b, testApprovalList))
+	t.Run("ApprovalHeaders", inParallel(b, testApprovalHeaders))
 	t.Run("ApprovalPurge", inParallel(b, testApprovalPurge))
 	t.Run("RaceDecisions", inParallel(b, testRaceDecisions))
 	t.Run("RaceApprovedRetries", inParallel(b, testRaceApprovedRetries))

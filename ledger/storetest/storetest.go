@@ -64,6 +64,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ExpireLeases", inParallel(b, testExpireLeases))
 	t.Run("Retention", inParallel(b, testRetention))
 	t.Run("List", inParallel(b, testList))
+	t.Run("Lookups", inParallel(b, testLookups))
 	t.Run("Usage", inParallel(b, testUsage))
 	t.Run("RaceReserve", inParallel(b, testRaceReserve))
 	t.Run("RaceTwoHandles", inParallel(b, testRaceTwoHandles))

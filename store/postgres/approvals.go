@@ -15,7 +15,7 @@ import (
 
 // approvalColumns is the column list of an approval, in scanApproval's order.
 const approvalColumns = `id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
-	requested_by, approvers, status, created_at, expires_at, valid_for_us, decided_by, decided_at, note`
+	requested_by, approvers, status, created_at, expires_at, valid_for_us, decided_by, decided_at, note, headers`
 
 // us turns a parameter of microseconds into an interval.
 func us(param string) string { return param + `::bigint * interval '1 microsecond'` }
@@ -35,9 +35,9 @@ var reserveApprovalSQL = `WITH ins AS (
 	` + recorded("ins", "NULL::text", "ins.state", "ins.created_at", "$9", "'reserve for approval'") + ` FROM ins
 ), apr AS (
 	INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
-		requested_by, approvers, status, created_at, expires_at, valid_for_us)
+		requested_by, approvers, status, created_at, expires_at, valid_for_us, headers)
 	SELECT $10, id, tenant, key, route, $12, fingerprint, $13, $14, $15, $16, $17, 'pending', created_at,
-		approval_expires_at, $18::bigint FROM ins
+		approval_expires_at, $18::bigint, $24 FROM ins
 )
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
@@ -88,9 +88,9 @@ var reopenSQL = `WITH prev AS (
 	WHERE id = $2 AND status IN ('pending', 'approved') AND EXISTS (SELECT 1 FROM up)
 ), ins AS (
 	INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
-		requested_by, approvers, status, created_at, expires_at, valid_for_us)
+		requested_by, approvers, status, created_at, expires_at, valid_for_us, headers)
 	SELECT $3, id, tenant, key, route, $5, fingerprint, $6, $7, $8, $9, $10, 'pending', updated_at,
-		approval_expires_at, $11::bigint FROM up
+		approval_expires_at, $11::bigint, $12 FROM up
 )
 SELECT ` + opColumns + ` FROM up`
 
@@ -139,7 +139,7 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 	}, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, nullable(p.BusinessKey),
 		nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, a.ID, micros(a.TTL), a.Target, a.Summary,
 		string(a.Command), a.Reversible, a.RequestedBy, a.Approvers, micros(a.ValidFor), nullable(p.Principal),
-		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe))
+		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe), steps.HeaderText(a.Headers))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
@@ -152,6 +152,9 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 }
 
 func (d driver) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {
+	if err := ledger.Lookup("approval", id); err != nil {
+		return nil, err
+	}
 	a, err := scanApproval(d.read(ctx, selectApprovalSQL, id))
 	return a, mapErr("approval "+id, err)
 }
@@ -183,7 +186,7 @@ func (d driver) Reopen(ctx context.Context, p ledger.ReopenParams) (*ledger.Oper
 		op, err = scanOp(row)
 		return err
 	}, reopenSQL, p.OpID, p.Previous, r.ID, micros(r.TTL), r.Target, r.Summary, string(r.Command), r.Reversible,
-		r.RequestedBy, r.Approvers, micros(r.ValidFor))
+		r.RequestedBy, r.Approvers, micros(r.ValidFor), steps.HeaderText(r.Headers))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -205,6 +208,9 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, e
 
 // ListApprovals implements ledger.Store.
 func (s *Store) ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error) {
+	if err := ledger.Lookup("list approvals", p.Tenant, p.After); err != nil {
+		return ledger.ApprovalPage{}, err
+	}
 	limit := p.PageLimit()
 	var where strings.Builder
 	args := []any{p.After}
@@ -238,12 +244,16 @@ func scanApproval(row pgx.Row) (*ledger.Approval, error) {
 		validFor  int64
 		decidedBy *string
 		decidedAt *time.Time
+		headers   *string
 	)
 	err := row.Scan(&a.ID, &a.OpID, &a.Tenant, &a.Key, &a.Route, &a.Target, &a.Fingerprint, &a.Summary, &command,
 		&a.Reversible, &a.RequestedBy, &a.Approvers, &status, &a.CreatedAt, &a.ExpiresAt, &validFor, &decidedBy,
-		&decidedAt, &a.Note)
+		&decidedAt, &a.Note, &headers)
 	if err != nil {
 		return nil, err
+	}
+	if a.Headers, err = steps.ParseHeaders(deref(headers)); err != nil {
+		return nil, fmt.Errorf("approval %s: %w", a.ID, err)
 	}
 	a.Command, a.Status, a.ValidFor = []byte(command), ledger.ApprovalStatus(status), time.Duration(validFor)*time.Microsecond
 	a.DecidedBy, a.DecidedAt = deref(decidedBy), deref(decidedAt)

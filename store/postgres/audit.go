@@ -47,6 +47,9 @@ func events(ctx context.Context, q querier, query string, args ...any) ([]audit.
 
 // AuditEvents implements ledger.Store.
 func (s *Store) AuditEvents(ctx context.Context, p ledger.AuditParams) ([]audit.Event, error) {
+	if !ledger.Holdable(p.Tenant, p.OperationID) {
+		return nil, nil // as for any operation it does not hold
+	}
 	query := `SELECT ` + auditColumns + ` FROM idem_audit_events WHERE id > $1`
 	args := []any{p.After}
 	if p.Tenant != "" {

@@ -238,6 +238,9 @@ func (d driver) ExtendLease(ctx context.Context, l ledger.Lease, dur time.Durati
 }
 
 func (d driver) Get(ctx context.Context, id string) (*ledger.Operation, error) {
+	if err := ledger.Lookup("get", id); err != nil {
+		return nil, err
+	}
 	op, err := scanOp(d.read(ctx, selectByIDSQL, id))
 	return op, mapErr("get "+id, err)
 }

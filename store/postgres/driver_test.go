@@ -217,3 +217,27 @@ func TestLostRepliesAreTold(t *testing.T) {
 		}
 	}
 }
+
+// TestDriverWordsAreNeverShown (issue 24, 7.6): a value the database
+// refuses is ErrInvalid (a 422 whose detail is the error's text), or
+// ErrNotFound for a character it cannot hold (only a value looked up can
+// carry one: every value written is checked first); the driver's message,
+// which may quote the value, stays out of the text, and in the chain for
+// errors.As.
+func TestDriverWordsAreNeverShown(t *testing.T) {
+	for _, c := range []struct {
+		code string
+		kind error
+	}{
+		{"22021", ledger.ErrNotFound}, {"22P05", ledger.ErrNotFound},
+		{"22001", ledger.ErrInvalid}, {"23514", ledger.ErrInvalid},
+	} {
+		pgErr := &pgconn.PgError{Code: c.code, Message: `invalid byte sequence for encoding "UTF8": 0x00`}
+		err := mapErr("step", pgErr)
+		var got *pgconn.PgError
+		if !errors.Is(err, c.kind) || strings.Contains(err.Error(), "UTF8") || strings.Contains(err.Error(), "SQLSTATE") ||
+			!errors.As(err, &got) || got.Code != c.code {
+			t.Errorf("%s: %v; want %v, no driver words, the PgError in the chain", c.code, err, c.kind)
+		}
+	}
+}

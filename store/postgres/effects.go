@@ -212,6 +212,9 @@ func (s *Store) ResolveEffect(ctx context.Context, p ledger.EffectResolveParams)
 
 // Effects implements ledger.Store.
 func (s *Store) Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error) {
+	if !ledger.Holdable(tenant, operationKey) {
+		return nil, nil // as for any key it does not hold
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = $1 AND op_key = $2
 		ORDER BY seq`, tenant, operationKey)
 	if err != nil {
@@ -223,6 +226,9 @@ func (s *Store) Effects(ctx context.Context, tenant, operationKey string) ([]*le
 
 // GetEffect implements ledger.Store.
 func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error) {
+	if err := ledger.Lookup("effect", id); err != nil {
+		return nil, err
+	}
 	e, err := scanEffect(s.pool.QueryRow(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE id = $1`, id))
 	return e, mapErr("effect "+id, err)
 }

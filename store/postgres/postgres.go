@@ -213,10 +213,15 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("%s: %w", op, ledger.ErrConcurrencyLocked)
 		case pgErr.Code == "42P01": // undefined_table
 			return fmt.Errorf("%s: %w", op, ledger.ErrNoSchema)
+		case pgErr.Code == "22021", pgErr.Code == "22P05":
+			// A character text cannot hold (NUL, bytes that are not
+			// UTF-8): every value written is checked first (ledger), so
+			// it is a value looked up, and no row holds it.
+			return fmt.Errorf("%s: %w: %w", op, ledger.ErrNotFound, quiet{pgErr})
 		case pgErr.Code[:2] == "22", pgErr.Code[:2] == "23":
 			// Data exceptions and integrity violations: values the checks
 			// in ledger should have refused, refused by the database instead.
-			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, err)
+			return fmt.Errorf("%s: %w: %w", op, ledger.ErrInvalid, quiet{pgErr})
 		}
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.As(err, &connErr), pgconn.SafeToRetry(err), errors.Is(err, puddle.ErrClosedPool):
@@ -233,6 +238,14 @@ func mapErr(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// quiet is a refusal of the database, kept in the chain (errors.As finds
+// the PgError) but said in its own words: the driver's may quote a value
+// of the request, and an invalid_command shows a caller the error's text.
+type quiet struct{ err *pgconn.PgError }
+
+func (q quiet) Error() string { return "a value the database refuses" }
+func (q quiet) Unwrap() error { return q.err }
 
 // unavailableClass reports whether a server error means the server cannot
 // do the work now, rather than that the request was wrong: connection

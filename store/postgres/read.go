@@ -20,6 +20,9 @@ func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 
 // GetByKey implements ledger.Store.
 func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+	if err := ledger.Lookup("get by key", tenant, key); err != nil {
+		return nil, err
+	}
 	op, err := scanOp(s.pool.QueryRow(ctx,
 		`SELECT `+opColumns+` FROM idem_operations WHERE tenant = $1 AND key = $2`, tenant, key))
 	return op, mapErr("get by key", err)
@@ -28,6 +31,9 @@ func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Opera
 // List implements ledger.Store. The query text depends on which filters are
 // set, so each variant gets a plan that uses the (tenant, state, id) index.
 func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, error) {
+	if err := ledger.Lookup("list", p.Tenant, p.After); err != nil {
+		return ledger.Page{}, err
+	}
 	limit := p.PageLimit()
 	query := `SELECT ` + opColumns + ` FROM idem_operations WHERE id > $1`
 	args := []any{p.After}
@@ -55,6 +61,9 @@ func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, err
 // History implements ledger.Store: the transition events of the
 // operation, in the order they were recorded.
 func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) {
+	if !ledger.Holdable(id) {
+		return nil, nil // as for any id it does not hold
+	}
 	rows, err := s.pool.Query(ctx, `SELECT coalesce(from_state, ''), to_state, at, actor, coalesce(reason, '')
 		FROM idem_audit_events WHERE operation_id = $1 AND to_state IS NOT NULL ORDER BY id`, id)
 	if err != nil {

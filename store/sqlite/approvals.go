@@ -14,7 +14,7 @@ import (
 
 // approvalColumns is the column list of an approval, in scanApproval's order.
 const approvalColumns = `id, op_id, tenant, key, route, target, fingerprint, summary, command, reversible,
-	requested_by, approvers, status, created_at, expires_at, valid_for_us, decided_by, decided_at, note`
+	requested_by, approvers, status, created_at, expires_at, valid_for_us, decided_by, decided_at, note, headers`
 
 // reserveApprovalSQL reserves an operation prepared with a pending
 // approval; insertApprovalSQL then writes the approval, in the same batch
@@ -29,8 +29,8 @@ ON CONFLICT DO NOTHING
 RETURNING created_at, expires_at`
 
 const insertApprovalSQL = `INSERT INTO idem_approvals (id, op_id, tenant, key, route, target, fingerprint, summary,
-	command, reversible, requested_by, approvers, status, created_at, expires_at, valid_for_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', ?13, ?13 + ?14, ?15)
+	command, reversible, requested_by, approvers, status, created_at, expires_at, valid_for_us, headers)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', ?13, ?13 + ?14, ?15, ?16)
 RETURNING id`
 
 // decideSQL decides a pending approval, guarded by everything a decision
@@ -93,7 +93,7 @@ func (d driver) insertApproval(ctx context.Context, opID string, p ledger.Reserv
 	var id string
 	err = queryRow(ctx, d.q, insertApprovalSQL, a.ID, opID, p.Tenant, p.Key, p.Route, a.Target, p.Fingerprint,
 		a.Summary, string(a.Command), a.Reversible, a.RequestedBy, string(approvers), created,
-		a.TTL.Microseconds(), a.ValidFor.Microseconds()).Scan(&id)
+		a.TTL.Microseconds(), a.ValidFor.Microseconds(), steps.HeaderText(a.Headers)).Scan(&id)
 	return whole("insert approval", err)
 }
 
@@ -182,6 +182,9 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*ledger.Approval, e
 
 // ListApprovals implements ledger.Store.
 func (s *Store) ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error) {
+	if err := ledger.Lookup("list approvals", p.Tenant, p.After); err != nil {
+		return ledger.ApprovalPage{}, err // a cursor no id can be, as PostgreSQL answers it
+	}
 	limit := p.PageLimit()
 	query := `SELECT ` + approvalColumns + ` FROM idem_approvals WHERE id > ?`
 	args := []any{p.After}
@@ -212,16 +215,20 @@ func scanApproval(r row) (*ledger.Approval, error) {
 		a                          ledger.Approval
 		command, approvers, status string
 		created, expires, validFor int64
-		decidedBy                  sql.NullString
+		decidedBy, headers         sql.NullString
 		decidedAt                  sql.NullInt64
 	)
 	err := r.Scan(&a.ID, &a.OpID, &a.Tenant, &a.Key, &a.Route, &a.Target, &a.Fingerprint, &a.Summary, &command,
-		&a.Reversible, &a.RequestedBy, &approvers, &status, &created, &expires, &validFor, &decidedBy, &decidedAt, &a.Note)
+		&a.Reversible, &a.RequestedBy, &approvers, &status, &created, &expires, &validFor, &decidedBy, &decidedAt, &a.Note,
+		&headers)
 	if err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(approvers), &a.Approvers); err != nil {
 		return nil, fmt.Errorf("approval %s: approvers: %w", a.ID, err)
+	}
+	if a.Headers, err = steps.ParseHeaders(headers.String); err != nil {
+		return nil, fmt.Errorf("approval %s: %w", a.ID, err)
 	}
 	a.Command, a.Status = []byte(command), ledger.ApprovalStatus(status)
 	a.CreatedAt, a.ExpiresAt, a.ValidFor = fromMicro(created), fromMicro(expires), time.Duration(validFor)*time.Microsecond

@@ -21,6 +21,9 @@ func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Opera
 
 // List implements ledger.Store.
 func (s *Store) List(ctx context.Context, p ledger.ListParams) (ledger.Page, error) {
+	if err := ledger.Lookup("list", p.Tenant, p.After); err != nil {
+		return ledger.Page{}, err // a cursor no id can be, as PostgreSQL answers it
+	}
 	limit := p.PageLimit()
 	query := `SELECT ` + opColumns + ` FROM idem_operations WHERE id > ?`
 	args := []any{p.After}

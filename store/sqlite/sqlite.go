@@ -147,6 +147,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 	}
 	setDefaults(&opts)
+	createPrivate(path)
 	s := &Store{path: path, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		sync: mode, relaxed: opts.Relaxed || weak(mode), minFree: max(opts.MinFree, 0)}
 	s.Steps = steps.On(writerExec{s})
@@ -159,6 +160,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.files = identify(path, path+"-wal")
 	return s, nil
+}
+
+// createPrivate creates the store's file, empty (an empty database to
+// SQLite), with mode 0600, unless it exists: it holds stored answers and
+// approval commands, and SQLite gives its -wal and -shm files the main
+// file's mode. An existing file keeps the mode its owner gave it. A
+// failure is left for SQLite to report as it opens the file, in its words.
+func createPrivate(path string) {
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	}
 }
 
 func setDefaults(o *Options) {

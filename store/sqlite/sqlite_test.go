@@ -305,3 +305,22 @@ func lockFile(t *testing.T, path string) heldLock {
 		db.Close()
 	}}
 }
+
+// TestStoreFilesArePrivate (issue 24, 7.16): the store holds stored
+// answers and approval commands; its file, and the -wal and -shm files
+// SQLite makes beside it (with the main file's mode), are created 0600
+// whatever the umask allows.
+func TestStoreFilesArePrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "private.db")
+	s := dbtest.SQLiteAt(t, path)
+	storetest.Reserved(t, s) // a write: the WAL and its index exist
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := info.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", filepath.Base(f), mode)
+		}
+	}
+}

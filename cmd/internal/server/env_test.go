@@ -234,8 +234,20 @@ routes:
 %s`
 
 func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
+	return newEnvWith(t, store, dsn, extraRoutes, nil)
+}
+
+// newEnvWith is newEnv whose upstream "bare" is served by bare, if given:
+// an upstream a test needs to behave as the counting one does not.
+func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare http.Handler) *env {
 	up := newUpstream(t)
-	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), up.srv.URL,
+	bareURL := up.srv.URL
+	if bare != nil {
+		srv := httptest.NewServer(bare)
+		t.Cleanup(srv.Close)
+		bareURL = srv.URL
+	}
+	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), bareURL,
 		sha("agent-token"), sha("alice-token"), sha("globex-token"), extraRoutes)
 	path := filepath.Join(t.TempDir(), "gw.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {

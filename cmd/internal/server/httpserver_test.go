@@ -91,7 +91,10 @@ const (
 // within its deadlines, and legitimate requests are served meanwhile.
 // Nothing a stalled client sent is reserved or forwarded.
 func TestSlowClientsAreCutWhileOthersAreServed(t *testing.T) {
-	s := serve(t, fmt.Sprintf("read_header_timeout: %s\nbody_timeout: %s\nmax_conns: 1000\n", slowDeadline, slowDeadline))
+	// Every connection is the test's, one client: its own cap (which would
+	// close the stalled ones past it at once) never binds, the deadlines do.
+	s := serve(t, fmt.Sprintf("read_header_timeout: %s\nbody_timeout: %s\nmax_conns: 1000\nmax_conns_per_client: 1000\n",
+		slowDeadline, slowDeadline))
 	prefixes := []string{
 		"POST /v1/tickets HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer agent-token\r\n",
 		"POST /v1/tickets HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer guess\r\nContent-Length: 100\r\n\r\n{",
@@ -187,11 +190,13 @@ func TestBodyDeadlineSparesWaitsAndSlowUpstreams(t *testing.T) {
 // open and idle (keep-alive); it returns the reader of what comes back.
 func holdIdle(t *testing.T, addr string) *bufio.Reader {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	return holdIdleFrom(t, "127.0.0.1", addr)
+}
+
+// holdIdleFrom is holdIdle for the client at ip.
+func holdIdleFrom(t *testing.T, ip, addr string) *bufio.Reader {
+	t.Helper()
+	conn := dialFrom(t, ip, addr)
 	br := bufio.NewReader(conn)
 	fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
@@ -213,7 +218,8 @@ func closed(br *bufio.Reader) bool {
 // keep-alive connection cannot keep everyone else out for the idle
 // timeout; the other idle one is left alone.
 func TestIdleConnectionsMakeRoom(t *testing.T) {
-	s := serve(t, "max_conns: 2\nidle_timeout: 1h\n")
+	// Every connection is the test's, one client: its own cap never binds.
+	s := serve(t, "max_conns: 2\nmax_conns_per_client: 3\nidle_timeout: 1h\n")
 	older := holdIdle(t, s.addr)
 	time.Sleep(10 * time.Millisecond)
 	newer := holdIdle(t, s.addr)
@@ -239,7 +245,8 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 // middle of a request (stalled in its headers), a newcomer waits until the
 // header deadline frees one, and is then served.
 func TestConnectionsAreCapped(t *testing.T) {
-	s := serve(t, fmt.Sprintf("max_conns: 2\nread_header_timeout: %s\n", slowDeadline))
+	// Every connection is the test's, one client: its own cap never binds.
+	s := serve(t, fmt.Sprintf("max_conns: 2\nmax_conns_per_client: 3\nread_header_timeout: %s\n", slowDeadline))
 	stalled := make(chan error, 2)
 	for range 2 {
 		go func() { _, err := stall(s.addr, "GET /healthz HTTP/1.1\r\nHost: gw\r\n"); stalled <- err }()
@@ -259,6 +266,86 @@ func TestConnectionsAreCapped(t *testing.T) {
 		if err := <-stalled; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// dialFrom connects to addr from the local address ip: each address of
+// 127/8 is this machine, and another client to the gateway.
+func dialFrom(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: slack}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// open reports whether conn is still open: nothing comes back, not even
+// its close, for a moment.
+func open(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, err := conn.Read(make([]byte, 1))
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// TestOneClientCannotHoldEverySlot (issue 24, 7.16): a client that opens
+// many connections and stalls in each holds max_conns_per_client of them
+// (a quarter of max_conns by default); the others are closed as they come,
+// and another client is served at once.
+func TestOneClientCannotHoldEverySlot(t *testing.T) {
+	s := serve(t, "max_conns: 8\nread_header_timeout: 1h\n")
+	var held []net.Conn
+	for range 20 {
+		conn := dialFrom(t, "127.0.0.2", s.addr)
+		fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: gw\r\n")
+		held = append(held, conn)
+	}
+	s.client.Timeout = 3 * time.Second // the stalled ones would hold it for an hour
+	resp, err := s.client.Get("http://" + s.addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("another client, while one stalls in 20 connections: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	n := 0
+	for _, conn := range held {
+		if open(conn) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("the stalling client holds %d connections, want 2 of 8", n)
+	}
+}
+
+// TestAClientsIdleConnectionMakesRoomForIt: at its own cap, a client's
+// newcomer is served by closing that client's connection idle the longest,
+// never another client's.
+func TestAClientsIdleConnectionMakesRoomForIt(t *testing.T) {
+	s := serve(t, "max_conns: 8\nmax_conns_per_client: 2\nidle_timeout: 1h\n")
+	other := holdIdle(t, s.addr) // 127.0.0.1
+	var idle []*bufio.Reader
+	for range 2 {
+		idle = append(idle, holdIdleFrom(t, "127.0.0.3", s.addr))
+		time.Sleep(10 * time.Millisecond)
+	}
+	third := dialFrom(t, "127.0.0.3", s.addr)
+	fmt.Fprint(third, "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+	_ = third.SetReadDeadline(time.Now().Add(slack))
+	if resp, err := http.ReadResponse(bufio.NewReader(third), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a third connection at the client's cap, two idle: %v %v", resp, err)
+	}
+	if !closed(idle[0]) {
+		t.Fatal("the client's connection idle the longest is still open")
+	}
+	stillOpen := make(chan bool, 2)
+	go func() { stillOpen <- !closed(idle[1]) }()
+	go func() { stillOpen <- !closed(other) }()
+	select {
+	case <-stillOpen:
+		t.Fatal("another idle connection was closed for the newcomer")
+	case <-time.After(200 * time.Millisecond):
 	}
 }
 

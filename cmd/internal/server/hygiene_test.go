@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -61,6 +62,10 @@ func newRecorder(t *testing.T) *recorder {
 			w.Header().Set("Location", prefix+"/v1/things/1")
 		case "other":
 			w.Header().Set("Location", "https://elsewhere.example/v1/things/1")
+		case "spelled": // the upstream's own origin, spelled otherwise
+			_, port, _ := net.SplitHostPort(r.Host)
+			w.Header().Set("Location", "http://localhost.:"+port+prefix+"/v1/things/1")
+			w.Header().Set("Content-Location", "http://[::ffff:127.0.0.1]:"+port+prefix+"/v1/things/2")
 		}
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"n":%d}`, len(u.got))
@@ -273,8 +278,9 @@ func TestConnectionNamedHeadersAreRemoved(t *testing.T) {
 }
 
 // TestAgentHeadersNeverReachTheUpstream: the agent's credentials, cookies,
-// forwarding claims and method overrides stay at the gateway, which says
-// itself where the request came from.
+// forwarding claims, method overrides and URL overrides (X-Original-URL,
+// X-Rewrite-URL, which IIS and Symfony-style servers route by) stay at the
+// gateway, which says itself where the request came from.
 func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
 	t.Parallel()
 	e := newHygieneEnv(t)
@@ -287,9 +293,10 @@ func TestAgentHeadersNeverReachTheUpstream(t *testing.T) {
 				"Proxy-Authorization": {"Basic YWdlbnQ6c2VjcmV0"}, "Forwarded": {"for=6.6.6.6;proto=https"},
 				"X-Forwarded-For": {"6.6.6.6"}, "X-Forwarded-Host": {"admin.internal"}, "X-Forwarded-Proto": {"https"},
 				"X-Forwarded-Prefix": {"/admin"}, "X-Real-Ip": {"6.6.6.6"}, "X-Http-Method-Override": {"DELETE"},
-				"X-Http-Method": {"DELETE"}, "X-Method-Override": {"DELETE"}}), before)
+				"X-Http-Method": {"DELETE"}, "X-Method-Override": {"DELETE"}, "X-Original-Url": {"/v1/admin-only"},
+				"X-Rewrite-Url": {"/v1/admin-only"}}), before)
 			for _, h := range []string{"Cookie", "Proxy-Authorization", "Forwarded", "X-Forwarded-Prefix", "X-Real-Ip",
-				"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} {
+				"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Url", "X-Rewrite-Url"} {
 				if v := got.header.Values(h); v != nil {
 					t.Errorf("the upstream got %s: %q", h, v)
 				}
@@ -343,7 +350,8 @@ func TestRepeatedCredentialsAndKeysAreRefused(t *testing.T) {
 
 // TestUpstreamLocationIsTheGatewaysPath: a Location or Content-Location
 // at the upstream's own origin becomes the gateway's path, its prefix
-// stripped, on the first answer, its replay, and reads; other origins stay.
+// stripped, on the first answer, its replay, and reads, however it is
+// spelled (localhost., [::ffff:127.0.0.1]); other origins stay.
 func TestUpstreamLocationIsTheGatewaysPath(t *testing.T) {
 	t.Parallel()
 	e := newHygieneEnv(t)
@@ -355,6 +363,7 @@ func TestUpstreamLocationIsTheGatewaysPath(t *testing.T) {
 				{"/v2/things/1", "self", "/v1/things/1?view=full#top", "/v1/things/1"},
 				{"/v2/things/1", "path", "/v1/things/1", ""},
 				{"/v1/things/1", "other", "https://elsewhere.example/v1/things/1", ""},
+				{"/v2/things/1", "spelled", "/v1/things/1", "/v1/things/2"},
 			} {
 				h := http.Header{"X-Answer-Location": {c.answer}, "Idempotency-Key": {fmt.Sprintf("loc-%d", e.keys)}}
 				before, _ := e.up.requests()

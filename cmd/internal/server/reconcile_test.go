@@ -2,7 +2,12 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"path"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +99,89 @@ func TestReconcileFromProof(t *testing.T) {
 			Routes: []string{"POST /v1/failing/probed"}, Limit: 10, Lease: time.Minute})
 		if err != nil || len(cs) != 0 {
 			t.Fatalf("given up, it was claimed again: %+v %v", cs, err)
+		}
+	})
+}
+
+// resolvingUpstream plays an upstream that resolves dot segments itself
+// (as many frameworks do) and keeps an internal document next to its
+// refunds; it answers every refund with 500, so that each one is unknown.
+type resolvingUpstream struct {
+	mu   sync.Mutex
+	seen []string // every probe, as its request line named it
+}
+
+func (u *resolvingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		w.WriteHeader(500)
+		return
+	}
+	u.mu.Lock()
+	u.seen = append(u.seen, r.RequestURI)
+	u.mu.Unlock()
+	switch p := path.Clean(r.URL.Path); {
+	case p == "/internal/payroll":
+		_, _ = io.WriteString(w, `{"salaries":"secret"}`)
+	case p == "/v1/refunds/R-1/status" && r.URL.RawQuery == "order=o1":
+		_, _ = io.WriteString(w, `{"status":"refunded"}`)
+	default:
+		w.WriteHeader(404)
+	}
+}
+
+func (u *resolvingUpstream) probes() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.seen)
+}
+
+// TestProbeValuesCannotSteerTheProbe (issue 24, 7.1): a field of the
+// write names one record, never another path or query of the upstream.
+// An object (whose keys a template would print raw), a dot segment or an
+// empty value leaves no probe (the operation waits for an operator, and
+// the log says why without the value); a value with "/", "?" or "&" is
+// escaped in its place.
+func TestProbeValuesCannotSteerTheProbe(t *testing.T) {
+	routes := `  - match: POST /v1/refunds
+    upstream: bare
+    reconcile: {probe: 'GET /v1/refunds/{{.body.ref}}/status?order={{.body.order}}', applied: 'status == 200',
+                not_applied: 'status == 404', every: 1ms}
+`
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		up := &resolvingUpstream{}
+		e := newEnvWith(t, db.Open(t), db.DSN, routes, up)
+		refused := map[string]string{
+			"map-dots":  `{"ref":{"/../../../internal/payroll?x=":1},"order":"o1"}`,
+			"map-query": `{"ref":{"R-1/status?order=VICTIM&x=":1},"order":"o1"}`,
+			"dot-dot":   `{"ref":"..","order":"o1"}`,
+		}
+		for key, body := range refused {
+			if r := e.do("POST", "/v1/refunds", "agent-token", body, "Idempotency-Key", key); r.status != 500 {
+				t.Fatalf("%s: %d %s", key, r.status, r.body)
+			}
+		}
+		e.do("POST", "/v1/refunds", "agent-token", `{"ref":"R-1/status?order=VICTIM&x=","order":"o1"}`, "Idempotency-Key", "escaped")
+		e.do("POST", "/v1/refunds", "agent-token", `{"ref":"R-1","order":"o1"}`, "Idempotency-Key", "honest")
+		if _, err := e.g.Reconciler().Once(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"/v1/refunds/R-1%2Fstatus%3Forder%3DVICTIM%26x%3D/status?order=o1", "/v1/refunds/R-1/status?order=o1"}
+		if got := up.probes(); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+			t.Fatalf("the upstream was probed with %q, want %q", got, want)
+		}
+		for key := range refused {
+			op, _ := e.store.GetByKey(context.Background(), "acme", key)
+			if op.State != ledger.Unknown || op.Probe != "" {
+				t.Errorf("%s: %s, probe %q", key, op.State, op.Probe)
+			}
+		}
+		if op, _ := e.store.GetByKey(context.Background(), "acme", "honest"); op.State != ledger.Succeeded {
+			t.Fatalf("the honest refund: %s", op.State)
+		}
+		logs := e.logs.String()
+		if !strings.Contains(logs, "is an object") || !strings.Contains(logs, "is a dot segment") ||
+			strings.Contains(logs, "payroll") || strings.Contains(logs, "VICTIM") {
+			t.Fatalf("the log must say why, never with the value: %s", logs)
 		}
 	})
 }
