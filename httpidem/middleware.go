@@ -137,6 +137,7 @@ func New(opts Options) (*Middleware, error) {
 	if opts.ReplayCache > 0 && !ledger.IsRelaxed(opts.Store) {
 		m.cache = newReplayCache(opts.ReplayCache)
 	}
+	m.announce(routes)
 	return m, nil
 }
 

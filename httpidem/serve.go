@@ -54,16 +54,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
 	res, err := m.reserve(ctx, req, apr)
 	cancel()
+	req.created = err == nil && res.Created
 	switch {
 	case err != nil:
 		m.reserveFailed(ctx, err, res.Op)
-		if errors.Is(err, ledger.ErrFingerprintMismatch) && res.Op != nil {
-			req.retry = retryOf(res.Op) // the key's reuse, with another request
-		}
 		m.noteRefusal(req, err, res.Op)
 		m.problem(w, contract.ProblemFor(err), res.Op)
 	case res.Owned():
-		req.created = res.Created
 		live = m.run(w, r, req, res, next)
 	case res.Created: // prepared, waiting for its approval
 		live = true

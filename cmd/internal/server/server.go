@@ -42,7 +42,8 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: store, log: log, metrics: metrics.New(metrics.Options{Store: store})}
+	s := &Server{cfg: cfg, store: store, log: log,
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}
@@ -59,6 +60,16 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 		return nil, err
 	}
 	return s, nil
+}
+
+// tenants are the tenants of the configuration's principals: the only
+// ones that can make operations, so the metrics' series start with them.
+func tenants(cfg *gateway.Config) []string {
+	out := make([]string, 0, len(cfg.Principals))
+	for _, p := range cfg.Principals {
+		out = append(out, p.Tenant)
+	}
+	return out
 }
 
 // deps are the gateway's collaborators: the metrics observe its requests,
