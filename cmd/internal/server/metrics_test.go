@@ -39,7 +39,7 @@ var indicators = map[string]string{
 // metricsText reads /metrics.
 func (e *env) metricsText() string {
 	e.t.Helper()
-	r := e.do("GET", "/metrics", "", "")
+	r := e.do("GET", "/metrics", "scraper-token", "")
 	if r.status != 200 {
 		e.t.Fatalf("/metrics: %d %s", r.status, r.body)
 	}
@@ -276,6 +276,24 @@ func TestMetricsFamiliesFromTheStart(t *testing.T) {
 	} {
 		if !strings.Contains(text, series) {
 			t.Errorf("no series %s", series)
+		}
+	}
+}
+
+// TestMetricsNeedARole: /metrics on the main listener, which names every
+// tenant and route, is served only to a principal holding the metrics or
+// the admin role.
+func TestMetricsNeedARole(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, "")
+	for _, c := range []struct {
+		token  string
+		status int
+	}{{"", 401}, {"guess", 401}, {"agent-token", 403}, {"globex-token", 403}, {"scraper-token", 200}, {"alice-token", 200}} {
+		r := e.do("GET", "/metrics", c.token, "")
+		if r.status != c.status || (c.status == 200) != strings.Contains(r.body, `tenant="globex"`) {
+			t.Errorf("/metrics with %q: %d, want %d: %.200s", c.token, r.status, c.status, r.body)
 		}
 	}
 }

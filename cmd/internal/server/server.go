@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
@@ -105,13 +106,33 @@ func (s *Server) mount() (http.Handler, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if s.cfg.MetricsListen == "" {
-		mux.Handle("GET /metrics", s.metrics.Handler())
+		mux.Handle("GET /metrics", s.gw.Authenticated(s.scrapers(s.metrics.Handler())))
 	}
 	mux.Handle(contract.ControlPrefix+"/", s.gw.Authenticated(api))
 	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
 	mux.Handle(UIPrefix, page)                                   // its own sessions: no bearer token in a browser
 	mux.Handle("/", s.gw.Routes())
 	return s.gw.Front(mux), nil
+}
+
+// MetricsRole is the role, besides the admin role, that may read /metrics
+// on the main listener.
+const MetricsRole = "metrics"
+
+// scrapers serves h to a principal holding the metrics or the admin role,
+// and refuses any other with 403: the metrics name every tenant and route
+// of the gateway, which no tenant's agent needs to learn. A scraper that
+// holds no token reads metrics_listen, meant for a private network.
+func (s *Server) scrapers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := gateway.CallerOf(r)
+		if !slices.Contains(p.Roles, MetricsRole) && !s.op.IsAdmin(control.Of(p)) {
+			contract.NewProblem(contract.CodeForbidden, "/metrics needs the role "+MetricsRole+" or the admin "+
+				"role; metrics_listen serves it without a token").Write(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // action is a configured action's settings for the owner steps.
