@@ -60,10 +60,11 @@ type Options struct {
 // Limiter enforces policies per tenant. Tenants come from authenticated
 // principals, so the set it tracks is bounded by the configuration.
 type Limiter struct {
-	opts    Options
-	mu      sync.Mutex
-	tenants map[string]*tenant
-	now     func() time.Time
+	opts     Options
+	mu       sync.Mutex
+	tenants  map[string]*tenant
+	now      func() time.Time
+	failures *Failures
 }
 
 // New returns a Limiter.
@@ -74,8 +75,22 @@ func New(opts Options) *Limiter {
 	if opts.OnError == nil {
 		opts.OnError = func(string, error) {}
 	}
-	return &Limiter{opts: opts, tenants: map[string]*tenant{}, now: time.Now}
+	return &Limiter{opts: opts, tenants: map[string]*tenant{}, now: time.Now,
+		failures: NewFailures(failureEvery, failureBurst)}
 }
+
+// A client may fail failureBurst authentications at once, then one per
+// failureEvery: tokens are long random secrets, so this costs a person
+// who mistypes nothing, and keeps a guesser from using the gateway as a
+// fast oracle.
+const (
+	failureEvery = 200 * time.Millisecond
+	failureBurst = 20
+)
+
+// Failures is the limit of failed authentications per client, shared by
+// every face that takes a token (the APIs, the web page's sign-in).
+func (l *Limiter) Failures() *Failures { return l.failures }
 
 // tenant is one tenant's bucket and what it is known to hold.
 type tenant struct {

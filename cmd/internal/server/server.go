@@ -33,6 +33,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	op      *control.Operator
 	metrics *metrics.Metrics
+	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
 	handler http.Handler
 }
@@ -77,11 +78,11 @@ func tenants(cfg *gateway.Config) []string {
 // the batcher records its events that are no transition, the limiter
 // reads each tenant's usage from the store.
 func (s *Server) deps() gateway.Deps {
-	d := gateway.Deps{Store: s.store, Logger: s.log,
-		Limits: limits.New(limits.Options{Usage: s.store.Usage, Policy: s.cfg.Policy, Resync: s.cfg.Limits.UsageInterval,
-			OnError: func(tenant string, err error) {
-				s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
-			}})}
+	s.limits = limits.New(limits.Options{Usage: s.store.Usage, Policy: s.cfg.Policy, Resync: s.cfg.Limits.UsageInterval,
+		OnError: func(tenant string, err error) {
+			s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		}})
+	d := gateway.Deps{Store: s.store, Logger: s.log, Limits: s.limits}
 	if !s.cfg.Unobserved {
 		d.Observer = s.metrics // a nil interface otherwise, not a nil pointer
 	}
