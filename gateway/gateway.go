@@ -216,10 +216,11 @@ func (g *Gateway) limited(next http.Handler) http.Handler {
 	})
 }
 
-// admit applies the tenant's budgets of live operations and stored bytes
-// to a request that would reserve a new operation.
-func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *contract.Problem) {
-	settle, ref := g.limits.NewOperation(ctx, tenant)
+// admit applies the tenant's budgets (live operations, pending approvals,
+// held bytes) to a request that would reserve a new operation.
+func (g *Gateway) admit(ctx context.Context, tenant string, a httpidem.Admission) (func(created, live bool),
+	*contract.Problem) {
+	settle, ref := g.limits.NewOperation(ctx, tenant, limits.Admission{Bytes: a.Bytes, Approval: a.Approval})
 	if ref != nil {
 		return nil, refused(ref)
 	}
