@@ -134,6 +134,34 @@ func TestVerifyGoodExport(t *testing.T) {
 	}
 }
 
+// TestForgedTailIsNotCovered: an event appended after the last signed
+// checkpoint, in canonical form at its right place, verifies as an event,
+// but no signature covers it, and Covered says which and where.
+func TestForgedTailIsNotCovered(t *testing.T) {
+	l := newLog(t, 20, 10)
+	if rep, err := Verify(l.export(t, "good.jsonl", nil), l.verifier); err != nil || rep.Covered() != nil {
+		t.Fatalf("a log signed to its end: %+v, %v, %v", rep, err, rep.Covered())
+	}
+	forged := l.events[19]
+	forged.Seq, forged.Kind, forged.Key = 20, Resolved, "key-forged"
+	line, err := forged.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := l.export(t, "forged.jsonl", func(lines [][]byte) [][]byte {
+		return append(lines[:20:20], append([][]byte{line}, lines[20:]...)...)
+	})
+	rep, err := Verify(path, l.verifier)
+	if err != nil || rep.Events != 21 || rep.Unsigned != 1 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	var tampered *Tampered
+	if err := rep.Covered(); !errors.As(err, &tampered) || tampered.Line != 21 || tampered.Seq != 20 ||
+		!strings.Contains(err.Error(), "event 20 follows the last signed checkpoint (size 20)") {
+		t.Fatalf("Covered: %v", err)
+	}
+}
+
 // TestTamperingIsNamed: each way of editing an export is detected, and the
 // error says which and where.
 func TestTamperingIsNamed(t *testing.T) {

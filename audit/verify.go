@@ -44,6 +44,27 @@ type Report struct {
 	Checkpoints int        // distinct sizes vouched for by a signature
 	Largest     Checkpoint // the largest one
 	Unsigned    int64      // events after it, not yet covered by a checkpoint
+	// UnsignedLine is the export's line of the first of those, 0 when
+	// there is none.
+	UnsignedLine int
+}
+
+// Covered returns nil when signed checkpoints vouch for every event of
+// the export, and otherwise a *Tampered naming the events after the
+// largest: nothing proves them, so an event forged and appended after the
+// last checkpoint looks exactly like one not sealed yet. A verifier that
+// accepts such a tail (of a live log's export) does so knowingly.
+func (r Report) Covered() error {
+	if r.Unsigned == 0 {
+		return nil
+	}
+	first, last := r.Largest.Size, r.Events-1
+	which := fmt.Sprintf("events %d to %d follow", first, last)
+	if first == last {
+		which = fmt.Sprintf("event %d follows", first)
+	}
+	return &Tampered{Line: r.UnsignedLine, Seq: first, Why: fmt.Sprintf("%s the last signed checkpoint (size %d): no "+
+		"signature vouches for them, so they may be forged, or not sealed yet", which, r.Largest.Size)}
 }
 
 // checkpointLine is an export's (and a checkpoints file's) line for one
@@ -131,6 +152,7 @@ func checkpoints(path string, v note.Verifier, cps []signed, only string) ([]sig
 func replay(path string, cps []signed) (Report, error) {
 	var f Frontier
 	rep := Report{Origin: cps[0].Origin}
+	largest := cps[len(cps)-1].Size
 	next, good, tenant := 0, int64(0), ""
 	for ; next < len(cps) && cps[next].Size == 0; next++ {
 		if cps[next].Root != f.Root() {
@@ -141,6 +163,9 @@ func replay(path string, cps []signed) (Report, error) {
 	err := hashLines(path, func(l hashed) error {
 		if err := l.check(f.Size(), &tenant); err != nil {
 			return err
+		}
+		if f.Size() == largest {
+			rep.UnsignedLine = l.n
 		}
 		f.Append(l.hash)
 		for ; next < len(cps) && cps[next].Size == f.Size(); next++ {

@@ -33,6 +33,9 @@ type Runner struct {
 	run    string
 	n      int
 	mu     sync.Mutex
+	// unrendered is the first body that could not be rendered within the
+	// bounds (render) during the run: the drill's verdicts are then void.
+	unrendered error
 }
 
 // Run runs every check and returns their results, in the order of Checks.
@@ -67,6 +70,11 @@ func (r *Runner) Run(ctx context.Context) ([]Result, error) {
 		}
 		out = append(out, res)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unrendered != nil {
+		return nil, r.unrendered
+	}
 	return out, nil
 }
 
@@ -92,7 +100,14 @@ func (r *Runner) next() action {
 	n := r.n
 	r.mu.Unlock()
 	s := r.Scenario
-	body, _ := s.Body(n, r.run)
+	body, err := s.Body(n, r.run)
+	if err != nil {
+		r.mu.Lock()
+		if r.unrendered == nil {
+			r.unrendered = s.errorf("write.body", "write.body, for action %d: %v", n, err)
+		}
+		r.mu.Unlock()
+	}
 	a := action{key: fmt.Sprintf("drill-%s-%d", r.run, n), body: body}
 	if s.BusinessKey != "" {
 		a.body = setPointer(a.body, s.BusinessKey, fmt.Sprintf("drill-event-%s-%d", r.run, n))

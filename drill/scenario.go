@@ -277,23 +277,17 @@ func (s *Scenario) checkStatus() error {
 	return err
 }
 
-// Body renders the write's body for the n-th distinct action of run.
+// Body renders the write's body for the n-th distinct action of run,
+// within the bounds of render.
 func (s *Scenario) Body(n int, run string) ([]byte, error) {
-	var b bytes.Buffer
-	if err := s.body.Execute(&b, map[string]any{"n": n, "run": run}); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return render(s.body, map[string]any{"n": n, "run": run})
 }
 
 // StatusURL renders where the status of key's operation is read, the key
 // escaped as a URL's query or path needs it.
 func (s *Scenario) StatusURL(key string) (string, error) {
-	var b bytes.Buffer
-	if err := s.where.Execute(&b, map[string]any{"key": url.QueryEscape(key)}); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+	b, err := render(s.where, map[string]any{"key": url.QueryEscape(key)})
+	return string(b), err
 }
 
 // eval runs prg over an answer.

@@ -2,8 +2,10 @@ package drill
 
 import (
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // goodScenario has every setting on its own line, so that each mistake's
@@ -125,4 +127,52 @@ func FuzzParseScenario(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTemplatesAreBounded: a body template that would render without
+// bound (a range of a hundred million), or loop for long without
+// writing, is refused at once, naming the line; no memory is spent on
+// it.
+func TestTemplatesAreBounded(t *testing.T) {
+	t.Setenv("DRILL_TOKEN", "x")
+	for name, c := range map[string]struct{ body, want string }{
+		"output": {`{"n":{{.n}},"x":"{{range 100000000}}xxxxxxxxxx{{end}}"}`, "renders more than 1048576 bytes"},
+		"time":   {`{"n":{{.n}}{{range 20000000}}{{end}}}`, "takes longer than 1s to render"},
+	} {
+		text := strings.Replace(goodScenario, `'{"project":"OPS","title":"drill {{.run}} {{.n}}","priority":2}'`,
+			"'"+c.body+"'", 1)
+		began := time.Now()
+		_, err := ParseScenario("drill.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), "drill.yaml:7: write.body") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want the line and %q", name, err, c.want)
+		}
+		if took := time.Since(began); took > 5*time.Second {
+			t.Errorf("%s: refused after %s", name, took)
+		}
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	if m.HeapAlloc > 256<<20 {
+		t.Errorf("%d MiB of heap after refusing them", m.HeapAlloc>>20)
+	}
+}
+
+// TestRunVoidWhenABodyCannotRender: a body that renders for the first
+// actions but not past the bounds for a later one voids the run, naming
+// the line, rather than sending an empty body.
+func TestRunVoidWhenABodyCannotRender(t *testing.T) {
+	t.Setenv("DRILL_TOKEN", "x")
+	text := strings.Replace(goodScenario, `"priority":2}'`,
+		`"priority":2{{if gt .n 3}}{{range 100000000}}xxxxxxxxxx{{end}}{{end}}}'`, 1)
+	s, err := ParseScenario("drill.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Scenario: s, run: "r"}
+	for range 4 {
+		r.next()
+	}
+	if r.unrendered == nil || !strings.Contains(r.unrendered.Error(), "drill.yaml:7: write.body, for action 4") {
+		t.Fatalf("the fourth body: %v", r.unrendered)
+	}
 }

@@ -271,23 +271,24 @@ func TestDrillApprovalCrash(t *testing.T) {
 		}
 		d.gw.Kill()
 		d.gw = d.startGateway(0)
-		if r := d.keyed("/v1/deployments", "crash-1", prodDeploy); r.status != 201 {
-			t.Fatalf("retry after the restart: %+v", r)
+		first := d.keyed("/v1/deployments", "crash-1", prodDeploy)
+		if first.status != 201 {
+			t.Fatalf("retry after the restart: %+v", first)
 		}
 		d.wantEffects("deployments_started", 1)
 
 		// Now killed while the approved deployment is at the API, once the
-		// API's controller has finished the first one (2s).
-		time.Sleep(2500 * time.Millisecond)
+		// API's controller has finished the first one.
+		d.waitDeployed(first)
 		waiting(t, d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest)), "approval_required")
 		v := d.view("crash-2")
 		if r := d.decide("alice", "approve", v.Approval.ID, ""); r.status != 200 {
 			t.Fatal(r)
 		}
 		d.fault(`{"delay_ms":1500}`)
-		go d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest))
-		d.waitInFlight(1)
-		d.gw.Kill()
+		approved := make(chan reply, 1)
+		go func() { approved <- d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest)) }()
+		d.killWhileInFlight(d.gw, func() bool { return len(approved) > 0 })
 		d.gw = d.startGateway(0)
 		waitFor(t, "the lease to lapse", func() bool {
 			r := d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest))
@@ -297,7 +298,7 @@ func TestDrillApprovalCrash(t *testing.T) {
 		if v.State != ledger.Unknown || v.Approval.Status != ledger.ApprovalUsed || v.Attempts != 1 {
 			t.Fatalf("after the crash: %+v %+v", v, v.Approval)
 		}
-		time.Sleep(2 * time.Second) // the API finishes the write it was given, or not
+		waitFor(t, "the API to finish the write it was given", func() bool { return d.inFlight() == 0 })
 		if n := d.effects()["deployments_started"]; n < 1 || n > 2 {
 			t.Fatalf("%d deployments, want the first and at most one more", n)
 		}

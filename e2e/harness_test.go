@@ -236,17 +236,57 @@ func (d *drill) fault(spec string) {
 // been forwarded and is being worked on.
 func (d *drill) waitInFlight(n int) {
 	d.t.Helper()
-	waitFor(d.t, fmt.Sprintf("%d write(s) in flight at the API", n), func() bool {
-		resp, err := http.Get(d.api.URL + "/_faults")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var v struct {
-			InFlight int `json:"in_flight"`
-		}
-		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.InFlight >= n
+	waitFor(d.t, fmt.Sprintf("%d write(s) in flight at the API", n), func() bool { return d.inFlight() >= n })
+}
+
+// inFlight is how many writes the API is performing now (-1 when it
+// cannot say).
+func (d *drill) inFlight() int {
+	resp, err := http.Get(d.api.URL + "/_faults")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var v struct {
+		InFlight int `json:"in_flight"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return -1
+	}
+	return v.InFlight
+}
+
+// waitDeployed waits until the API's controller has finished the
+// deployment a 201 answered, so that the environment is free for the
+// next.
+func (d *drill) waitDeployed(created reply) {
+	d.t.Helper()
+	var dep struct{ ID int64 }
+	if err := json.Unmarshal([]byte(created.body), &dep); err != nil || dep.ID == 0 {
+		d.t.Fatalf("no deployment in %+v: %v", created, err)
+	}
+	waitFor(d.t, "the deployment to finish at the API", func() bool {
+		r := do("GET", fmt.Sprintf("%s/v1/deployments/%d", d.api.URL, dep.ID), "")
+		return r.status == 200 && strings.Contains(r.body, `"state":"succeeded"`)
 	})
+}
+
+// killWhileInFlight SIGKILLs p while a write is in flight at the API and
+// its client has no answer (answered says whether it has): the fault
+// lands where the drill means it to, whatever the machine's load. A
+// write still in flight once p is dead was unanswered when p died; if the
+// API finished it first, the drill fails, saying so, rather than judging
+// a fault that did not happen.
+func (d *drill) killWhileInFlight(p *testenv.Process, answered func() bool) {
+	d.t.Helper()
+	d.waitInFlight(1)
+	if answered() {
+		d.t.Fatal("the write was answered before the kill: the fault would not land in flight")
+	}
+	p.Kill()
+	if d.inFlight() < 1 {
+		d.t.Fatal("the API finished the write before the kill landed: lengthen its delay")
+	}
 }
 
 // effects reads the API's ground truth.

@@ -120,7 +120,10 @@ func TestDrillPostgresCrashUnderLoad(t *testing.T) {
 // instance SIGKILLed in the middle of the storm: one effect, and every 2xx
 // answer is the owner's, byte for byte, replayable from every instance
 // left. When the one killed is the owner, nobody gets a 2xx: the
-// operation becomes unknown, and still one effect.
+// operation becomes unknown, and still one effect. The kill lands once
+// the storm has begun and while the owner's write is known to be in
+// flight at the API, unanswered (not at a request count, which a loaded
+// machine reaches after the owner's answer).
 func TestDrillStormAcrossInstances(t *testing.T) {
 	for _, killOwner := range []bool{false, true} {
 		t.Run(map[bool]string{false: "kill another", true: "kill the owner"}[killOwner], func(t *testing.T) {
@@ -134,24 +137,29 @@ func TestDrillStormAcrossInstances(t *testing.T) {
 				owner <- do("POST", gws[0].URL+"/v1/tickets", body, "Authorization", "Bearer "+token, "Idempotency-Key", "storm")
 			}()
 			d.waitInFlight(1)
-			victim := map[bool]int{false: 1, true: 0}[killOwner]
 			var mu sync.Mutex
 			var ok []reply
-			concurrently(10, func(w int) {
-				for i := range 20 {
-					n := w*20 + i
-					if n == 70 {
-						gws[victim].Kill()
+			var sent atomic.Int64
+			stormed := make(chan struct{})
+			go func() {
+				defer close(stormed)
+				concurrently(10, func(w int) {
+					for i := range 20 {
+						n := w*20 + i
+						sent.Add(1)
+						r := do("POST", gws[n%3].URL+"/v1/tickets", body, "Authorization", "Bearer "+token, "Idempotency-Key", "storm")
+						if r.err == nil && r.status/100 == 2 {
+							mu.Lock()
+							ok = append(ok, r)
+							mu.Unlock()
+						}
+						time.Sleep(40 * time.Millisecond)
 					}
-					r := do("POST", gws[n%3].URL+"/v1/tickets", body, "Authorization", "Bearer "+token, "Idempotency-Key", "storm")
-					if r.err == nil && r.status/100 == 2 {
-						mu.Lock()
-						ok = append(ok, r)
-						mu.Unlock()
-					}
-					time.Sleep(40 * time.Millisecond)
-				}
-			})
+				})
+			}()
+			waitFor(t, "the storm to begin", func() bool { return sent.Load() >= 10 })
+			d.killWhileInFlight(gws[map[bool]int{false: 1, true: 0}[killOwner]], func() bool { return len(owner) > 0 })
+			<-stormed
 			first := <-owner
 			d.fault(`{"delay_ms": 0}`)
 			waitFor(t, "the write to end at the API", func() bool { return d.effects()["tickets_created"] == 1 })

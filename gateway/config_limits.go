@@ -29,11 +29,16 @@ type Limit struct {
 	Burst     *int    `yaml:"burst"`
 	MaxLive   *int64  `yaml:"max_live"`
 	MaxStored *Size   `yaml:"max_stored"`
+	// MaxPendingApprovals bounds the approvals waiting for a person at
+	// once: an inbox people can read, whatever an agent asks.
+	MaxPendingApprovals *int64 `yaml:"max_pending_approvals"`
 }
 
 // Built-in limits, for a configuration that sets none: generous for one
-// agent fleet, and a bound on what one tenant can fill the disk with.
-var builtinLimit = Limit{Rate: ptr("1000/s"), Burst: ptr(2000), MaxLive: ptr(int64(10000)), MaxStored: ptr(Size(1 << 30))}
+// agent fleet, and a bound on what one tenant can fill the disk and the
+// approvers' inbox with.
+var builtinLimit = Limit{Rate: ptr("1000/s"), Burst: ptr(2000), MaxLive: ptr(int64(10000)), MaxStored: ptr(Size(1 << 30)),
+	MaxPendingApprovals: ptr(int64(100))}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -51,6 +56,9 @@ func (l Limit) over(o Limit) Limit {
 	if o.MaxStored != nil {
 		l.MaxStored = o.MaxStored
 	}
+	if o.MaxPendingApprovals != nil {
+		l.MaxPendingApprovals = o.MaxPendingApprovals
+	}
 	return l
 }
 
@@ -58,7 +66,8 @@ func (l Limit) over(o Limit) Limit {
 func (c *Config) Policy(tenant string) limits.Policy {
 	l := builtinLimit.over(c.Limits.Default).over(c.Limits.Tenants[tenant])
 	r, _ := limits.ParseRate(*l.Rate) // checked at load
-	return limits.Policy{Rate: r, Burst: *l.Burst, MaxLive: *l.MaxLive, MaxStored: int64(*l.MaxStored)}
+	return limits.Policy{Rate: r, Burst: *l.Burst, MaxLive: *l.MaxLive, MaxStored: int64(*l.MaxStored),
+		MaxPending: *l.MaxPendingApprovals}
 }
 
 // limitLines finds where each limit is set in the limits: node.
@@ -88,8 +97,9 @@ func (c *Config) checkLimits() error {
 		if _, err := limits.ParseRate(*l.Rate); err != nil {
 			return c.errorf(c.Limits.lines[name], "limits.%s: %v", name, err)
 		}
-		if *l.Burst < 0 || *l.MaxLive < 0 || *l.MaxStored < 0 {
-			return c.errorf(c.Limits.lines[name], "limits.%s: burst, max_live and max_stored must be 0 (unlimited) or more", name)
+		if *l.Burst < 0 || *l.MaxLive < 0 || *l.MaxStored < 0 || *l.MaxPendingApprovals < 0 {
+			return c.errorf(c.Limits.lines[name], "limits.%s: burst, max_live, max_stored and max_pending_approvals "+
+				"must be 0 (unlimited) or more", name)
 		}
 	}
 	if c.Limits.UsageInterval <= 0 {

@@ -204,20 +204,6 @@ func tenantOf(r *http.Request) (string, error) {
 	return "", errors.New("no principal")
 }
 
-// Authenticated refuses requests without a known bearer token (401), and
-// gives the others their principal (PrincipalFrom, CallerOf).
-func (g *Gateway) Authenticated(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := g.authenticate(r)
-		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
-			contract.NewProblem(contract.CodeUnauthorized, err.Error()).Write(w)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
-	})
-}
-
 // limited applies the tenant's request rate to every proxied request,
 // reads included: 429 rate_limited with Retry-After, nothing reserved.
 func (g *Gateway) limited(next http.Handler) http.Handler {
@@ -230,10 +216,11 @@ func (g *Gateway) limited(next http.Handler) http.Handler {
 	})
 }
 
-// admit applies the tenant's budgets of live operations and stored bytes
-// to a request that would reserve a new operation.
-func (g *Gateway) admit(ctx context.Context, tenant string) (func(live bool), *contract.Problem) {
-	settle, ref := g.limits.NewOperation(ctx, tenant)
+// admit applies the tenant's budgets (live operations, pending approvals,
+// held bytes) to a request that would reserve a new operation.
+func (g *Gateway) admit(ctx context.Context, tenant string, a httpidem.Admission) (func(created, live bool),
+	*contract.Problem) {
+	settle, ref := g.limits.NewOperation(ctx, tenant, limits.Admission{Bytes: a.Bytes, Approval: a.Approval})
 	if ref != nil {
 		return nil, refused(ref)
 	}

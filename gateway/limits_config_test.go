@@ -12,15 +12,16 @@ import (
 // line.
 func TestLimitsConfig(t *testing.T) {
 	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
-	text := goodConfig + "limits:\n  default: {rate: 100/s, burst: 200, max_stored: 1MiB}\n  tenants: {acme: {rate: 0, max_live: 5}}\n"
+	text := goodConfig + "limits:\n  default: {rate: 100/s, burst: 200, max_stored: 1MiB}\n  tenants: {acme: {rate: 0, max_live: 5, max_pending_approvals: 7}}\n"
 	cfg, err := ParseConfig("gw.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Policy("acme"), (limits.Policy{Rate: 0, Burst: 200, MaxLive: 5, MaxStored: 1 << 20}); got != want {
+	if got, want := cfg.Policy("acme"), (limits.Policy{Rate: 0, Burst: 200, MaxLive: 5, MaxStored: 1 << 20, MaxPending: 7}); got != want {
 		t.Errorf("acme: %+v, want %+v", got, want)
 	}
-	if got, want := cfg.Policy("globex"), (limits.Policy{Rate: 100, Burst: 200, MaxLive: 10000, MaxStored: 1 << 20}); got != want {
+	if got, want := cfg.Policy("globex"), (limits.Policy{Rate: 100, Burst: 200, MaxLive: 10000, MaxStored: 1 << 20,
+		MaxPending: 100}); got != want {
 		t.Errorf("globex: %+v, want %+v", got, want)
 	}
 	bad := strings.Replace(text, "rate: 0,", "rate: fast,", 1)

@@ -13,12 +13,12 @@ import (
 
 // cached answers from the replay cache exactly as from the store.
 func (m *Middleware) cached(ctx context.Context, w http.ResponseWriter, req *request, op *ledger.Operation) {
-	req.retry = RetryReplay
 	if op.Fingerprint != req.fingerprint {
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 		return
 	}
+	req.retry = RetryReplay
 	m.note(req, audit.Replayed, op, "")
 	m.replay(ctx, w, op)
 }
@@ -119,7 +119,6 @@ func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *reques
 	case err != nil:
 		m.problem(w, contract.ProblemFor(err), nil)
 	case op.Fingerprint != req.fingerprint:
-		req.retry = retryOf(op)
 		m.noteRefusal(req, ledger.ErrFingerprintMismatch, op)
 		m.problem(w, contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 	default:

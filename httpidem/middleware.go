@@ -80,12 +80,20 @@ type Options struct {
 	// problems link to (e.g. "/_idem/v1").
 	StatusBase string
 	// Admit, if set, is asked before a request may reserve a new
-	// operation for tenant; a problem (429 rate_limited, say) refuses it
-	// with nothing reserved. A retry of a key that exists is never refused
-	// by it: it adds nothing. An admitted request calls settle once, at its
-	// end, with whether it left a live operation behind (one it created,
-	// not yet final), so that budgets of live operations stay true.
-	Admit func(ctx context.Context, tenant string) (settle func(live bool), p *contract.Problem)
+	// operation for tenant, with what it would hold; a problem (429
+	// rate_limited, say) refuses it with nothing reserved. A retry of a
+	// key that exists is never refused by it: it adds nothing. An admitted
+	// request calls settle once, at its end, with whether it created the
+	// operation and left it live (not yet final), so that budgets stay
+	// true.
+	Admit func(ctx context.Context, tenant string, a Admission) (settle func(created, live bool), p *contract.Problem)
+	// MaxTarget bounds a keyed request's target, its method and path
+	// (default 8 KiB), and MaxApprovalCommand the command an approval
+	// holds and shows (default 64 KiB): each is kept on the operation and
+	// copied into its audit events or its approval. Past them: 413, nothing
+	// reserved.
+	MaxTarget          int
+	MaxApprovalCommand int
 	// Recorded, if set, hears each final operation this middleware
 	// recorded, with its stored response (for budgets of stored bytes).
 	Recorded func(op *ledger.Operation)
@@ -137,6 +145,7 @@ func New(opts Options) (*Middleware, error) {
 	if opts.ReplayCache > 0 && !ledger.IsRelaxed(opts.Store) {
 		m.cache = newReplayCache(opts.ReplayCache)
 	}
+	m.announce(routes)
 	return m, nil
 }
 
@@ -161,6 +170,12 @@ func setDefaults(o *Options) {
 	}
 	if o.RecordDeadline <= 0 {
 		o.RecordDeadline = 30 * time.Second
+	}
+	if o.MaxTarget <= 0 {
+		o.MaxTarget = 8 << 10
+	}
+	if o.MaxApprovalCommand <= 0 {
+		o.MaxApprovalCommand = 64 << 10
 	}
 	if o.ReplayCache == 0 {
 		o.ReplayCache = 32 << 20

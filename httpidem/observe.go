@@ -38,11 +38,39 @@ type Observation struct {
 	// re-send), OutcomeReplayed, OutcomeDuplicate (another key's answer by
 	// business identity), or the problem (or accepted) code it was answered.
 	Outcome string
-	// Retry is "" for a request whose key was new; for a retry, what it met:
-	// RetryReplay, in_progress, outcome_unknown, approval, or the family of
-	// the refusal that released its operation (rate_limited, …).
+	// Created says this request created its operation, whatever became of
+	// it: run at once, or waiting for an approval (Outcome
+	// approval_required), run later by a retry that is OutcomeExecuted.
+	// An operation is created once, so counting these counts operations.
+	Created bool
+	// Retry is "" for a request whose key was new, and for one whose key
+	// was used with another request (a conflict: another request, not a
+	// retry of that one); for a retry, what it met: RetryReplay,
+	// in_progress, outcome_unknown, approval, or the family of the refusal
+	// that released its operation (rate_limited, …).
 	Retry    string
 	Duration time.Duration
+}
+
+// A RouteObserver is an Observer that wants the names of the routes it
+// will hear of (Observation.Route) before their first request, so that
+// its series exist, at zero, from the start. New tells it.
+type RouteObserver interface {
+	Observer
+	Routes(names []string)
+}
+
+// announce tells the Observer, if it asks, the names of the routes.
+func (m *Middleware) announce(routes []*route) {
+	ro, ok := m.opts.Observer.(RouteObserver)
+	if !ok {
+		return
+	}
+	names := make([]string, 0, len(routes))
+	for _, rt := range routes {
+		names = append(names, rt.name)
+	}
+	ro.Routes(names)
 }
 
 // The outcomes that are not problem codes, and the retry families that
@@ -87,7 +115,7 @@ func (o *observed) NoteCode(code string) { o.code = code }
 
 // observe tells the Observer how req ended.
 func (m *Middleware) observe(req *request, w *observed, began time.Time) {
-	o := Observation{Route: req.route.name, Tenant: req.tenant, Retry: req.retry,
+	o := Observation{Route: req.route.name, Tenant: req.tenant, Retry: req.retry, Created: req.created,
 		Outcome: w.code, Duration: time.Since(began)}
 	switch h := w.Header(); {
 	case req.executed && req.created:

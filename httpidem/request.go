@@ -37,8 +37,10 @@ type request struct {
 	// The audit log's context: who (the principal's name), the agent run
 	// (Idempotency-Run), the W3C trace, and the target (method and path).
 	who, run, trace, target string
-	// What the metrics hear of it: what its retry met (see retryOf), and
-	// whether it created, and ran, an operation.
+	// What the metrics hear of it: what its retry met (see retryOf; ""
+	// for a new key, and for another request under a used key, which is a
+	// conflict, not a retry), and whether it created, and ran, an
+	// operation.
 	retry             string
 	created, executed bool
 }

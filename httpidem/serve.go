@@ -25,6 +25,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		next.ServeHTTP(w, r)
 		return
 	}
+	if p := m.targetBound(req); p != nil {
+		p.Write(w)
+		return
+	}
 	if m.opts.Observer != nil {
 		ow := &observed{ResponseWriter: w}
 		defer m.observe(req, ow, time.Now())
@@ -38,32 +42,32 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		return
 	}
 	apr, p := m.approvalFor(r, req)
+	if p == nil {
+		p = m.commandBound(apr)
+	}
 	if p != nil {
 		p.Write(w)
 		return
 	}
-	settle, p := m.admit(r.Context(), req)
+	settle, p := m.admit(r.Context(), req, apr)
 	if p != nil {
 		p.Write(w)
 		return
 	}
 	live := false
-	defer func() { settle(live) }()
+	defer func() { settle(req.created, live) }()
 	// Detached: a client that leaves must not cut a reservation between its
 	// commit and its reply, leaving an operation nobody owns.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
 	res, err := m.reserve(ctx, req, apr)
 	cancel()
+	req.created = err == nil && res.Created
 	switch {
 	case err != nil:
 		m.reserveFailed(ctx, err, res.Op)
-		if errors.Is(err, ledger.ErrFingerprintMismatch) && res.Op != nil {
-			req.retry = retryOf(res.Op) // the key's reuse, with another request
-		}
 		m.noteRefusal(req, err, res.Op)
 		m.problem(w, contract.ProblemFor(err), res.Op)
 	case res.Owned():
-		req.created = res.Created
 		live = m.run(w, r, req, res, next)
 	case res.Created: // prepared, waiting for its approval
 		live = true
@@ -108,13 +112,15 @@ func (m *Middleware) reserve(ctx context.Context, req *request, apr *ledger.Appr
 	return res, err
 }
 
-// admit asks Admit whether req may create an operation; one refused whose
-// key exists already goes on, since its reservation creates nothing.
-func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live bool), p *contract.Problem) {
+// admit asks Admit whether req may create an operation (opening apr, if
+// set); one refused whose key exists already goes on, since its
+// reservation creates nothing.
+func (m *Middleware) admit(ctx context.Context, req *request, apr *ledger.ApprovalRequest) (
+	settle func(created, live bool), p *contract.Problem) {
 	if m.opts.Admit == nil {
 		return noSettle, nil
 	}
-	if settle, p = m.opts.Admit(ctx, req.tenant); p == nil {
+	if settle, p = m.opts.Admit(ctx, req.tenant, req.admission(apr)); p == nil {
 		if settle == nil {
 			settle = noSettle
 		}
@@ -126,4 +132,4 @@ func (m *Middleware) admit(ctx context.Context, req *request) (settle func(live 
 	return nil, p
 }
 
-func noSettle(bool) {}
+func noSettle(bool, bool) {}

@@ -75,9 +75,36 @@ type TenantStats struct {
 
 // Usage is what one tenant holds in the store.
 type Usage struct {
-	Live   int64 // operations prepared, executing or unknown
-	Stored int64 // bytes of stored responses, headers and bodies
+	Live    int64 // operations prepared, executing or unknown
+	Pending int64 // approvals pending
+	// Stored estimates the bytes the tenant's operations and approvals
+	// hold: stored responses (headers and bodies), each operation's
+	// OperationHeld and each approval's ApprovalHeld. Audit events outlive
+	// their operation's purge and are counted only until it.
+	Stored int64
 }
+
+// HeldPerRecord is what a row or an audit event is counted to hold
+// besides the texts counted by name (its states, times, actor, reason,
+// tree hashes, and the database's own overhead).
+const HeldPerRecord = 256
+
+// OperationHeld estimates the bytes an operation holds, with context the
+// bytes of its key, route, target, fingerprint, principal, run id and
+// trace id, and own those of its probe, business key, concurrency key and
+// result reference: its row, and the audit events that copy its context,
+// one for its reservation, two for an approval, and two for each attempt
+// (forwarded, and its outcome). Both stores' Usage count it so (and its
+// stored response besides), and the limits count a new operation by it
+// before the store has it.
+func OperationHeld(context, own, attempts int64) int64 {
+	return own + (context+HeldPerRecord)*(3+2*attempts)
+}
+
+// ApprovalHeld estimates the bytes an approval holds, with texts the bytes
+// of its key, route, target, fingerprint, summary, command, requester,
+// approvers, decider and note.
+func ApprovalHeld(texts int64) int64 { return texts + HeldPerRecord }
 
 // ListParams selects a page of operations. Empty fields do not filter.
 type ListParams struct {

@@ -1,6 +1,7 @@
 // Package limits keeps one tenant from taking what belongs to all: a
 // request rate (a token bucket per tenant, golang.org/x/time/rate), a
-// budget of live operations and a budget of stored bytes. A request over
+// budget of live operations, of pending approvals, and of the bytes its
+// operations and approvals hold. A request over
 // them is refused before anything is reserved; the gateway answers 429
 // rate_limited with Retry-After.
 //
@@ -30,7 +31,17 @@ type Policy struct {
 	Rate      rate.Limit // requests per second
 	Burst     int        // requests allowed at once above the rate
 	MaxLive   int64      // operations prepared, executing or unknown
-	MaxStored int64      // bytes of stored responses
+	MaxStored int64      // bytes its operations and approvals hold (ledger.Usage.Stored)
+	// MaxPending bounds its approvals pending at once: a new operation
+	// that asks for one past it is refused.
+	MaxPending int64
+}
+
+// Admission is what a new operation adds to its tenant's usage, as
+// estimated before the store holds it.
+type Admission struct {
+	Bytes    int64 // ledger.OperationHeld, plus ledger.ApprovalHeld with an approval
+	Approval bool  // it opens a pending approval
 }
 
 // Refusal is a request over a tenant's limits: why, and when a retry may
@@ -60,10 +71,11 @@ type Options struct {
 // Limiter enforces policies per tenant. Tenants come from authenticated
 // principals, so the set it tracks is bounded by the configuration.
 type Limiter struct {
-	opts    Options
-	mu      sync.Mutex
-	tenants map[string]*tenant
-	now     func() time.Time
+	opts     Options
+	mu       sync.Mutex
+	tenants  map[string]*tenant
+	now      func() time.Time
+	failures *Failures
 }
 
 // New returns a Limiter.
@@ -74,8 +86,22 @@ func New(opts Options) *Limiter {
 	if opts.OnError == nil {
 		opts.OnError = func(string, error) {}
 	}
-	return &Limiter{opts: opts, tenants: map[string]*tenant{}, now: time.Now}
+	return &Limiter{opts: opts, tenants: map[string]*tenant{}, now: time.Now,
+		failures: NewFailures(failureEvery, failureBurst)}
 }
+
+// A client may fail failureBurst authentications at once, then one per
+// failureEvery: tokens are long random secrets, so this costs a person
+// who mistypes nothing, and keeps a guesser from using the gateway as a
+// fast oracle.
+const (
+	failureEvery = 200 * time.Millisecond
+	failureBurst = 20
+)
+
+// Failures is the limit of failed authentications per client, shared by
+// every face that takes a token (the APIs, the web page's sign-in).
+func (l *Limiter) Failures() *Failures { return l.failures }
 
 // tenant is one tenant's bucket and what it is known to hold.
 type tenant struct {
@@ -116,39 +142,67 @@ func (l *Limiter) Request(tenantName string) *Refusal {
 }
 
 // NewOperation admits one more operation of the tenant within its budgets,
-// and counts it as live, or refuses it. The caller calls settle once it
-// knows whether the request left a live operation behind: a reservation
-// that created nothing, or an operation already final, counts no longer
-// (the budget is of operations not yet final, not of requests).
-func (l *Limiter) NewOperation(ctx context.Context, tenantName string) (settle func(live bool), r *Refusal) {
+// and counts it (live, its bytes, its pending approval), or refuses it.
+// The caller calls settle once it knows whether the request created the
+// operation and left it live: a reservation that created nothing counts
+// no longer, and an operation already final no longer as live (the live
+// budget is of operations not yet final, not of requests).
+func (l *Limiter) NewOperation(ctx context.Context, tenantName string, a Admission) (settle func(created, live bool),
+	r *Refusal) {
 	t := l.tenant(tenantName)
-	if t.policy.MaxLive <= 0 && t.policy.MaxStored <= 0 {
+	if !t.policy.budgeted() {
 		return noSettle, nil
 	}
 	l.refresh(ctx, tenantName, t)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	live, stored := t.base.Live+t.added.Live, t.base.Stored+t.added.Stored
-	retry := max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))
-	switch {
-	case t.policy.MaxLive > 0 && live >= t.policy.MaxLive:
-		return nil, &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", tenantName,
-			live), RetryAfter: retry}
-	case t.policy.MaxStored > 0 && stored >= t.policy.MaxStored:
-		return nil, &Refusal{Reason: fmt.Sprintf("tenant %s stores %d MiB of answers, its limit is %d MiB", tenantName,
-			stored>>20, t.policy.MaxStored>>20), RetryAfter: retry}
+	if r := t.over(tenantName, a, max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))); r != nil {
+		return nil, r
 	}
-	t.added.Live++
-	return func(live bool) {
-		if !live {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			t.added.Live-- // also right across a read: see read
+	add := ledger.Usage{Live: 1, Stored: a.Bytes}
+	if a.Approval {
+		add.Pending = 1
+	}
+	t.added = plus(t.added, add)
+	return func(created, live bool) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		switch {
+		case !created: // also right across a read: see read
+			t.added = plus(t.added, ledger.Usage{Live: -add.Live, Pending: -add.Pending, Stored: -add.Stored})
+		case !live:
+			t.added.Live--
 		}
 	}, nil
 }
 
-func noSettle(bool) {}
+// budgeted reports whether the policy has any budget NewOperation counts.
+func (p Policy) budgeted() bool { return p.MaxLive > 0 || p.MaxStored > 0 || p.MaxPending > 0 }
+
+// over is the refusal of a admitted on top of what the tenant holds, or
+// nil. The caller holds t.mu.
+func (t *tenant) over(name string, a Admission, retry time.Duration) *Refusal {
+	held := plus(t.base, t.added)
+	switch p := t.policy; {
+	case p.MaxLive > 0 && held.Live >= p.MaxLive:
+		return &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", name, held.Live),
+			RetryAfter: retry}
+	case a.Approval && p.MaxPending > 0 && held.Pending >= p.MaxPending:
+		return &Refusal{Reason: fmt.Sprintf("tenant %s has %d approvals pending, its limit", name, held.Pending),
+			RetryAfter: retry}
+	case p.MaxStored > 0 && held.Stored >= p.MaxStored:
+		return &Refusal{Reason: fmt.Sprintf("tenant %s holds %d KiB of operations, answers and approvals, its "+
+			"limit is %d KiB", name, held.Stored>>10, p.MaxStored>>10), RetryAfter: retry}
+	}
+	return nil
+}
+
+// plus is the sum of two usages.
+func plus(a, b ledger.Usage) ledger.Usage {
+	return ledger.Usage{Live: a.Live + b.Live, Pending: a.Pending + b.Pending, Stored: a.Stored + b.Stored}
+}
+
+func noSettle(bool, bool) {}
 
 // Ended counts out an operation that was admitted live and has ended
 // outside the request that admitted it: an action completed by its
@@ -159,7 +213,7 @@ func noSettle(bool) {}
 // read, not a lock.)
 func (l *Limiter) Ended(tenantName string) {
 	t := l.tenant(tenantName)
-	if t.policy.MaxLive <= 0 && t.policy.MaxStored <= 0 {
+	if !t.policy.budgeted() {
 		return // NewOperation counted nothing
 	}
 	t.mu.Lock()
@@ -211,7 +265,7 @@ func (l *Limiter) read(ctx context.Context, name string, t *tenant, since ledger
 		return
 	}
 	t.known, t.base, t.readAt = true, u, at
-	t.added = ledger.Usage{Live: t.added.Live - since.Live, Stored: t.added.Stored - since.Stored}
+	t.added = plus(t.added, ledger.Usage{Live: -since.Live, Pending: -since.Pending, Stored: -since.Stored})
 }
 
 // ParseRate reads "100/s", "6000/m", "50/h" or a plain number per second.

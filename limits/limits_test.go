@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,11 +50,11 @@ func TestBudgets(t *testing.T) {
 	})
 	c := context.Background()
 	for i := range 2 {
-		if _, r := l.NewOperation(c, "acme"); r != nil {
+		if _, r := l.NewOperation(c, "acme", Admission{}); r != nil {
 			t.Fatalf("operation %d within the budget: %v", i, r)
 		}
 	}
-	if _, r := l.NewOperation(c, "acme"); r == nil || r.RetryAfter != 10*time.Second {
+	if _, r := l.NewOperation(c, "acme", Admission{}); r == nil || r.RetryAfter != 10*time.Second {
 		t.Fatalf("the 11th live operation: %+v", r)
 	}
 	if reads.Load() != 1 {
@@ -63,14 +64,14 @@ func TestBudgets(t *testing.T) {
 	// what this instance counted before it read; what it admits while the
 	// read runs in the background is kept on top of it.
 	clock.t = clock.t.Add(11 * time.Second)
-	l.NewOperation(c, "acme")
+	l.NewOperation(c, "acme", Admission{})
 	acme := l.tenant("acme")
 	waitFor(t, func() bool { acme.mu.Lock(); defer acme.mu.Unlock(); return reads.Load() == 2 && !acme.refreshing })
-	if _, r := l.NewOperation(c, "acme"); r != nil {
+	if _, r := l.NewOperation(c, "acme", Admission{}); r != nil {
 		t.Fatalf("after the store's new figure: %v", r)
 	}
 	l.Stored("acme", 1<<20)
-	if _, r := l.NewOperation(c, "acme"); r == nil {
+	if _, r := l.NewOperation(c, "acme", Admission{}); r == nil {
 		t.Fatal("over the stored-bytes budget: admitted")
 	}
 }
@@ -85,26 +86,59 @@ func TestSettledOperationsLeaveTheLiveBudget(t *testing.T) {
 	})
 	c := context.Background()
 	for i := range 10 {
-		settle, r := l.NewOperation(c, "acme")
+		settle, r := l.NewOperation(c, "acme", Admission{})
 		if r != nil {
 			t.Fatalf("request %d, after %d operations that all finished: %v", i, i, r)
 		}
-		settle(false)
+		settle(true, false)
 	}
-	keep, _ := l.NewOperation(c, "acme")
-	_, _ = l.NewOperation(c, "acme") // still running
-	if _, r := l.NewOperation(c, "acme"); r == nil {
+	keep, _ := l.NewOperation(c, "acme", Admission{})
+	_, _ = l.NewOperation(c, "acme", Admission{}) // still running
+	if _, r := l.NewOperation(c, "acme", Admission{}); r == nil {
 		t.Fatal("a third live operation: admitted")
 	}
 	// The store now counts both; one of them finishes after the read.
 	held.Store(2)
 	clock.t = clock.t.Add(11 * time.Second)
-	_, _ = l.NewOperation(c, "acme") // refused, and starts the read
+	_, _ = l.NewOperation(c, "acme", Admission{}) // refused, and starts the read
 	acme := l.tenant("acme")
 	waitFor(t, func() bool { acme.mu.Lock(); defer acme.mu.Unlock(); return !acme.refreshing })
-	keep(false)
-	if _, r := l.NewOperation(c, "acme"); r != nil {
+	keep(true, false)
+	if _, r := l.NewOperation(c, "acme", Admission{}); r != nil {
 		t.Fatalf("one of two finished after the read: %v", r)
+	}
+}
+
+// TestBytesAndApprovalsCountAtAdmission: a new operation's estimated
+// bytes and its pending approval count the moment it is admitted, before
+// the store's next figure, and come back if it created nothing.
+func TestBytesAndApprovalsCountAtAdmission(t *testing.T) {
+	l, _ := newTest(Policy{MaxStored: 100 << 10, MaxPending: 2}, func(context.Context, string) (ledger.Usage, error) {
+		return ledger.Usage{}, nil
+	})
+	c := context.Background()
+	apr := Admission{Bytes: 10 << 10, Approval: true}
+	first, r := l.NewOperation(c, "acme", apr)
+	if r != nil {
+		t.Fatal(r)
+	}
+	first(false, false) // it created nothing: its approval and bytes come back
+	for i := range 2 {
+		if _, r := l.NewOperation(c, "acme", apr); r != nil {
+			t.Fatalf("approval %d of 2: %v", i, r)
+		}
+	}
+	if _, r := l.NewOperation(c, "acme", apr); r == nil || !strings.Contains(r.Reason, "2 approvals pending") {
+		t.Fatalf("a third pending approval: %v", r)
+	}
+	if _, r := l.NewOperation(c, "acme", Admission{Bytes: 80 << 10}); r != nil {
+		t.Fatalf("an operation without an approval, within the bytes: %v", r)
+	}
+	if _, r := l.NewOperation(c, "acme", Admission{Bytes: 1}); r == nil || !strings.Contains(r.Reason, "100 KiB") {
+		t.Fatalf("over the bytes: %v", r)
+	}
+	if _, r := l.NewOperation(c, "globex", Admission{Bytes: 1, Approval: true}); r != nil {
+		t.Fatalf("another tenant: %v", r)
 	}
 }
 
@@ -113,7 +147,7 @@ func TestUsageErrorAdmits(t *testing.T) {
 	l := New(Options{Policy: func(string) Policy { return Policy{MaxLive: 1} },
 		Usage:   func(context.Context, string) (ledger.Usage, error) { return ledger.Usage{}, errors.New("down") },
 		OnError: func(_ string, err error) { heard = err }})
-	if _, r := l.NewOperation(context.Background(), "acme"); r != nil || heard == nil {
+	if _, r := l.NewOperation(context.Background(), "acme", Admission{}); r != nil || heard == nil {
 		t.Fatalf("a store that cannot say: %v, heard %v", r, heard)
 	}
 }

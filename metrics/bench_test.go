@@ -65,7 +65,7 @@ func BenchmarkScrape100k(b *testing.B) {
 // calls of a new key's path (its upstream call and its end).
 func BenchmarkObserve(b *testing.B) {
 	m := metrics.New(metrics.Options{})
-	o := httpidem.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: httpidem.OutcomeCreated,
+	o := httpidem.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: httpidem.OutcomeCreated, Created: true,
 		Duration: time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -21,7 +21,8 @@ func TestHistoryPerTenant(t *testing.T) {
 	}
 	m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
 	for range 3 {
-		m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeCreated})
+		m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeCreated,
+			Created: true})
 	}
 	m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeReplayed,
 		Retry: httpidem.RetryReplay})

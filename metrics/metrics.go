@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,7 @@ type Metrics struct {
 
 	history *History
 	store   *storeCollector // nil without a store
+	tenants []string        // the configuration's, sorted
 }
 
 // Options configure the metrics.
@@ -40,9 +42,14 @@ type Options struct {
 	// StatsTTL bounds how often a scrape reads the store (default 1s): a
 	// burst of scrapes reads it once.
 	StatsTTL time.Duration
+	// Tenants are the configuration's tenants: each one's series exist
+	// from the start, at zero (with each route, once Routes names them),
+	// as Prometheus's guidance asks, so that a rate() or an alert on a
+	// series works from the first scrape, not only after its first event.
+	Tenants []string
 }
 
-var _ httpidem.Observer = (*Metrics)(nil)
+var _ httpidem.RouteObserver = (*Metrics)(nil)
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idemgate", Name: name, Help: help}, labels)
@@ -53,7 +60,8 @@ func counter(name, help string, labels ...string) *prometheus.CounterVec {
 func New(o Options) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(),
 		created: counter("operations_created_total",
-			"Operations created: new keys reserved and run (indicator 1).", "route", "tenant"),
+			"Operations created: new keys reserved, counted once whatever path the operation then takes (run at "+
+				"once, or approved and run later) (indicator 1).", "route", "tenant"),
 		duplicates: counter("duplicates_recognised_total",
 			"Requests recognised as a repeat of an operation: a retry replayed (kind=replay) or a new key with an "+
 				"existing business identity (kind=business_key) (indicator 2).", "route", "tenant", "kind"),
@@ -63,8 +71,9 @@ func New(o Options) *Metrics {
 		conflicts: counter("fingerprint_conflicts_total",
 			"Keys reused with another request: 422 fingerprint_mismatch (indicator 4).", "route", "tenant"),
 		retries: counter("retries_total",
-			"Requests whose key had an operation already, by what they met: replay, in_progress, outcome_unknown, "+
-				"approval, or the family of the refusal that released it (rate_limited, …) (indicator 8).",
+			"Retries: requests repeating an operation (its key and its fingerprint), by what they met: replay, "+
+				"in_progress, outcome_unknown, approval, or the family of the refusal that released it (rate_limited, "+
+				"…); another request under a used key is a fingerprint conflict, not a retry (indicator 8).",
 			"route", "tenant", "family"),
 		resolutions: counter("manual_resolutions_total",
 			"Unknown operations resolved by an operator, by the state chosen (indicator 9).", "tenant", "to"),
@@ -95,11 +104,47 @@ func New(o Options) *Metrics {
 		m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
 		m.approvalExpiries, m.fenced, m.storeErrors, m.reconcile, m.requests, m.upstream)
 	if o.Store != nil {
-		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors)
+		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
 		m.reg.MustRegister(m.store)
+	}
+	m.tenants = slices.Compact(slices.Sorted(slices.Values(o.Tenants)))
+	for _, t := range m.tenants {
+		for _, to := range []ledger.State{ledger.Succeeded, ledger.Failed, ledger.Prepared} {
+			m.resolutions.WithLabelValues(t, string(to))
+		}
+		m.found.WithLabelValues(t)
+		m.reconcile.WithLabelValues(t)
 	}
 	m.history = newHistory(m)
 	return m
+}
+
+// retryFamilies are the retries' families known before any happens: what
+// a retry meets of its operation, besides the refusals that released it.
+var retryFamilies = []string{httpidem.RetryReplay, contract.CodeInProgress, contract.CodeOutcomeUnknown,
+	httpidem.RetryApproval}
+
+// duplicateKinds are the kinds of duplicates recognised.
+var duplicateKinds = []string{"replay", "business_key"}
+
+// Routes implements httpidem.RouteObserver: each route's series, with
+// each tenant's, start at zero.
+func (m *Metrics) Routes(names []string) {
+	for _, route := range names {
+		m.requests.WithLabelValues(route, httpidem.OutcomeCreated)
+		m.upstream.WithLabelValues(route, "2xx")
+		for _, t := range m.tenants {
+			m.created.WithLabelValues(route, t)
+			m.avoided.WithLabelValues(route, t)
+			m.conflicts.WithLabelValues(route, t)
+			for _, kind := range duplicateKinds {
+				m.duplicates.WithLabelValues(route, t, kind)
+			}
+			for _, family := range retryFamilies {
+				m.retries.WithLabelValues(route, t, family)
+			}
+		}
+	}
 }
 
 // Handler serves the registry in Prometheus's text format.
@@ -118,10 +163,11 @@ var avoidedBy = map[string]bool{httpidem.OutcomeReplayed: true, httpidem.Outcome
 // Request implements httpidem.Observer.
 func (m *Metrics) Request(o httpidem.Observation) {
 	m.requests.WithLabelValues(o.Route, o.Outcome).Observe(o.Duration.Seconds())
-	switch o.Outcome {
-	case httpidem.OutcomeCreated:
+	if o.Created {
 		m.created.WithLabelValues(o.Route, o.Tenant).Inc()
 		m.history.add(o.Tenant, iCreated)
+	}
+	switch o.Outcome {
 	case httpidem.OutcomeReplayed:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "replay").Inc()
 		m.history.add(o.Tenant, iDuplicates)

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,9 +23,10 @@ var _ Store = ledger.Store(nil)
 // store holds, not what this instance saw, so instances sharing a store
 // agree. Reads are shared for ttl, and bounded in time.
 type storeCollector struct {
-	store  Store
-	ttl    time.Duration
-	errors prometheus.Counter
+	store   Store
+	ttl     time.Duration
+	errors  prometheus.Counter
+	tenants []string // shown at zero until the store holds something of theirs
 
 	mu   sync.Mutex
 	at   time.Time
@@ -38,11 +40,11 @@ func gauge(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("idemgate_"+name, help, labels, nil)
 }
 
-func newStoreCollector(s Store, ttl time.Duration, errors prometheus.Counter) *storeCollector {
+func newStoreCollector(s Store, ttl time.Duration, errors prometheus.Counter, tenants []string) *storeCollector {
 	if ttl <= 0 {
 		ttl = time.Second
 	}
-	return &storeCollector{store: s, ttl: ttl, errors: errors,
+	return &storeCollector{store: s, ttl: ttl, errors: errors, tenants: tenants,
 		operations: gauge("operations", "Operations in the store, by tenant and state (unknown: indicator 6).",
 			"tenant", "state"),
 		oldest: gauge("oldest_operation_age_seconds", "How long the oldest executing, and the oldest unknown, "+
@@ -96,7 +98,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	g(c.readTime, took.Seconds())
-	for _, t := range st {
+	for _, t := range c.withConfigured(st) {
 		for _, s := range ledger.States {
 			g(c.operations, float64(t.ByState[s]), t.Tenant, string(s))
 		}
@@ -118,4 +120,21 @@ func age(now, at time.Time) float64 {
 		return 0
 	}
 	return max(now.Sub(at).Seconds(), 0)
+}
+
+// withConfigured is st with an empty entry for each configured tenant it
+// lacks: a tenant with nothing stored yet has every gauge, at zero.
+func (c *storeCollector) withConfigured(st []ledger.TenantStats) []ledger.TenantStats {
+	st = slices.Clip(st) // st is shared with other scrapes: appending copies it
+	seen := make(map[string]bool, len(st))
+	for _, t := range st {
+		seen[t.Tenant] = true
+	}
+	for _, name := range c.tenants {
+		if !seen[name] {
+			seen[name] = true
+			st = append(st, ledger.TenantStats{Tenant: name})
+		}
+	}
+	return st
 }

@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -203,13 +205,16 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
 		return
 	}
-	if u.failures.Tokens() < 1 {
-		u.showSignin(w, r, http.StatusTooManyRequests, "Too many failed sign-ins. Wait a few seconds and try again.")
-		return
-	}
 	p, ok := u.opts.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok || p.Name == "" || p.Tenant == "" {
-		u.failures.Allow()
+		// A known token is never refused for others' failures; an unknown
+		// one past its address's budget is answered 429, and logged no more.
+		if wait, within := u.failures.Fail(r.RemoteAddr); !within {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+			u.showSignin(w, r, http.StatusTooManyRequests, "Too many failed sign-ins from this address. Wait a "+
+				"few seconds and try again.")
+			return
+		}
 		u.opts.Logger.Warn("ui sign-in refused", slog.String("remote", r.RemoteAddr))
 		u.showSignin(w, r, http.StatusUnauthorized, "That token is not known here.")
 		return

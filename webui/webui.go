@@ -23,11 +23,10 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/limits"
 )
 
 //go:embed templates/*.html static/*
@@ -74,6 +73,9 @@ type Options struct {
 	// Series is the metrics history the dashboard charts; nil shows "no
 	// data yet".
 	Series Series
+	// Failures limits failed sign-ins per client address, shared with
+	// the APIs' bearer tokens (default: the page's own).
+	Failures *limits.Failures
 	// Now is the clock for sessions and countdowns (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -97,7 +99,7 @@ type UI struct {
 	sessions *sessions
 	pages    map[string]*template.Template
 	cop      *http.CrossOriginProtection
-	failures *rate.Limiter // failed sign-ins, all callers together
+	failures *limits.Failures // failed sign-ins, per client address
 }
 
 // New checks opts and builds the page's handler, to be mounted at
@@ -117,9 +119,7 @@ func New(opts Options) (*UI, error) {
 	}
 	u.pages, u.cop = pages, http.NewCrossOriginProtection()
 	u.sessions = newSessions(opts.SessionTTL, opts.SessionIdle, opts.Now)
-	// Tokens are long random secrets; this only keeps a guesser from using
-	// the page as a fast oracle, at little cost to a person.
-	u.failures = rate.NewLimiter(rate.Every(200*time.Millisecond), 20)
+	u.failures = opts.Failures
 	for _, o := range opts.TrustedOrigins {
 		if err := u.cop.AddTrustedOrigin(o); err != nil {
 			return nil, errors.New("webui: trusted origin: " + err.Error())
@@ -132,6 +132,11 @@ func New(opts Options) (*UI, error) {
 func setDefaults(o *Options) {
 	if o.Prefix == "" {
 		o.Prefix = "/ui/"
+	}
+	if o.Failures == nil {
+		// Tokens are long random secrets; this only keeps a guesser from
+		// using the page as a fast oracle, at little cost to a person.
+		o.Failures = limits.NewFailures(200*time.Millisecond, 20)
 	}
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour

@@ -202,12 +202,25 @@ func TestAuditExport(t *testing.T) {
 	if len(left) != 0 || r.code != 0 || r.stdout != string(data) {
 		t.Fatalf("temporary files %v; stdout export %+v", left, r)
 	}
-	r = run(t, "", "audit", "verify", out, "--key", a.pub)
-	if r.code != 0 || !strings.Contains(r.stdout, "ok: idemgate/acme, 10 events, 2 checkpoints, the largest of size 8") ||
-		!strings.Contains(r.stdout, "2 events after it not yet signed") {
-		t.Fatalf("verify: %+v", r)
-	}
+	testUnsignedTail(t, a, out)
 	testTamperedExport(t, a, data)
+}
+
+// testUnsignedTail: events after the last signed checkpoint (here 2 of
+// 10: a forged one appended would be the same) are vouched for by no
+// signature, so verify fails, exit 3, and says so; unless they are
+// accepted unverified with --allow-unsigned-tail, which says that too.
+func testUnsignedTail(t *testing.T, a *auditStore, export string) {
+	r := run(t, "", "audit", "verify", export, "--key", a.pub)
+	if r.code != 3 || r.stdout != "" || !strings.Contains(r.stderr, "events 8 to 9 follow the last signed checkpoint "+
+		"(size 8)") || !strings.Contains(r.stderr, "--allow-unsigned-tail") {
+		t.Fatalf("verify of an unsigned tail: %+v", r)
+	}
+	r = run(t, "", "audit", "verify", export, "--key", a.pub, "--allow-unsigned-tail")
+	if r.code != 0 || !strings.Contains(r.stdout, "ok: idemgate/acme, 10 events, 2 checkpoints, the largest of size 8") ||
+		!strings.Contains(r.stdout, "2 events after it not signed, accepted unverified (--allow-unsigned-tail)") {
+		t.Fatalf("verify --allow-unsigned-tail: %+v", r)
+	}
 }
 
 // testTamperedExport flips one byte of the export and verifies again.

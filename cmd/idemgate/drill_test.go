@@ -117,6 +117,25 @@ func TestDrillGrades(t *testing.T) {
 	}
 }
 
+// TestDrillRefusesAnUnboundedTemplate: a body template that would render
+// a gigabyte exits 1 at once, naming the scenario's line, before any
+// request, and without the memory it asked for.
+func TestDrillRefusesAnUnboundedTemplate(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "drill.yaml")
+	scenario := strings.Replace(fmt.Sprintf(drillScenarios["tickets"], "http://127.0.0.1:1"), `"priority":2}`,
+		`"priority":2,"x":"{{range 100000000}}xxxxxxxxxx{{end}}"}`, 1)
+	if err := os.WriteFile(path, []byte(scenario), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r := run(t, "", "drill", "--scenario", path)
+	if r.code != 1 || !strings.Contains(r.stderr, "drill.yaml:5: write.body") ||
+		!strings.Contains(r.stderr, "renders more than 1048576 bytes") || time.Since(began) > 30*time.Second {
+		t.Fatalf("an unbounded template: exit %d after %s: %s", r.code, time.Since(began), r.stderr)
+	}
+}
+
 func drillReport(t *testing.T, r result) drill.Report {
 	t.Helper()
 	var rep drill.Report

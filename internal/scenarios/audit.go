@@ -34,6 +34,9 @@ func AuditTrail(ctx context.Context, e *Env, s *State) error {
 		return err
 	}
 	rep, err := audit.Verify(export, v, e.Checkpoints)
+	if err == nil {
+		err = rep.Covered() // as the command checks: every event under a signed checkpoint
+	}
 	if err != nil {
 		return fmt.Errorf("the export does not verify: %w", err)
 	}

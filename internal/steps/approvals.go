@@ -57,7 +57,10 @@ func Decide(ctx context.Context, d Driver, p ledger.DecisionParams, to ledger.Ap
 	if err := p.Check(a, time.Now()); err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
-	reason := "approval denied by " + p.Actor
+	reason := "approval denied by " + p.Actor // the denial's history line and audit event
+	if p.Note != "" {
+		reason += ": " + p.Note // the approver's word is part of the decision
+	}
 	decided, err := d.Decide(ctx, Decision{ID: p.ApprovalID, Tenant: p.Tenant, Fingerprint: p.Fingerprint, Status: to,
 		Actor: p.Actor, Note: p.Note, Reason: reason})
 	if !errors.Is(err, ErrGuard) {

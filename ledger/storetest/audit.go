@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,7 @@ func testAuditTransitions(t *testing.T, b Backend) {
 		"denied prepared>failed alice"}) {
 		t.Fatalf("a denied operation: %v", got)
 	}
+	decisionNotes(t, s, op.ID, denied.Op.ID)
 
 	// Purged, its story stays.
 	time.Sleep(2 * time.Millisecond)
@@ -124,6 +126,23 @@ func testAuditTransitions(t *testing.T, b Backend) {
 	for _, e := range all {
 		if !slices.Contains(audit.Kinds, e.Kind) {
 			t.Fatalf("kind %q is not docs/design.md's", e.Kind)
+		}
+	}
+}
+
+// decisionNotes: the approver's note is in the audit log, with the
+// approved and the denied event that record the decision.
+func decisionNotes(t *testing.T, s ledger.Store, approved, denied string) {
+	t.Helper()
+	note := decision("").Note
+	for id, kind := range map[string]audit.Kind{approved: audit.Approved, denied: audit.Denied} {
+		es, err := s.AuditEvents(ctx(t), ledger.AuditParams{OperationID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(es, func(e audit.Event) bool { return e.Kind == kind })
+		if i < 0 || !strings.HasSuffix(es[i].Reason, ": "+note) {
+			t.Fatalf("the %s event does not hold the approver's note %q: %+v", kind, note, es)
 		}
 	}
 }

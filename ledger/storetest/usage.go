@@ -3,13 +3,17 @@ package storetest
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// testUsage: a tenant's live operations (prepared, executing, unknown) and
-// the bytes of its stored responses, and nothing of another tenant's.
+// testUsage: a tenant's live operations (prepared, executing, unknown),
+// its pending approvals, and an estimate of every byte its operations and
+// approvals hold (keys, targets, stored answers, approval commands, the
+// audit events that copy an operation's context), and nothing of another
+// tenant's.
 func testUsage(t *testing.T, b Backend) {
 	s := b.Fresh(t)
 	c := ctx(t)
@@ -27,12 +31,36 @@ func testUsage(t *testing.T, b Backend) {
 	other := Params(Long)
 	other.Tenant = "globex"
 	reserve(t, s, other)
+	before, err := s.Usage(c, "acme")
 	headers, _ := json.Marshal(resp.Header)
-	want := ledger.Usage{Live: 3, Stored: int64(len(resp.Body) + len(headers))}
-	if u, err := s.Usage(c, "acme"); err != nil || u != want {
-		t.Fatalf("usage of acme: %+v, %v; want %+v", u, err, want)
+	if err != nil || before.Live != 3 || before.Pending != 0 || before.Stored < int64(len(resp.Body)+len(headers)) {
+		t.Fatalf("usage of acme: %+v, %v", before, err)
 	}
-	if u, err := s.Usage(c, "globex"); err != nil || u != (ledger.Usage{Live: 1}) {
+	if u, err := s.Usage(c, "globex"); err != nil || u.Live != 1 || u.Stored <= 0 || u.Stored >= before.Stored {
 		t.Fatalf("usage of globex: %+v, %v", u, err)
+	}
+	testUsageCountsWhatIsHeld(t, s, before)
+}
+
+// testUsageCountsWhatIsHeld: a long key and target, and an approval's
+// command, count at least their bytes, and an operation's context counts
+// again in each audit event that copies it.
+func testUsageCountsWhatIsHeld(t *testing.T, s ledger.Store, before ledger.Usage) {
+	c := ctx(t)
+	p := Params(Long)
+	p.Key, p.Target = strings.Repeat("k", 200), "POST /v1/notes/"+strings.Repeat("t", 10000)
+	reserve(t, s, p)
+	u, err := s.Usage(c, "acme")
+	if grew := u.Stored - before.Stored; err != nil || grew < 2*int64(len(p.Key)+len(p.Target)) {
+		t.Fatalf("a 10 KB target and its event grew the usage by %d bytes: %+v, %v", grew, u, err)
+	}
+	before = u
+	a := ApprovalParams(Long, Long)
+	a.Approval.Command = []byte(`{"text":"` + strings.Repeat("c", 50000) + `"}`)
+	reserve(t, s, a)
+	u, err = s.Usage(c, "acme")
+	if grew := u.Stored - before.Stored; err != nil || u.Pending != 1 || u.Live != before.Live+1 ||
+		grew < int64(len(a.Approval.Command)) {
+		t.Fatalf("a pending approval of a 50 KB command grew the usage by %d bytes: %+v, %v", grew, u, err)
 	}
 }

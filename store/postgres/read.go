@@ -79,16 +79,29 @@ func (s *Store) History(ctx context.Context, id string) ([]ledger.Event, error) 
 	return events, mapErr("history", err)
 }
 
-// usageSQL counts a tenant's live operations and stored bytes;
-// octet_length reads a value's size without detoasting it.
-const usageSQL = `SELECT count(*) FILTER (WHERE state IN ('prepared', 'executing', 'unknown')),
-	coalesce(sum(octet_length(response_body)), 0) + coalesce(sum(octet_length(response_headers)), 0)
-	FROM idem_operations WHERE tenant = $1`
+// usageSQL counts a tenant's live operations, its pending approvals, and
+// the bytes its operations and approvals hold, by ledger.OperationHeld
+// and ledger.ApprovalHeld (256 is ledger.HeldPerRecord); octet_length
+// reads a value's size without detoasting it.
+const usageSQL = `SELECT
+	(SELECT count(*) FILTER (WHERE state IN ('prepared', 'executing', 'unknown')) FROM idem_operations WHERE tenant = $1),
+	(SELECT count(*) FROM idem_approvals WHERE tenant = $1 AND status = 'pending'),
+	(SELECT coalesce(sum(coalesce(octet_length(response_body), 0) + coalesce(octet_length(response_headers), 0) +
+		coalesce(octet_length(probe), 0) + coalesce(octet_length(business_key), 0) +
+		coalesce(octet_length(concurrency_key), 0) + coalesce(octet_length(result_ref), 0) +
+		(octet_length(key) + octet_length(route) + octet_length(fingerprint) + coalesce(octet_length(target), 0) +
+		 coalesce(octet_length(principal), 0) + coalesce(octet_length(run_id), 0) +
+		 coalesce(octet_length(trace_id), 0) + 256)::bigint * (3 + 2 * attempts)), 0)::bigint
+	 FROM idem_operations WHERE tenant = $1) +
+	(SELECT coalesce(sum(octet_length(key) + octet_length(route) + octet_length(target) + octet_length(fingerprint) +
+		octet_length(summary) + octet_length(command) + octet_length(requested_by) + octet_length(approvers::text) +
+		coalesce(octet_length(decided_by), 0) + octet_length(note) + 256), 0)::bigint
+	 FROM idem_approvals WHERE tenant = $1)`
 
 // Usage implements ledger.Store.
 func (s *Store) Usage(ctx context.Context, tenant string) (ledger.Usage, error) {
 	var u ledger.Usage
-	err := s.pool.QueryRow(ctx, usageSQL, tenant).Scan(&u.Live, &u.Stored)
+	err := s.pool.QueryRow(ctx, usageSQL, tenant).Scan(&u.Live, &u.Pending, &u.Stored)
 	return u, mapErr("usage", err)
 }
 

@@ -121,7 +121,7 @@ func TestActionReserveCompleteReplay(t *testing.T) {
 			}
 		}
 		// The metrics name the action as the operation's route.
-		if m := e.do("GET", "/metrics", "", ""); !strings.Contains(m.body,
+		if m := e.do("GET", "/metrics", "scraper-token", ""); !strings.Contains(m.body,
 			`idemgate_operations_created_total{route="action:support.reply.send",tenant="acme"} 1`) {
 			t.Fatalf("metrics: %s", m.body)
 		}

@@ -216,6 +216,7 @@ principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: alice, tenant: acme, roles: [admin], token_sha256: %s}
   - {name: other, tenant: globex, roles: [agent], token_sha256: %s}
+  - {name: scraper, tenant: acme, roles: [metrics], token_sha256: %s}
 routes:
   - {match: POST /v1/tickets, upstream: ops, fingerprint: {ignore: [/client_time]}}
   - {match: POST /v1/lost, upstream: ops}
@@ -248,7 +249,7 @@ func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare 
 		bareURL = srv.URL
 	}
 	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), bareURL,
-		sha("agent-token"), sha("alice-token"), sha("globex-token"), extraRoutes)
+		sha("agent-token"), sha("alice-token"), sha("globex-token"), sha("scraper-token"), extraRoutes)
 	path := filepath.Join(t.TempDir(), "gw.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/ledger/storetest"
@@ -28,19 +31,26 @@ var indicators = map[string]string{
 	"unknown":     "idemgate_operations{state=unknown}",
 	"reconcile":   "idemgate_reconcile_duration_seconds",
 	"retries":     "idemgate_retries_total",
+	"replays":     "idemgate_retries_total{family=replay}",
 	"resolutions": "idemgate_manual_resolutions_total",
 	"found":       "idemgate_business_duplicates_found_total",
+}
+
+// metricsText reads /metrics.
+func (e *env) metricsText() string {
+	e.t.Helper()
+	r := e.do("GET", "/metrics", "scraper-token", "")
+	if r.status != 200 {
+		e.t.Fatalf("/metrics: %d %s", r.status, r.body)
+	}
+	return r.body
 }
 
 // scrape reads /metrics and parses it.
 func (e *env) scrape() map[string]*dto.MetricFamily {
 	e.t.Helper()
-	r := e.do("GET", "/metrics", "", "")
-	if r.status != 200 {
-		e.t.Fatalf("/metrics: %d %s", r.status, r.body)
-	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(r.body))
+	fams, err := p.TextToMetricFamilies(strings.NewReader(e.metricsText()))
 	if err != nil {
 		e.t.Fatalf("parse /metrics: %v", err)
 	}
@@ -102,9 +112,10 @@ func TestMetricsIndicators(t *testing.T) {
 		return e.do("POST", path, "agent-token", body, "Idempotency-Key", key)
 	}
 	e.moved("a new key", map[string]float64{"created": 1}, func() { post("/v1/tickets", "m-1", `{"t":1}`) })
-	e.moved("a retry", map[string]float64{"duplicates": 1, "avoided": 1, "retries": 1},
+	e.moved("a retry", map[string]float64{"duplicates": 1, "avoided": 1, "retries": 1, "replays": 1},
 		func() { post("/v1/tickets", "m-1", `{"t":1}`) })
-	e.moved("a changed payload", map[string]float64{"conflicts": 1, "avoided": 1, "retries": 1},
+	// Another request under a used key is a conflict, not a retry of it.
+	e.moved("a changed payload", map[string]float64{"conflicts": 1, "avoided": 1},
 		func() { post("/v1/tickets", "m-1", `{"t":2}`) })
 	post("/v1/policy/alerts", "a-1", `{"source_event_id":"e-1"}`)
 	e.moved("a business duplicate", map[string]float64{"duplicates": 1, "avoided": 1},
@@ -177,5 +188,112 @@ func TestMetricsInstancesAgree(t *testing.T) {
 	if value(a, "idemgate_operations{state=succeeded}") != 3 || value(b, "idemgate_operations{state=unknown}") != 1 {
 		t.Fatalf("the gauges do not show the store: %v succeeded, %v unknown",
 			value(a, "idemgate_operations{state=succeeded}"), value(b, "idemgate_operations{state=unknown}"))
+	}
+}
+
+// approvalRoute asks for an admin's approval of every write to its path.
+const approvalRoute = `  - {match: POST /v1/policy/prod, upstream: ops, approval: {approvers: [admin], ttl: 1m, summary: 'Deploy'}}
+`
+
+// TestMetricsCountEachOperationOnce: the operations created, by
+// whichever path they take (run at once, approved and then run, denied,
+// retried, refused as a conflict), count what the store holds; the
+// operations run count what the upstream did.
+func TestMetricsCountEachOperationOnce(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, approvalRoute)
+	post := func(path, key, body string) reply {
+		return e.do("POST", path, "agent-token", body, "Idempotency-Key", key)
+	}
+	decide := func(r reply, verb string) {
+		t.Helper()
+		var acc contract.Accepted
+		if err := json.Unmarshal([]byte(r.body), &acc); err != nil || r.status != 202 {
+			t.Fatalf("not waiting for an approval: %d %s", r.status, r.body)
+		}
+		a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/"+verb, "alice-token",
+			fmt.Sprintf(`{"fingerprint":%q,"note":"checked"}`, a.Fingerprint)); d.status != 200 {
+			t.Fatalf("%s: %d %s", verb, d.status, d.body)
+		}
+	}
+	post("/v1/tickets", "t-1", `{"n":1}`)
+	post("/v1/tickets", "t-1", `{"n":1}`)
+	post("/v1/tickets", "t-1", `{"n":2}`)
+	decide(post("/v1/policy/prod", "p-1", `{"v":1}`), "approve")
+	if r := post("/v1/policy/prod", "p-1", `{"v":1}`); r.status != 201 {
+		t.Fatalf("the approved write: %d %s", r.status, r.body)
+	}
+	post("/v1/policy/prod", "p-1", `{"v":1}`)
+	decide(post("/v1/policy/prod", "p-2", `{"v":2}`), "deny")
+	post("/v1/policy/prod", "p-2", `{"v":2}`)
+	fams := e.scrape()
+	if got, want := value(fams, indicators["created"]), float64(len(e.operations())); got != want || want != 3 {
+		t.Errorf("operations created: the counter says %v, the store holds %v (want 3)", got, want)
+	}
+	if got, want := value(fams, "idemgate_upstream_duration_seconds"), float64(e.up.count("/v1/tickets")+
+		e.up.count("/v1/policy/prod")); got != want || want != 2 {
+		t.Errorf("upstream calls: the histogram says %v, the upstream made %v effects (want 2)", got, want)
+	}
+	if got := value(fams, "idemgate_retries_total{family=replay}"); got != 3 {
+		t.Errorf("replays counted %v, want 3 (t-1, p-1 and p-2 again; the conflict is none)", got)
+	}
+}
+
+// TestMetricsFamiliesFromTheStart: a gateway that has served nothing
+// exposes every family it will ever count, at zero for each configured
+// route and tenant, so that a rate() works from the first scrape.
+func TestMetricsFamiliesFromTheStart(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, "")
+	text := e.metricsText()
+	fams := e.scrape()
+	for _, name := range []string{"idemgate_operations_created_total", "idemgate_duplicates_recognised_total",
+		"idemgate_upstream_calls_avoided_total", "idemgate_fingerprint_conflicts_total", "idemgate_retries_total",
+		"idemgate_manual_resolutions_total", "idemgate_business_duplicates_found_total",
+		"idemgate_reconcile_duration_seconds", "idemgate_request_duration_seconds",
+		"idemgate_upstream_duration_seconds", "idemgate_lease_expirations_total",
+		"idemgate_approval_expirations_total", "idemgate_fencing_rejections_total", "idemgate_store_errors_total",
+		"idemgate_operations", "idemgate_operations_stuck", "idemgate_oldest_operation_age_seconds",
+		"idemgate_approvals_pending", "idemgate_oldest_pending_approval_age_seconds",
+		"idemgate_store_stats_read_seconds"} {
+		if fams[name] == nil {
+			t.Errorf("a fresh gateway has no family %s", name)
+		}
+	}
+	for _, series := range []string{
+		`idemgate_operations_created_total{route="POST /v1/tickets",tenant="acme"} 0`,
+		`idemgate_operations_created_total{route="POST /v1/tickets",tenant="globex"} 0`,
+		`idemgate_retries_total{family="replay",route="POST /v1/lost",tenant="acme"} 0`,
+		`idemgate_duplicates_recognised_total{kind="business_key",route="POST /v1/policy/alerts",tenant="acme"} 0`,
+		`idemgate_manual_resolutions_total{tenant="acme",to="succeeded"} 0`,
+		`idemgate_operations{state="unknown",tenant="globex"} 0`,
+	} {
+		if !strings.Contains(text, series) {
+			t.Errorf("no series %s", series)
+		}
+	}
+}
+
+// TestMetricsNeedARole: /metrics on the main listener, which names every
+// tenant and route, is served only to a principal holding the metrics or
+// the admin role.
+func TestMetricsNeedARole(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, "")
+	for _, c := range []struct {
+		token  string
+		status int
+	}{{"", 401}, {"guess", 401}, {"agent-token", 403}, {"globex-token", 403}, {"scraper-token", 200}, {"alice-token", 200}} {
+		r := e.do("GET", "/metrics", c.token, "")
+		if r.status != c.status || (c.status == 200) != strings.Contains(r.body, `tenant="globex"`) {
+			t.Errorf("/metrics with %q: %d, want %d: %.200s", c.token, r.status, c.status, r.body)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
@@ -32,6 +33,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	op      *control.Operator
 	metrics *metrics.Metrics
+	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
 	handler http.Handler
 }
@@ -42,7 +44,8 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: store, log: log, metrics: metrics.New(metrics.Options{Store: store})}
+	s := &Server{cfg: cfg, store: store, log: log,
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}
@@ -61,15 +64,25 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 	return s, nil
 }
 
+// tenants are the tenants of the configuration's principals: the only
+// ones that can make operations, so the metrics' series start with them.
+func tenants(cfg *gateway.Config) []string {
+	out := make([]string, 0, len(cfg.Principals))
+	for _, p := range cfg.Principals {
+		out = append(out, p.Tenant)
+	}
+	return out
+}
+
 // deps are the gateway's collaborators: the metrics observe its requests,
 // the batcher records its events that are no transition, the limiter
 // reads each tenant's usage from the store.
 func (s *Server) deps() gateway.Deps {
-	d := gateway.Deps{Store: s.store, Logger: s.log,
-		Limits: limits.New(limits.Options{Usage: s.store.Usage, Policy: s.cfg.Policy, Resync: s.cfg.Limits.UsageInterval,
-			OnError: func(tenant string, err error) {
-				s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
-			}})}
+	s.limits = limits.New(limits.Options{Usage: s.store.Usage, Policy: s.cfg.Policy, Resync: s.cfg.Limits.UsageInterval,
+		OnError: func(tenant string, err error) {
+			s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		}})
+	d := gateway.Deps{Store: s.store, Logger: s.log, Limits: s.limits}
 	if !s.cfg.Unobserved {
 		d.Observer = s.metrics // a nil interface otherwise, not a nil pointer
 	}
@@ -94,7 +107,7 @@ func (s *Server) mount() (http.Handler, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if s.cfg.MetricsListen == "" {
-		mux.Handle("GET /metrics", s.metrics.Handler())
+		mux.Handle("GET /metrics", s.gw.Authenticated(s.scrapers(s.metrics.Handler())))
 	}
 	mux.Handle(contract.ControlPrefix+"/", s.gw.Authenticated(api))
 	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
@@ -102,6 +115,26 @@ func (s *Server) mount() (http.Handler, error) {
 	mux.Handle("GET /favicon.ico", page.Icon())                  // asked for by a browser on any page, signed in or not
 	mux.Handle("/", s.gw.Routes())
 	return s.gw.Front(mux), nil
+}
+
+// MetricsRole is the role, besides the admin role, that may read /metrics
+// on the main listener.
+const MetricsRole = "metrics"
+
+// scrapers serves h to a principal holding the metrics or the admin role,
+// and refuses any other with 403: the metrics name every tenant and route
+// of the gateway, which no tenant's agent needs to learn. A scraper that
+// holds no token reads metrics_listen, meant for a private network.
+func (s *Server) scrapers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := gateway.CallerOf(r)
+		if !slices.Contains(p.Roles, MetricsRole) && !s.op.IsAdmin(control.Of(p)) {
+			contract.NewProblem(contract.CodeForbidden, "/metrics needs the role "+MetricsRole+" or the admin "+
+				"role; metrics_listen serves it without a token").Write(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // action is a configured action's settings for the owner steps.

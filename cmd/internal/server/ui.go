@@ -28,6 +28,7 @@ func (s *Server) ui() (*webui.UI, error) {
 	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
 		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
+		Failures: s.limits.Failures(), // one budget per client, shared with the APIs
 		Authenticate: func(token string) (approval.Principal, bool) {
 			p := s.gw.PrincipalByToken(token)
 			if p == nil {

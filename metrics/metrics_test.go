@@ -1,0 +1,118 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/metrics"
+)
+
+// gather is the registry's families by name.
+func gather(t *testing.T, m *metrics.Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// counted is the value of name's series whose labels are all in want.
+func counted(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, s := range f.Metric {
+		n := 0
+		for _, l := range s.Label {
+			if want[l.GetName()] == l.GetValue() {
+				n++
+			}
+		}
+		if n == len(want) {
+			return s.GetCounter().GetValue() + s.GetGauge().GetValue() + float64(s.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestFamiliesStartAtZero: before any request, every family exists, with
+// a series at zero for each route and tenant it will count.
+func TestFamiliesStartAtZero(t *testing.T) {
+	m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: []string{"acme", "globex", "acme"}})
+	m.Routes([]string{"POST /v1/tickets", "action:mail.send"})
+	fams := gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"idemgate_operations_created_total", map[string]string{"route": "action:mail.send", "tenant": "globex"}},
+		{"idemgate_duplicates_recognised_total", map[string]string{"route": "POST /v1/tickets", "tenant": "acme", "kind": "business_key"}},
+		{"idemgate_upstream_calls_avoided_total", map[string]string{"route": "POST /v1/tickets", "tenant": "acme"}},
+		{"idemgate_fingerprint_conflicts_total", map[string]string{"route": "POST /v1/tickets", "tenant": "globex"}},
+		{"idemgate_retries_total", map[string]string{"route": "POST /v1/tickets", "tenant": "acme", "family": "in_progress"}},
+		{"idemgate_manual_resolutions_total", map[string]string{"tenant": "globex", "to": "prepared"}},
+		{"idemgate_business_duplicates_found_total", map[string]string{"tenant": "acme"}},
+		{"idemgate_reconcile_duration_seconds", map[string]string{"tenant": "acme"}},
+		{"idemgate_request_duration_seconds", map[string]string{"route": "POST /v1/tickets"}},
+		{"idemgate_upstream_duration_seconds", map[string]string{"route": "action:mail.send"}},
+		{"idemgate_lease_expirations_total", nil},
+		{"idemgate_operations", map[string]string{"tenant": "globex", "state": "unknown"}},
+		{"idemgate_operations_stuck", map[string]string{"tenant": "acme"}},
+		{"idemgate_approvals_pending", map[string]string{"tenant": "globex"}},
+	} {
+		if v, ok := counted(fams, c.name, c.labels); !ok || v != 0 {
+			t.Errorf("%s%v: %v (present %v), want a series at 0", c.name, c.labels, v, ok)
+		}
+	}
+	if n := len(fams["idemgate_operations_created_total"].Metric); n != 4 {
+		t.Errorf("%d created series, want 4: each route with each tenant, once", n)
+	}
+}
+
+// TestCreatedOnceWhateverThePath: an operation is counted created by the
+// request that created it, whether it ran or waits for an approval; the
+// retry that runs it later is not a second creation. A conflict is no
+// retry.
+func TestCreatedOnceWhateverThePath(t *testing.T) {
+	m := metrics.New(metrics.Options{Tenants: []string{"acme"}})
+	route := "POST /v1/deployments"
+	m.Routes([]string{route})
+	for _, o := range []httpidem.Observation{
+		{Outcome: httpidem.OutcomeCreated, Created: true},
+		{Outcome: contract.CodeApprovalRequired, Created: true},
+		{Outcome: contract.CodeApprovalRequired, Retry: httpidem.RetryApproval},
+		{Outcome: httpidem.OutcomeExecuted, Retry: httpidem.RetryApproval},
+		{Outcome: contract.CodeFingerprintMismatch},
+	} {
+		o.Route, o.Tenant = route, "acme"
+		m.Request(o)
+	}
+	fams := gather(t, m)
+	acme := map[string]string{"route": route, "tenant": "acme"}
+	if v, _ := counted(fams, "idemgate_operations_created_total", acme); v != 2 {
+		t.Errorf("created %v, want 2", v)
+	}
+	if v, _ := counted(fams, "idemgate_fingerprint_conflicts_total", acme); v != 1 {
+		t.Errorf("conflicts %v, want 1", v)
+	}
+	var retries []string
+	for _, s := range fams["idemgate_retries_total"].Metric {
+		if s.GetCounter().GetValue() > 0 {
+			retries = append(retries, s.String())
+		}
+	}
+	if len(retries) != 1 || !strings.Contains(retries[0], `"approval"`) {
+		t.Errorf("retries %v, want only the two approval ones", retries)
+	}
+}
