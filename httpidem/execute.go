@@ -92,11 +92,11 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		// Past the deadline: the effect happened and this client deserves
 		// its answer; the operation stays executing, and its lease will
 		// make it unknown.
-		m.unrecorded(ctx, req, lease.OpID, resp.Status, ref, err, "answered to the client, not recorded: the store failed")
+		m.unrecorded(ctx, req, lease.OpID, resp, ref, err, "answered to the client, not recorded: the store failed")
 		c.flush()
 		return true
 	}
-	m.unrecorded(ctx, req, lease.OpID, resp.Status, ref, err, "not recorded: another step moved the operation; "+
+	m.unrecorded(ctx, req, lease.OpID, resp, ref, err, "not recorded: another step moved the operation; "+
 		"the client was answered as it stands")
 	return m.asItStands(ctx, c.w, lease.OpID)
 }
@@ -125,10 +125,10 @@ func (m *Middleware) outcomeStep(fate contract.Fate, code string, resp *ledger.R
 
 // unrecorded logs, and tells the audit log, of an upstream answer the
 // store does not hold.
-func (m *Middleware) unrecorded(ctx context.Context, req *request, opID string, status int, ref string, err error,
-	reason string) {
+func (m *Middleware) unrecorded(ctx context.Context, req *request, opID string, resp *ledger.Response, ref string,
+	err error, reason string) {
 	m.log(ctx, "answer_unrecorded", opID, err)
-	m.noteUnrecorded(req, opID, status, ref, reason)
+	m.noteUnrecorded(req, opID, resp, ref, reason)
 }
 
 // asItStands answers for an operation whose owner's step was refused

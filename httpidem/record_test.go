@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -233,7 +235,9 @@ func sweeping(t *testing.T, s ledger.Store) {
 // never an answer the store does not hold.
 func TestLapsedThenResolvedMeanwhile(t *testing.T) {
 	o := outages["sqlite"](t)
-	a := newApp(t, o.store, httpidem.Options{Lease: 300 * time.Millisecond, RecordDeadline: 10 * time.Second})
+	events := ledger.NewEventBatcher(o.store, 0, nil)
+	a := newApp(t, o.store, httpidem.Options{Lease: 300 * time.Millisecond, RecordDeadline: 10 * time.Second,
+		Audit: events})
 	sweeping(t, o.store)
 	ctx := context.Background()
 	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
@@ -260,5 +264,14 @@ func TestLapsedThenResolvedMeanwhile(t *testing.T) {
 	again := a.post("k", "acme", `{"title":"x"}`)
 	if first.status != 200 || first.body != `{"ticket":"T-found"}` || again.status != first.status || again.body != first.body {
 		t.Fatalf("the client got %d %s, its retry %d %s", first.status, first.body, again.status, again.body)
+	}
+	// The log names the answer the store does not hold, for whoever
+	// looks into the operation.
+	lost := (&ledger.Response{Body: []byte(`{"ticket":"T-1"}`)}).SHA256()
+	es := storyOf(t, o.store, events, first.header.Get("Idempotency-Operation"))
+	if !slices.ContainsFunc(es, func(e audit.Event) bool {
+		return e.Kind == audit.AnswerUnrecorded && e.UpstreamStatus == 201 && e.ResponseSHA256 == lost
+	}) {
+		t.Fatalf("no answer_unrecorded naming the upstream's answer: %+v", es)
 	}
 }
