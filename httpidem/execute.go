@@ -147,9 +147,9 @@ func (m *Middleware) asItStands(ctx context.Context, w http.ResponseWriter, opID
 		m.replay(ctx, w, op)
 		return false
 	case op.State == ledger.Unknown:
-		m.problem(w, contract.NewProblem(contract.CodeOutcomeUnknown, "the upstream answered, but the operation's "+
-			"lease lapsed before its answer could be recorded: its outcome is unknown; check the status resource").
-			WithStatus(http.StatusBadGateway), op)
+		m.problem(w, contract.NewProblem(contract.CodeOutcomeUnknown, "the operation's lease lapsed before this "+
+			"attempt's outcome could be recorded: its outcome is unknown, and it will not be re-sent; check the status "+
+			"resource").WithStatus(http.StatusBadGateway), op)
 	default:
 		p := contract.NewProblem(contract.CodeInProgress, "another attempt holds this operation now; retry with the same key")
 		p.RetryAfter = 1

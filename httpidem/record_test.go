@@ -3,6 +3,7 @@ package httpidem_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -274,4 +275,33 @@ func TestLapsedThenResolvedMeanwhile(t *testing.T) {
 	}) {
 		t.Fatalf("no answer_unrecorded naming the upstream's answer: %+v", es)
 	}
+}
+
+// TestLapsedWithTheStoreUp: a lease that lapses while the store is up (its
+// heartbeats refused for another reason, as for an owner paused past its
+// lease) is the expiry's: the owner's late answer is not recorded, and its
+// client hears what every retry hears, outcome_unknown, never a 201 the
+// store does not hold.
+func TestLapsedWithTheStoreUp(t *testing.T) {
+	t.Parallel()
+	s := dbtest.SQLite(t)
+	a := newApp(t, noHeartbeats{s}, httpidem.Options{Lease: 200 * time.Millisecond})
+	sweeping(t, s)
+	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+		time.Sleep(600 * time.Millisecond)
+		w.WriteHeader(201)
+	}
+	first := a.post("k", "acme", `{}`)
+	again := a.post("k", "acme", `{}`)
+	if first.status != 502 || problemCode(t, first) != "outcome_unknown" || again.status != 409 ||
+		problemCode(t, again) != "outcome_unknown" || a.effects.Load() != 1 {
+		t.Fatalf("the client got %+v, its retry %+v", first, again)
+	}
+}
+
+// noHeartbeats is a store that refuses every heartbeat, though it is up.
+type noHeartbeats struct{ ledger.Store }
+
+func (noHeartbeats) Heartbeat(context.Context, ledger.Lease, time.Duration) (ledger.Lease, error) {
+	return ledger.Lease{}, errors.New("heartbeat refused")
 }
