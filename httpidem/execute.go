@@ -96,9 +96,25 @@ func (m *Middleware) finish(ctx context.Context, c *capture, req *request, exec 
 		c.flush()
 		return true
 	}
-	m.unrecorded(ctx, req, lease.OpID, resp, ref, err, "not recorded: another step moved the operation; "+
+	return m.overtaken(ctx, c, req, fate, resp, ref, lease.OpID, err)
+}
+
+// overtaken answers for an operation whose owner's step was refused
+// because another step moved it first (an expiry, an operator's
+// resolution, a re-send): as it stands, what a retry would hear. An
+// expiry that said what this owner would have (unknown) leaves the
+// owner's own answer standing; any other answer is not the store's, and
+// is logged as unrecorded.
+func (m *Middleware) overtaken(ctx context.Context, c *capture, req *request, fate contract.Fate, resp *ledger.Response,
+	ref, opID string, err error) (live bool) {
+	op, gerr := m.opts.Store.Get(ctx, opID)
+	if gerr == nil && op.State == ledger.Unknown && fate == contract.FateUnknown {
+		c.flush()
+		return true
+	}
+	m.unrecorded(ctx, req, opID, resp, ref, err, "not recorded: another step moved the operation; "+
 		"the client was answered as it stands")
-	return m.asItStands(ctx, c.w, lease.OpID)
+	return m.asItStands(ctx, c.w, op, gerr)
 }
 
 // outcomeStep is the owner step that records fate: a completion (which
@@ -131,13 +147,10 @@ func (m *Middleware) unrecorded(ctx context.Context, req *request, opID string, 
 	m.noteUnrecorded(req, opID, resp, ref, reason)
 }
 
-// asItStands answers for an operation whose owner's step was refused
-// because another step moved it (an operator's resolution, a re-send, an
-// expiry its owner cannot settle): its stored answer once final, else the
-// problem its state means, as a retry would hear. It reports whether the
-// operation is still live.
-func (m *Middleware) asItStands(ctx context.Context, w http.ResponseWriter, opID string) (live bool) {
-	op, err := m.opts.Store.Get(ctx, opID)
+// asItStands answers for op as read (err: it could not be): its stored
+// answer once final, else the problem its state means, as a retry would
+// hear. It reports whether the operation is still live.
+func (m *Middleware) asItStands(ctx context.Context, w http.ResponseWriter, op *ledger.Operation, err error) (live bool) {
 	switch {
 	case err != nil:
 		m.problem(w, contract.ProblemFor(err), nil)

@@ -281,7 +281,7 @@ func TestLapsedThenResolvedMeanwhile(t *testing.T) {
 // heartbeats refused for another reason, as for an owner paused past its
 // lease) is the expiry's: the owner's late answer is not recorded, and its
 // client hears what every retry hears, outcome_unknown, never a 201 the
-// store does not hold.
+// store does not hold. An answer that meant unknown anyway (a 500) stands.
 func TestLapsedWithTheStoreUp(t *testing.T) {
 	t.Parallel()
 	s := dbtest.SQLite(t)
@@ -289,13 +289,21 @@ func TestLapsedWithTheStoreUp(t *testing.T) {
 	sweeping(t, s)
 	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
 		time.Sleep(600 * time.Millisecond)
-		w.WriteHeader(201)
+		if n == 1 {
+			w.WriteHeader(201)
+			return
+		}
+		w.WriteHeader(500)
+		w.Write([]byte("upstream broke"))
 	}
 	first := a.post("k", "acme", `{}`)
 	again := a.post("k", "acme", `{}`)
 	if first.status != 502 || problemCode(t, first) != "outcome_unknown" || again.status != 409 ||
 		problemCode(t, again) != "outcome_unknown" || a.effects.Load() != 1 {
 		t.Fatalf("the client got %+v, its retry %+v", first, again)
+	}
+	if broke := a.post("k2", "acme", `{}`); broke.status != 500 || broke.body != "upstream broke" {
+		t.Fatalf("an answer meaning unknown: %+v", broke)
 	}
 }
 
