@@ -19,6 +19,16 @@ const (
 	// HeaderReconciled marks a replay whose answer a reconciliation probe
 	// found: the original answer was lost, and this is the proof.
 	HeaderReconciled = "Idempotency-Reconciled"
+	// HeaderLockedBy names, on a concurrency_locked refusal, the operation
+	// that holds the group (the problem's operation_id, which is not this
+	// key's: Idempotency-Operation is left out).
+	HeaderLockedBy = "Idempotency-Locked-By"
+	// HeaderState and HeaderStatusURL carry a problem's state and
+	// status_url, the state and status resource of the operation it names
+	// (Idempotency-Operation, or Idempotency-Locked-By): whatever shape the
+	// body has (docs/design.md, "Error shapes"), a client finds them here.
+	HeaderState     = "Idempotency-Operation-State"
+	HeaderStatusURL = "Idempotency-Status-URL"
 )
 
 // MaxRunLen bounds an Idempotency-Run value, as a key is bounded.

@@ -124,21 +124,38 @@ func (p *Problem) WithStatus(status int) *Problem {
 	return p
 }
 
-// Write sends the problem, never cached, and tells a CodeNoter of w which
-// code it answered.
+// Write sends the problem, never cached, in the shape w asks for
+// (ShapeOf: RFC 9457's by default), and tells a CodeNoter of w which code
+// it answered. The operation it names, its state and its status resource
+// are in headers whatever the shape.
 func (p *Problem) Write(w http.ResponseWriter) {
 	NoteCode(w, p.Code)
 	h := w.Header()
-	h.Set("Content-Type", MediaProblem)
 	h.Set("Cache-Control", "no-store")
-	if p.OperationID != "" && !p.OtherOperation {
+	p.setHeaders(h)
+	body := ShapeOf(w).Render(h, p)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// setHeaders sets the headers that carry the problem's members.
+func (p *Problem) setHeaders(h http.Header) {
+	switch {
+	case p.OperationID == "":
+	case p.OtherOperation:
+		h.Set(HeaderLockedBy, p.OperationID)
+	default:
 		h.Set(HeaderOperation, p.OperationID)
+	}
+	if p.State != "" {
+		h.Set(HeaderState, string(p.State))
+	}
+	if p.StatusURL != "" {
+		h.Set(HeaderStatusURL, p.StatusURL)
 	}
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
 }
 
 // CodeNoter is a ResponseWriter that keeps the code its answer carries

@@ -92,6 +92,9 @@ type Upstream struct {
 	HonoursKey bool              `yaml:"honours_key"`
 	// MaxConns sizes the idle connection pool to the expected concurrency.
 	MaxConns int `yaml:"max_conns"`
+	// Errors is the shape of every refusal on this upstream's routes, the
+	// form its own clients read errors in (docs/design.md, "Error shapes").
+	Errors ErrorsConfig `yaml:"errors"`
 
 	line        int
 	headerLines map[string]int // each header's own line
@@ -313,6 +316,9 @@ func (c *Config) checkUpstream(name string, u *Upstream) error {
 		return c.errorf(u.line, "upstream %q: honours_key needs forward_key: true", name)
 	}
 	if err := c.checkHeaders(name, u); err != nil {
+		return err
+	}
+	if err := c.checkErrors(name, u); err != nil {
 		return err
 	}
 	if u.Timeout <= 0 {

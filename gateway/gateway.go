@@ -46,6 +46,7 @@ type Gateway struct {
 	m       *httpidem.Middleware
 	routes  http.Handler
 	actions http.Handler
+	shapes  *shapes // nil: every refusal is RFC 9457's
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -70,8 +71,9 @@ func (g *Gateway) Routes() http.Handler { return g.Authenticated(g.routes) }
 
 // Front wraps the gateway's whole listener (its routes, the control API,
 // the web page, the probes): header hygiene refuses what must never be
-// forwarded before anything else runs, and each request is logged.
-func (g *Gateway) Front(h http.Handler) http.Handler { return g.logged(hygienic(h)) }
+// forwarded before anything else runs, each refusal takes the shape of
+// its route's upstream, and each request is logged.
+func (g *Gateway) Front(h http.Handler) http.Handler { return g.logged(g.shaping(hygienic(h))) }
 
 // Changed wakes the requests of this process waiting on an operation
 // (Prefer: wait) that changed elsewhere: decided or resolved on the
@@ -122,6 +124,7 @@ func (g *Gateway) build(d Deps) error {
 		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
 	})
 	g.routes = mux
+	g.shapes = newShapes(g.cfg, mux)
 	g.actions = g.actionsHandler(m)
 	return nil
 }

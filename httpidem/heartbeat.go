@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/ledger"
@@ -19,6 +20,10 @@ type heartbeater struct {
 	done    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
+	// away is set once a heartbeat found the store unavailable: a lease
+	// that lapses then lapsed because the store was away, and its owner
+	// may still settle the operation (ledger.Outcome.AfterLapse).
+	away atomic.Bool
 }
 
 func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
@@ -39,6 +44,9 @@ func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Durat
 				hb.lease = next
 			}
 			hb.mu.Unlock()
+			if errors.Is(err, ledger.ErrUnavailable) {
+				hb.away.Store(true)
+			}
 			if errors.Is(err, ledger.ErrStaleOwner) {
 				m.log(ctx, "lease lost", l.OpID, err)
 				return

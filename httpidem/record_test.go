@@ -3,15 +3,18 @@ package httpidem_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -173,4 +176,140 @@ func TestReserveFailureLogged(t *testing.T) {
 	if !strings.Contains(log.String(), `"msg":"reserve"`) || !strings.Contains(log.String(), "store closed") {
 		t.Fatalf("the failed reservation was not logged: %s", log.String())
 	}
+}
+
+// TestLeaseLapsedDuringOutage: the store goes away while the handler runs
+// and stays away for longer than the lease, shorter than the recording
+// deadline, while a lease sweep runs all along (as every instance's does).
+// The sweep makes the operation unknown the moment the store is back; the
+// owner, still retrying its completion with the upstream's answer in
+// hand, settles it: the client's 201 is recorded, and every retry replays
+// it (issue 24, item 7.10).
+func TestLeaseLapsedDuringOutage(t *testing.T) {
+	for name, mk := range outages {
+		t.Run(name, func(t *testing.T) {
+			o := mk(t)
+			var log logs
+			a := newApp(t, o.store, httpidem.Options{Logger: log.logger(), Lease: 300 * time.Millisecond,
+				RecordDeadline: 10 * time.Second})
+			sweeping(t, o.store)
+			a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+				o.down()
+				time.AfterFunc(time.Second, o.up)
+				w.WriteHeader(201)
+				w.Write([]byte(`{"ticket":"T-1"}`))
+			}
+			first := a.post("k", "acme", `{"title":"x"}`)
+			op, err := o.store.GetByKey(context.Background(), "acme", "k")
+			if first.status != 201 || err != nil || op.State != ledger.Succeeded {
+				t.Fatalf("answered %+v, recorded %+v (%v)\n%s", first, op, err, log.String())
+			}
+			again := a.post("k", "acme", `{"title":"x"}`)
+			if again.status != 201 || again.body != first.body || a.effects.Load() != 1 {
+				t.Fatalf("retry: %+v, %d effects", again, a.effects.Load())
+			}
+		})
+	}
+}
+
+// sweeping runs a lease sweep every 10 ms until the test ends, as the
+// maintenance plane of every gateway instance does; failures (the store
+// is away) are the test's point, and ignored.
+func sweeping(t *testing.T, s ledger.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			_, _ = s.ExpireLeases(ctx, 10)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// TestLapsedThenResolvedMeanwhile: the store is away for longer than the
+// lease while the handler runs; once it is back, the sweep makes the
+// operation unknown and an operator resolves it, before the owner
+// records the upstream's answer. The owner's completion is fenced out,
+// and its client gets what every retry gets, the operation's final word,
+// never an answer the store does not hold.
+func TestLapsedThenResolvedMeanwhile(t *testing.T) {
+	o := outages["sqlite"](t)
+	events := ledger.NewEventBatcher(o.store, 0, nil)
+	a := newApp(t, o.store, httpidem.Options{Lease: 300 * time.Millisecond, RecordDeadline: 10 * time.Second,
+		Audit: events})
+	sweeping(t, o.store)
+	ctx := context.Background()
+	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+		o.down()
+		time.Sleep(600 * time.Millisecond)
+		o.up()
+		op := httpidem.Current(r)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if got, err := o.store.Get(ctx, op.OperationID()); err == nil && got.State == ledger.Unknown {
+				break
+			} else if time.Now().After(deadline) {
+				t.Errorf("never swept: %+v, %v", got, err)
+				return
+			}
+		}
+		if _, err := o.store.Resolve(ctx, ledger.ResolveParams{ID: op.OperationID(), To: ledger.Succeeded, Actor: "alice",
+			Note: "found it at the upstream", Response: &ledger.Response{Status: 200, Body: []byte(`{"ticket":"T-found"}`)}}); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(201)
+		w.Write([]byte(`{"ticket":"T-1"}`))
+	}
+	first := a.post("k", "acme", `{"title":"x"}`)
+	again := a.post("k", "acme", `{"title":"x"}`)
+	if first.status != 200 || first.body != `{"ticket":"T-found"}` || again.status != first.status || again.body != first.body {
+		t.Fatalf("the client got %d %s, its retry %d %s", first.status, first.body, again.status, again.body)
+	}
+	// The log names the answer the store does not hold, for whoever
+	// looks into the operation.
+	lost := (&ledger.Response{Body: []byte(`{"ticket":"T-1"}`)}).SHA256()
+	es := storyOf(t, o.store, events, first.header.Get("Idempotency-Operation"))
+	if !slices.ContainsFunc(es, func(e audit.Event) bool {
+		return e.Kind == audit.AnswerUnrecorded && e.UpstreamStatus == 201 && e.ResponseSHA256 == lost
+	}) {
+		t.Fatalf("no answer_unrecorded naming the upstream's answer: %+v", es)
+	}
+}
+
+// TestLapsedWithTheStoreUp: a lease that lapses while the store is up (its
+// heartbeats refused for another reason, as for an owner paused past its
+// lease) is the expiry's: the owner's late answer is not recorded, and its
+// client hears what every retry hears, outcome_unknown, never a 201 the
+// store does not hold. An answer that meant unknown anyway (a 500) stands.
+func TestLapsedWithTheStoreUp(t *testing.T) {
+	t.Parallel()
+	s := dbtest.SQLite(t)
+	a := newApp(t, noHeartbeats{s}, httpidem.Options{Lease: 200 * time.Millisecond})
+	sweeping(t, s)
+	a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+		time.Sleep(600 * time.Millisecond)
+		if n == 1 {
+			w.WriteHeader(201)
+			return
+		}
+		w.WriteHeader(500)
+		w.Write([]byte("upstream broke"))
+	}
+	first := a.post("k", "acme", `{}`)
+	again := a.post("k", "acme", `{}`)
+	if first.status != 502 || problemCode(t, first) != "outcome_unknown" || again.status != 409 ||
+		problemCode(t, again) != "outcome_unknown" || a.effects.Load() != 1 {
+		t.Fatalf("the client got %+v, its retry %+v", first, again)
+	}
+	if broke := a.post("k2", "acme", `{}`); broke.status != 500 || broke.body != "upstream broke" {
+		t.Fatalf("an answer meaning unknown: %+v", broke)
+	}
+}
+
+// noHeartbeats is a store that refuses every heartbeat, though it is up.
+type noHeartbeats struct{ ledger.Store }
+
+func (noHeartbeats) Heartbeat(context.Context, ledger.Lease, time.Duration) (ledger.Lease, error) {
+	return ledger.Lease{}, errors.New("heartbeat refused")
 }

@@ -85,15 +85,18 @@ func (m *Middleware) note(req *request, kind audit.Kind, op *ledger.Operation, r
 }
 
 // noteUnrecorded records an upstream answer the store could not record:
-// the effect may have happened, and this is the log's word of it.
-func (m *Middleware) noteUnrecorded(req *request, opID string, status int, ref string) {
+// the effect may have happened, and this is the log's word of it, the
+// answer named by its status, reference and hash (what an operator who
+// resolves the operation can match); reason says what the client was
+// answered.
+func (m *Middleware) noteUnrecorded(req *request, opID string, resp *ledger.Response, ref, reason string) {
 	if m.opts.Audit == nil {
 		return
 	}
 	e := audit.Event{At: time.Now(), Tenant: req.tenant, OperationID: opID, Kind: audit.AnswerUnrecorded,
 		Principal: req.who, RunID: req.run, TraceID: req.trace, Key: req.key, Fingerprint: req.fingerprint,
 		Route: req.route.name, Target: req.target, Actor: m.opts.Actor,
-		UpstreamStatus: status, ResultRef: ref, Reason: "answered to the client, not recorded: the store failed"}
+		UpstreamStatus: resp.Status, ResultRef: ref, ResponseSHA256: resp.SHA256(), Reason: reason}
 	m.opts.Audit.Record(e)
 }
 

@@ -166,6 +166,13 @@ type Outcome struct {
 	ResultRef string
 	ErrorCode string
 	Reason    string
+	// AfterLapse lets the owner settle its operation even when its lease
+	// lapsed and the expiry made it unknown (StepCompleteLapsed), provided
+	// nobody has moved it since: same token, same fence, still the
+	// expiry's unknown. For an owner that could not reach the store while
+	// its lease ran out, and holds the upstream's answer: the proof a
+	// reconciler would look for (docs/design.md, "Durability").
+	AfterLapse bool
 }
 
 // Validate refuses an outcome that is not final, or that has no response:

@@ -65,6 +65,11 @@ const (
 	StepMarkUnknown Step = "mark_unknown" // executing → unknown, by the owner
 	StepExpire      Step = "expire"       // executing → unknown: the lease lapsed
 	StepResolve     Step = "resolve"      // unknown → succeeded | failed | prepared, audited
+	// StepCompleteLapsed is unknown → succeeded | failed, by the owner whose
+	// lapsed lease the expiry took while it could not reach the store, with
+	// the same token and fence: nobody has taken the operation since
+	// (Outcome.AfterLapse).
+	StepCompleteLapsed Step = "complete_after_lapse"
 )
 
 // Transition is one legal move.
@@ -89,6 +94,8 @@ var transitions = []Transition{
 	{Unknown, Failed, StepResolve},
 	{Unknown, Prepared, StepResolve},
 	{Unknown, Executing, StepResend},
+	{Unknown, Succeeded, StepCompleteLapsed},
+	{Unknown, Failed, StepCompleteLapsed},
 }
 
 // Transitions returns a copy of the legal transitions.

@@ -75,8 +75,9 @@ type Driver interface {
 	// Holder returns the operation holding a business key (business) or,
 	// among live operations, a concurrency key, on the route.
 	Holder(ctx context.Context, tenant, route string, business bool, value string) (*ledger.Operation, error)
-	// OwnerToken returns the token of the operation's latest owner ("" once
-	// its lease expired): owner steps keep it.
+	// OwnerToken returns the token of the operation's latest owner, as
+	// stored: owner steps keep it, and the expiry marks it, so that it
+	// matches no owner step but the completion after the lapse.
 	OwnerToken(ctx context.Context, id string) (string, error)
 	ApprovalDriver
 	EffectDriver
@@ -329,8 +330,17 @@ func Complete(ctx context.Context, d Driver, l ledger.Lease, o ledger.Outcome) (
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return Make(ctx, d, Change{Step: ledger.StepComplete, To: o.State, ID: l.OpID, Actor: l.Actor, Reason: o.Reason,
-		Owner: &l, Response: o.Response, ResultRef: o.ResultRef, ErrorCode: o.ErrorCode})
+	c := Change{Step: ledger.StepComplete, To: o.State, ID: l.OpID, Actor: l.Actor, Reason: o.Reason,
+		Owner: &l, Response: o.Response, ResultRef: o.ResultRef, ErrorCode: o.ErrorCode}
+	op, err := Make(ctx, d, c)
+	if err == nil || !o.AfterLapse || !errors.Is(err, ledger.ErrStaleOwner) {
+		return op, err
+	}
+	// The lease lapsed and the expiry took the operation: its owner may
+	// still settle it if nobody has moved it since (the statement's guard:
+	// the expiry's mark on this token, this fence, still unknown).
+	c.Step, c.Reason = ledger.StepCompleteLapsed, "after its lease lapsed: "+o.Reason
+	return Make(ctx, d, c)
 }
 
 // Release implements ledger.Store.Release on d.

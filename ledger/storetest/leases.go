@@ -246,3 +246,87 @@ func mustOK(tb testing.TB, err error) {
 		tb.Fatal(err)
 	}
 }
+
+// testCompleteAfterLapse: an owner that could not reach the store while
+// its lease lapsed settles the operation the expiry made unknown
+// (Outcome.AfterLapse), with the answer it holds, as long as nobody has
+// taken the operation since; any other move in between fences it out.
+func testCompleteAfterLapse(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	answer := ledger.Outcome{State: ledger.Succeeded, Response: &ledger.Response{Status: 201, Body: []byte(`{"id":"T-1"}`)},
+		Reason: "http_201", AfterLapse: true}
+	for _, expire := range []string{"sweep", "reservation"} {
+		r := lapsed(t, s, expire)
+		plain := answer
+		plain.AfterLapse = false
+		_, err := s.Complete(c, *r.Lease, plain)
+		wantErr(t, "complete after the expiry, "+expire, err, ledger.ErrStaleOwner)
+		op, err := s.Complete(c, *r.Lease, answer)
+		if err != nil || op.State != ledger.Succeeded || get(t, s, r.Op.ID).Response.Status != 201 {
+			t.Fatalf("complete after lapse (%s expiry): %+v, %v", expire, op, err)
+		}
+		h := history(t, s, r.Op.ID)
+		if len(h) != 3 || h[2].From != ledger.Unknown || h[2].To != ledger.Succeeded || h[2].Actor != r.Lease.Actor {
+			t.Fatalf("history: %+v", h)
+		}
+		again, err := s.Complete(c, *r.Lease, answer) // its reply was lost
+		if err != nil || again.State != ledger.Succeeded || len(history(t, s, r.Op.ID)) != 3 {
+			t.Fatalf("retried complete after lapse: %+v, %v", again, err)
+		}
+	}
+	for name, between := range map[string]func(r ledger.Reservation) error{
+		"re-sent by another owner": func(r ledger.Reservation) error {
+			_, err := s.Acquire(c, ledger.AcquireParams{ID: r.Op.ID, Lease: Long, Actor: "worker-2", Resend: true})
+			return err
+		},
+		"resolved by an operator": func(r ledger.Reservation) error {
+			_, err := s.Resolve(c, ledger.ResolveParams{ID: r.Op.ID, To: ledger.Prepared, Actor: "alice", Note: "not there"})
+			return err
+		},
+	} {
+		r := lapsed(t, s, "sweep")
+		if err := between(r); err != nil {
+			t.Fatal(err)
+		}
+		before := get(t, s, r.Op.ID)
+		_, err := s.Complete(c, *r.Lease, answer)
+		wantErr(t, "complete after lapse, "+name, err, ledger.ErrStaleOwner)
+		if now := get(t, s, r.Op.ID); now.State != before.State || now.Fence != before.Fence {
+			t.Fatalf("%s: a fenced-out completion moved the operation to %s", name, now.State)
+		}
+	}
+	// Only the expiry's unknown: one its owner declared itself stays so,
+	// and a forged token settles nothing.
+	r := reserve(t, s, Params(Long))
+	if _, err := s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "timeout", ErrorCode: "upstream_timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Complete(c, *r.Lease, answer)
+	wantErr(t, "complete after the owner's own unknown", err, ledger.ErrStaleOwner)
+	r = lapsed(t, s, "sweep")
+	forged := *r.Lease
+	forged.Token = ledger.NewToken()
+	_, err = s.Complete(c, forged, answer)
+	wantErr(t, "complete after lapse with a forged token", err, ledger.ErrStaleOwner)
+	if get(t, s, r.Op.ID).State != ledger.Unknown {
+		t.Fatal("a forged token settled a lapsed operation")
+	}
+}
+
+// lapsed reserves an operation whose lease lapses, made unknown by the
+// sweep or by a reservation of its key that finds it lapsed.
+func lapsed(t *testing.T, s ledger.Store, by string) ledger.Reservation {
+	t.Helper()
+	p := Params(Lapsing)
+	r := reserve(t, s, p)
+	lapse()
+	if by == "sweep" {
+		if n, err := s.ExpireLeases(ctx(t), 100); err != nil || n != 1 {
+			t.Fatalf("expire: %d, %v", n, err)
+		}
+	} else if again, err := s.Reserve(ctx(t), p); err != nil || again.Op.State != ledger.Unknown {
+		t.Fatalf("reserve over a lapsed lease: %+v, %v", again, err)
+	}
+	return r
+}

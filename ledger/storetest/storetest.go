@@ -62,6 +62,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Leases", inParallel(b, testLeases))
 	t.Run("Fencing", inParallel(b, testFencing))
 	t.Run("ExpireLeases", inParallel(b, testExpireLeases))
+	t.Run("CompleteAfterLapse", inParallel(b, testCompleteAfterLapse))
 	t.Run("Retention", inParallel(b, testRetention))
 	t.Run("List", inParallel(b, testList))
 	t.Run("Lookups", inParallel(b, testLookups))

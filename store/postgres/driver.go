@@ -62,6 +62,11 @@ SELECT ` + opColumns + ` FROM up`
 
 const ownerGuard = `AND owner_token = $6 AND fence = $7`
 
+// lapsedMark prefixes the token of an owner whose lease the expiry took:
+// no owner step matches it any more, except that owner's completion after
+// the lapse (ledger.StepCompleteLapsed).
+const lapsedMark = `'lapsed:' || `
+
 // runContext records a new sender's agent run and trace ($8, $9) on the
 // operation, for the events of its steps; none keeps the earlier ones.
 const runContext = `run_id = coalesce($8::text, run_id), trace_id = coalesce($9::text, trace_id)`
@@ -90,6 +95,13 @@ var (
 	// lost can retry its step and be told it happened (see steps.Make).
 	completeSQL = transitionSQL(`lease_until = NULL, response_status = $8,
 		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12, response_sha256 = $13`, ownerGuard)
+	// completeLapsedSQL is completeSQL for an operation the expiry took
+	// from this owner (its token, marked by the expiry, and its fence):
+	// nobody has moved it since. The token is restored, so that a retry
+	// whose reply was lost is recognised (steps.Make). It is never lazy.
+	completeLapsedSQL = transitionSQL(`owner_token = $6, lease_until = NULL, response_status = $8,
+		response_headers = $9, response_body = $10, result_ref = $11, last_error = $12, response_sha256 = $13`,
+		`AND owner_token = `+lapsedMark+`$6 AND fence = $7`)
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = $8`, ownerGuard)
 	// lazySQL is the lazy form of each owner step's statement.
 	lazySQL = map[string]string{completeSQL: lazy(completeSQL), leaveSQL: lazy(leaveSQL)}
@@ -105,7 +117,7 @@ var (
 		approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END, `+runContext,
 		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= statement_timestamp()))`),
 		`used AS (UPDATE idem_approvals a SET status = 'used' FROM up WHERE a.id = up.approval_id AND a.status = 'approved')`)
-	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = $6`,
+	expireOneSQL = transitionSQL(`owner_token = `+lapsedMark+`owner_token, lease_until = NULL, last_error = $6`,
 		`AND lease_until < statement_timestamp()`)
 	resolveSQL = transitionSQL(`response_status = $6, response_headers = $7, response_body = $8,
 		result_ref = coalesce($9, result_ref), response_sha256 = $10`, ``)
@@ -208,8 +220,12 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 func changeSQL(c steps.Change) (string, []any, error) {
 	status, headers, body, err := responseArgs(c.Response)
 	switch c.Step {
-	case ledger.StepComplete:
-		return completeSQL, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
+	case ledger.StepComplete, ledger.StepCompleteLapsed:
+		query := completeSQL
+		if c.Step == ledger.StepCompleteLapsed {
+			query = completeLapsedSQL
+		}
+		return query, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
 			nullable(c.ResultRef), nullable(c.ErrorCode), nullable(c.Response.SHA256())}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, nullable(c.ErrorCode)}, nil

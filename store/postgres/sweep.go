@@ -7,7 +7,8 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// expireSQL makes a batch of lapsed leases unknown. SKIP LOCKED lets several
+// expireSQL makes a batch of lapsed leases unknown, marking each owner's
+// token (lapsedMark). SKIP LOCKED lets several
 // gateway instances sweep at once without waiting on each other, and the
 // state guard in the UPDATE makes each expiry happen once.
 var expireSQL = `WITH due AS (
@@ -16,7 +17,7 @@ var expireSQL = `WITH due AS (
 	ORDER BY lease_until LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), up AS (
-	UPDATE idem_operations o SET state = 'unknown', owner_token = NULL, lease_until = NULL,
+	UPDATE idem_operations o SET state = 'unknown', owner_token = ` + lapsedMark + `o.owner_token, lease_until = NULL,
 		probe_token = NULL, probe_until = NULL, probe_next = NULL,
 		last_error = 'lease_expired', updated_at = statement_timestamp(),
 		expires_at = statement_timestamp() + o.retention_us * interval '1 microsecond'

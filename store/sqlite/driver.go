@@ -52,6 +52,11 @@ func transitionSQL(set, guard string) string {
 
 const ownerGuard = `AND owner_token = ?6 AND fence = ?7`
 
+// lapsedMark prefixes the token of an owner whose lease the expiry took:
+// no owner step matches it any more, except that owner's completion after
+// the lapse (ledger.StepCompleteLapsed).
+const lapsedMark = `'lapsed:' || `
+
 // runContext records a new sender's agent run and trace (?8, ?9) on the
 // operation, for the events of its steps; none keeps the earlier ones.
 const runContext = `run_id = coalesce(?8, run_id), trace_id = coalesce(?9, trace_id)`
@@ -61,6 +66,13 @@ var (
 	// lost can retry its step and be told it happened (see steps.Make).
 	completeSQL = transitionSQL(`lease_until = NULL, response_status = ?8,
 		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12, response_sha256 = ?13`, ownerGuard)
+	// completeLapsedSQL is completeSQL for an operation the expiry took
+	// from this owner (its token, marked by the expiry, and its fence):
+	// nobody has moved it since. The token is restored, so that a retry
+	// whose reply was lost is recognised (steps.Make).
+	completeLapsedSQL = transitionSQL(`owner_token = ?6, lease_until = NULL, response_status = ?8,
+		response_headers = ?9, response_body = ?10, result_ref = ?11, last_error = ?12, response_sha256 = ?13`,
+		`AND owner_token = `+lapsedMark+`?6 AND fence = ?7`)
 	leaveSQL = transitionSQL(`lease_until = NULL, last_error = ?8`, ownerGuard)
 	// resendSQL counts an attempt and raises the fence: any earlier owner's
 	// token and fence stop working at this commit.
@@ -73,7 +85,7 @@ var (
 		lease_until = `+nowUS+` + ?7, approval_status = CASE WHEN approval_id IS NULL THEN NULL ELSE 'used' END,
 		`+runContext,
 		`AND (approval_id IS NULL OR (approval_status IN ('approved', 'used') AND approval_expires_at >= `+nowUS+`))`)
-	expireOneSQL = transitionSQL(`owner_token = NULL, lease_until = NULL, last_error = ?6`,
+	expireOneSQL = transitionSQL(`owner_token = `+lapsedMark+`owner_token, lease_until = NULL, last_error = ?6`,
 		`AND lease_until < `+nowUS)
 	resolveSQL = transitionSQL(`response_status = ?6, response_headers = ?7, response_body = ?8,
 		result_ref = coalesce(?9, result_ref), response_sha256 = ?10`, ``)
@@ -168,8 +180,12 @@ func (d driver) Apply(ctx context.Context, c steps.Change) (*ledger.Operation, e
 func changeSQL(c steps.Change) (string, []any, error) {
 	status, headers, body, err := responseArgs(c.Response)
 	switch c.Step {
-	case ledger.StepComplete:
-		return completeSQL, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
+	case ledger.StepComplete, ledger.StepCompleteLapsed:
+		query := completeSQL
+		if c.Step == ledger.StepCompleteLapsed {
+			query = completeLapsedSQL
+		}
+		return query, []any{c.Owner.Token, c.Owner.Fence, status, headers, body,
 			null(c.ResultRef), null(c.ErrorCode), null(c.Response.SHA256())}, err
 	case ledger.StepRelease, ledger.StepMarkUnknown:
 		return leaveSQL, []any{c.Owner.Token, c.Owner.Fence, null(c.ErrorCode)}, nil

@@ -7,10 +7,10 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// expireSQL makes a batch of lapsed leases unknown; the update trigger
-// records each in the history. The write lock serializes sweepers, in this
+// expireSQL makes a batch of lapsed leases unknown, marking each owner's
+// token (lapsedMark); the update trigger records each in the history. The write lock serializes sweepers, in this
 // process or another, so each lapsed lease is expired once.
-const expireSQL = `UPDATE idem_operations SET state = 'unknown', owner_token = NULL, lease_until = NULL,
+const expireSQL = `UPDATE idem_operations SET state = 'unknown', owner_token = ` + lapsedMark + `owner_token, lease_until = NULL,
 	probe_token = NULL, probe_until = NULL, probe_next = NULL,
 	last_error = 'lease_expired', updated_at = ` + nowUS + `, expires_at = ` + nowUS + ` + retention_us,
 	last_actor = ?2, last_reason = 'lease expired'
