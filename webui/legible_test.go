@@ -30,9 +30,11 @@ type view struct {
 // TestEveryPageIsLegible opens every page of the web UI, in the states an
 // approver or an operator meets, in a real Chromium, and reads what a
 // person sees: every text's computed colour against the background
-// composited under it (WCAG 2 AA, 4.5:1). It fails if any template is never
-// opened, so that a new page cannot escape the check. First it shows that
-// the check finds unreadable text at all.
+// composited under it (WCAG 2 AA, 4.5:1), the page drawn 390 pixels wide
+// as on a phone (no sideways scroll), each fact said once, and no request
+// of the page's own parts failing (the icon). It fails if any template is
+// never opened, so that a new page cannot escape the checks. First it
+// shows that the contrast check finds unreadable text at all.
 func TestEveryPageIsLegible(t *testing.T) {
 	browser := newBrowser(t)
 	t.Run("the check finds unreadable text", func(t *testing.T) { contrastCheckWorks(t, browser) })
