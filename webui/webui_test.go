@@ -364,3 +364,20 @@ func TestResolveAnActionWithItsResult(t *testing.T) {
 		t.Fatalf("resolved: %s %s", got.State, contract.ResultOf(got))
 	}
 }
+
+// TestApprovalShowsItsHeaders: the approval page shows the headers the
+// approved run will send (issue 24, 7.7), as the approver decides on them.
+func TestApprovalShowsItsHeaders(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	a := fx.pending(fx.call("bot", "POST", "/v1/services/api/deployments", "dep-headers", prod,
+		"X-Target-Cluster", "eu-1"))
+	if got := a.Headers.Get("X-Target-Cluster"); got != "eu-1" {
+		t.Fatalf("the approval keeps headers %v", a.Headers)
+	}
+	page := fx.signIn(t, "alice").get("/ui/approvals/" + a.ID)
+	if !strings.Contains(page.body, "Headers sent") || !strings.Contains(page.body, "X-Target-Cluster: eu-1") ||
+		strings.Contains(page.body, fx.tokens["bot"]) {
+		t.Fatalf("the approval page: %s", page.body)
+	}
+}
