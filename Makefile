@@ -10,9 +10,15 @@ FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 
-.PHONY: test lint vet race fuzz bench python
+.PHONY: test setup lint vet race fuzz bench python
 
-test: lint race fuzz python
+test: setup lint race fuzz python
+
+# What the tests need, made ready where the machine allows (as root: start
+# PostgreSQL and the brokers, install Chromium, npm ci the SDK projects);
+# it says what it could not do, and under CI=true that fails the run.
+setup:
+	bash .ci/setup
 
 # The habits the code keeps, checked rather than remembered: vet and gofmt,
 # staticcheck (a tool dependency in go.mod, so its version is pinned and CI

@@ -31,8 +31,9 @@ type Metrics struct {
 	requests, upstream                      *prometheus.HistogramVec
 
 	history *History
-	store   *storeCollector // nil without a store
-	tenants []string        // the configuration's, sorted
+	store   *storeCollector        // nil without a store
+	own     []prometheus.Collector // idemgate's families, for Described
+	tenants []string               // the configuration's, sorted
 }
 
 // Options configure the metrics.
@@ -100,12 +101,12 @@ func New(o Options) *Metrics {
 			Name: "upstream_duration_seconds", Help: "Calls of the upstream, by route and status class.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"route", "class"}),
 	}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Register(m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
 		m.approvalExpiries, m.fenced, m.storeErrors, m.reconcile, m.requests, m.upstream)
 	if o.Store != nil {
 		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
-		m.reg.MustRegister(m.store)
+		m.Register(m.store)
 	}
 	m.tenants = slices.Compact(slices.Sorted(slices.Values(o.Tenants)))
 	for _, t := range m.tenants {
@@ -145,6 +146,33 @@ func (m *Metrics) Routes(names []string) {
 			}
 		}
 	}
+}
+
+// Register adds idemgate collectors (a consumer's, the reload's, …) to the
+// registry. Each family must be present from the first scrape, with its
+// known label values at zero: TestEveryFamilyFromTheFirstScrape holds
+// every collector registered here to that, so register through here, not
+// through Registry.
+func (m *Metrics) Register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.own = append(m.own, cs...)
+}
+
+// Described lists the descriptions of idemgate's own collectors: every
+// family the gateway may ever expose.
+func (m *Metrics) Described() []*prometheus.Desc {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range m.own {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var out []*prometheus.Desc
+	for d := range ch {
+		out = append(out, d)
+	}
+	return out
 }
 
 // Handler serves the registry in Prometheus's text format.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -114,5 +115,34 @@ func TestCreatedOnceWhateverThePath(t *testing.T) {
 	}
 	if len(retries) != 1 || !strings.Contains(retries[0], `"approval"`) {
 		t.Errorf("retries %v, want only the two approval ones", retries)
+	}
+}
+
+// fqName is a description's family name (client_golang exposes it only in
+// the description's String form).
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// TestEveryFamilyFromTheFirstScrape: every family any idemgate collector
+// describes is in the first scrape of a gateway that has served nothing,
+// so a rate() or an alert works before the first event. This holds a
+// family added later to the rule too, without naming it here. The one
+// exception is the age of a checkpoint that does not exist yet: a zero
+// there would say "sealed just now".
+func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
+	m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: []string{"acme"}})
+	m.Routes([]string{"POST /v1/tickets"})
+	fams := gather(t, m)
+	described := m.Described()
+	if len(described) < 20 {
+		t.Fatalf("%d families described, want every idemgate family (20 or more)", len(described))
+	}
+	for _, d := range described {
+		match := fqName.FindStringSubmatch(d.String())
+		if match == nil {
+			t.Fatalf("no family name in %s", d)
+		}
+		if name := match[1]; fams[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
+			t.Errorf("family %s is not in the first scrape", name)
+		}
 	}
 }

@@ -106,7 +106,7 @@ routes:
 }
 
 // stripeSDK returns node and the directory where Stripe's Node SDK is
-// installed (.ci/run runs npm ci there). Without them the test skips,
+// installed (make test's .ci/setup runs npm ci there). Without them the test skips,
 // and under CI=true it fails.
 func stripeSDK(t *testing.T) (node, dir string) {
 	t.Helper()
