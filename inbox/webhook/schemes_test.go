@@ -89,15 +89,15 @@ func TestStripeAgainstStripesOwnSigner(t *testing.T) {
 		body []byte
 		want error
 	}{
-		"rotation, new secret":  {v, both, body, nil},
-		"rotation, old secret":  {verifier(t, webhook.Stripe, now, "whsec_other", old), both, body, nil},
-		"swapped body":          {v, p.Header, []byte(`{"id":"evt_2"}`), webhook.ErrSignature},
-		"stale":                 {verifier(t, webhook.Stripe, now.Add(6*time.Minute), secret), p.Header, body, webhook.ErrTimestamp},
-		"from the future":       {verifier(t, webhook.Stripe, now.Add(-6*time.Minute), secret), p.Header, body, webhook.ErrTimestamp},
-		"wider tolerance":       {mustNew(t, webhook.Stripe, now.Add(6*time.Minute), 10*time.Minute, secret), p.Header, body, nil},
-		"no timestamp":          {v, "v1=" + strings.Split(p.Header, "v1=")[1], body, webhook.ErrMalformed},
-		"no v1":                 {v, strings.Split(p.Header, ",")[0], body, webhook.ErrMalformed},
-		"another secret's":      {verifier(t, webhook.Stripe, now, "whsec_other"), p.Header, body, webhook.ErrSignature},
+		"rotation, new secret": {v, both, body, nil},
+		"rotation, old secret": {verifier(t, webhook.Stripe, now, "whsec_other", old), both, body, nil},
+		"swapped body":         {v, p.Header, []byte(`{"id":"evt_2"}`), webhook.ErrSignature},
+		"stale":                {verifier(t, webhook.Stripe, now.Add(6*time.Minute), secret), p.Header, body, webhook.ErrTimestamp},
+		"from the future":      {verifier(t, webhook.Stripe, now.Add(-6*time.Minute), secret), p.Header, body, webhook.ErrTimestamp},
+		"wider tolerance":      {mustNew(t, webhook.Stripe, now.Add(6*time.Minute), 10*time.Minute, secret), p.Header, body, nil},
+		"no timestamp":         {v, "v1=" + strings.Split(p.Header, "v1=")[1], body, webhook.ErrMalformed},
+		"no v1":                {v, strings.Split(p.Header, ",")[0], body, webhook.ErrMalformed},
+		"another secret's":     {verifier(t, webhook.Stripe, now, "whsec_other"), p.Header, body, webhook.ErrSignature},
 		"a v1 that is not hex": {v, p.Header + ",v1=zz", body, webhook.ErrMalformed},
 	} {
 		if err := c.v.Verify(http.Header{"Stripe-Signature": {c.sig}}, c.body); !errors.Is(err, c.want) && !(c.want == nil && err == nil) {
