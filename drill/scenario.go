@@ -15,6 +15,7 @@ import (
 	"cel.dev/cel-go/common/types/ref"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/inbox/webhook"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/yamlfile"
 )
@@ -54,6 +55,15 @@ type Scenario struct {
 	} `yaml:"status"`
 	BusinessKey    string `yaml:"business_key"`    // a JSON Pointer into the body
 	ConcurrencyKey string `yaml:"concurrency_key"` // a JSON Pointer into the body
+	// Webhook, if set, makes each write a signed webhook delivery
+	// (docs/design.md, "Inbox: messages and webhooks"): the drill signs
+	// it as the scheme's sender does, when it sends it, and wf-10 sends
+	// one event several times, re-signed each time. The key goes where
+	// the scheme reads it (idempotency may be left out).
+	Webhook struct {
+		Scheme string `yaml:"scheme"` // standard, stripe or github
+		Secret string `yaml:"secret"` // e.g. ${HOOK_SECRET}
+	} `yaml:"webhook"`
 
 	file  string
 	lines map[string]int // each setting's line, by its dotted path (write.method)
@@ -129,7 +139,7 @@ func (s *Scenario) check() error {
 			return s.errorf("headers."+name, "header %q: not a valid HTTP field (a name token; a value without CR, LF, NUL)", name)
 		}
 	}
-	for _, step := range []func() error{s.checkWrite, s.checkIdempotency, s.checkEffects, s.checkStatus} {
+	for _, step := range []func() error{s.checkWrite, s.checkWebhook, s.checkIdempotency, s.checkEffects, s.checkStatus} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -181,6 +191,32 @@ func (s *Scenario) checkWrite() error {
 	}
 	if err != nil {
 		return s.errorf("write.body", "write.body: %v", err)
+	}
+	return nil
+}
+
+// checkWebhook checks the webhook's scheme and secret, as the gateway
+// does, and puts the key where the scheme reads it unless idempotency
+// says so itself; idempotency naming another place is a mistake (the
+// deliveries would carry no key their receiver reads).
+func (s *Scenario) checkWebhook() error {
+	w := s.Webhook
+	if w.Scheme == "" && w.Secret == "" {
+		return nil
+	}
+	v, err := webhook.New(webhook.Options{Scheme: w.Scheme, Secrets: []string{w.Secret}})
+	if err != nil {
+		return s.errorf("webhook", "webhook: %v", err)
+	}
+	kind, where, _ := strings.Cut(v.KeyFrom(), ":")
+	i := &s.Idempotency
+	switch {
+	case i.Header == "" && i.Body == "" && !i.None && kind == "header":
+		i.Header = where
+	case i.Header == "" && i.Body == "" && !i.None:
+		i.Body = where
+	case kind == "header" && !strings.EqualFold(i.Header, where), kind == "body" && i.Body != where:
+		return s.errorf("idempotency", "idempotency: a %s webhook's key is its %s %s", w.Scheme, kind, where)
 	}
 	return nil
 }
