@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +76,10 @@ func (c *Config) checkWebhook(r *RouteConfig) error {
 		}
 		return r.line
 	}
+	if !slices.Contains(webhook.Schemes(), w.Scheme) {
+		return c.errorf(at("scheme"), "route %s: webhook: scheme %q: want one of %s", r.Match, w.Scheme,
+			strings.Join(webhook.Schemes(), ", "))
+	}
 	if msg := webhookMisfit(r); msg != "" {
 		return c.errorf(r.line, "route %s: webhook: %s", r.Match, msg)
 	}
@@ -88,12 +93,8 @@ func (c *Config) checkWebhook(r *RouteConfig) error {
 		return err
 	}
 	v, err := webhook.New(webhook.Options{Scheme: w.Scheme, Secrets: w.Secret, Tolerance: w.Tolerance})
-	if err != nil {
-		key := "secret"
-		if !strings.HasPrefix(err.Error(), "secret") && !strings.HasPrefix(err.Error(), "no secret") {
-			key = "scheme"
-		}
-		return c.errorf(at(key), "route %s: webhook: %v", r.Match, err)
+	if err != nil { // the scheme is known: the secrets are wrong
+		return c.errorf(at("secret"), "route %s: webhook: %v", r.Match, err)
 	}
 	w.verifier = v
 	return nil
