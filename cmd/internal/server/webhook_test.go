@@ -72,7 +72,8 @@ func (e *env) deliverWith(path, body string, signed http.Header, extra ...string
 // timestamp, so a new signature), gets the stored 201 with
 // Idempotent-Replayed, and the upstream sees it once. GitHub's same
 // signed body under a new delivery id is the same operation (its body's
-// digest is its business key).
+// digest is its business key). A Stripe route with two secrets (a
+// rotation) takes either's signature.
 func TestWebhookDeliveredOnceAndReplayed(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
@@ -97,6 +98,20 @@ func TestWebhookDeliveredOnceAndReplayed(t *testing.T) {
 				t.Fatalf("%s: %d effects for one event", h.scheme, n)
 			}
 			wantOperation(t, e, h)
+		}
+		// A rotation: a new event signed with the old secret is accepted,
+		// and its redelivery under both signatures replays.
+		rotated := hook{webhook.Stripe, stripeOld, "evt_rotated", `{"id":"evt_rotated","object":"event"}`}
+		now := time.Now()
+		if r := e.deliver(rotated, rotated.id, rotated.body, now); r.status != 201 || e.up.count(rotated.path()) != 2 {
+			t.Fatalf("signed with the old secret: %d %s", r.status, r.body)
+		}
+		old, _ := webhook.Sign(webhook.Stripe, stripeOld, "", now, []byte(rotated.body))
+		both, _ := webhook.Sign(webhook.Stripe, stripeSecret, "", now, []byte(rotated.body))
+		both.Set("Stripe-Signature", both.Get("Stripe-Signature")+","+strings.Split(old.Get("Stripe-Signature"), ",")[1])
+		if r := e.deliverWith(rotated.path(), rotated.body, both); r.status != 201 || r.header.Get(contract.HeaderReplayed) != "true" ||
+			e.up.count(rotated.path()) != 2 {
+			t.Fatalf("two v1 signatures: %d %s, %d effects", r.status, r.body, e.up.count(rotated.path()))
 		}
 	})
 }
