@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types/ref"
@@ -195,8 +196,8 @@ func (s *Scenario) checkWrite() error {
 	return nil
 }
 
-// checkWebhook checks the webhook's scheme and secret, as the gateway
-// does, and puts the key where the scheme reads it unless idempotency
+// checkWebhook checks the webhook's scheme and secret (the sender's: a
+// Standard Webhooks whsk_ private key signs v1a), and puts the key where the scheme reads it unless idempotency
 // says so itself; idempotency naming another place is a mistake (the
 // deliveries would carry no key their receiver reads).
 func (s *Scenario) checkWebhook() error {
@@ -204,11 +205,13 @@ func (s *Scenario) checkWebhook() error {
 	if w.Scheme == "" && w.Secret == "" {
 		return nil
 	}
-	v, err := webhook.New(webhook.Options{Scheme: w.Scheme, Secrets: []string{w.Secret}})
-	if err != nil {
+	if strings.TrimSpace(w.Secret) == "" {
+		return s.errorf("webhook", "webhook: the secret is empty: the sender's signing secret (an unset variable?)")
+	}
+	if _, err := webhook.Sign(w.Scheme, w.Secret, "drill", time.Now(), nil); err != nil {
 		return s.errorf("webhook", "webhook: %v", err)
 	}
-	kind, where, _ := strings.Cut(v.KeyFrom(), ":")
+	kind, where, _ := strings.Cut(webhook.KeyOf(w.Scheme), ":")
 	i := &s.Idempotency
 	switch {
 	case i.Header == "" && i.Body == "" && !i.None && kind == "header":

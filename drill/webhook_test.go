@@ -76,8 +76,13 @@ webhook: {scheme: %s, secret: %q}
 // that delivers each event once, and finds the duplicates of one that
 // does not; against the wrong secret nothing is accepted and it fails.
 func TestWebhookWF10(t *testing.T) {
-	secrets := map[string]string{webhook.Standard: hookSecret, webhook.Stripe: "whsec_s", webhook.GitHub: "g"}
-	for _, scheme := range webhook.Schemes() {
+	// Each sender's secret and its receiver's: the same but for Standard
+	// Webhooks' v1a, whose sender signs with a private key (whsk_) and
+	// whose receiver holds the public one (whpk_).
+	for _, k := range []struct{ scheme, send, receive string }{
+		{webhook.Standard, hookSecret, hookSecret}, {webhook.Stripe, "whsec_s", "whsec_s"}, {webhook.GitHub, "g", "g"},
+		{webhook.Standard, "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=", "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ="},
+	} {
 		for _, c := range []struct {
 			dedupe   bool
 			secret   string
@@ -85,31 +90,31 @@ func TestWebhookWF10(t *testing.T) {
 			finding  string
 			accepted int
 		}{
-			{true, secrets[scheme], Passed, "", 4},
-			{false, secrets[scheme], FailedCheck, FindingDuplicate, 4},
+			{true, k.send, Passed, "", 4},
+			{false, k.send, FailedCheck, FindingDuplicate, 4},
 			{true, "whsec_c2Vjb25kIHNlY3JldCBvZiAyNCBieXRlcw==", FailedCheck, FindingMissing, 0},
 		} {
-			v, err := webhook.New(webhook.Options{Scheme: scheme, Secrets: []string{secrets[scheme]}})
+			v, err := webhook.New(webhook.Options{Scheme: k.scheme, Secrets: []string{k.receive}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			rc := &receiver{v: v, dedupe: c.dedupe, seen: map[string]bool{}, sigs: map[string]bool{}}
 			srv := httptest.NewServer(rc)
-			s, err := ParseScenario("drill.yaml", []byte(webhookScenario(srv.URL, scheme, c.secret)))
+			s, err := ParseScenario("drill.yaml", []byte(webhookScenario(srv.URL, k.scheme, c.secret)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			res, err := (&Runner{Scenario: s, Only: []string{"wf-10"}}).Run(context.Background())
 			srv.Close()
 			if err != nil || len(res) != 1 || res[0].Verdict != c.verdict || res[0].Finding != c.finding {
-				t.Fatalf("%s, dedupe %t: %+v %v", scheme, c.dedupe, res, err)
+				t.Fatalf("%s %.8s, dedupe %t: %+v %v", k.scheme, k.send, c.dedupe, res, err)
 			}
 			want := c.accepted
-			if scheme == webhook.GitHub && want > 0 {
+			if k.scheme == webhook.GitHub && want > 0 {
 				want = 1 // GitHub signs the body alone: a redelivery's signature is the same
 			}
 			if len(rc.sigs) != want {
-				t.Fatalf("%s: %d signatures accepted, want %d (each redelivery re-signed)", scheme, len(rc.sigs), want)
+				t.Fatalf("%s: %d signatures accepted, want %d (each redelivery re-signed)", k.scheme, len(rc.sigs), want)
 			}
 		}
 	}
@@ -128,7 +133,8 @@ func TestWebhookScenario(t *testing.T) {
 	}
 	for name, c := range map[string]struct{ scheme, secret, extra, want string }{
 		"scheme":        {"svix", "s", "", `drill.yaml:4: webhook: scheme "svix"`},
-		"empty secret":  {"github", "", "", "drill.yaml:4: webhook: secret 1 is empty"},
+		"empty secret":  {"github", "", "", "drill.yaml:4: webhook: the secret is empty"},
+		"not base64":    {"standard", "whsec_!!", "", "drill.yaml:4: webhook: "},
 		"elsewhere":     {"standard", hookSecret, "idempotency: {header: Idempotency-Key}\n", "drill.yaml:5: idempotency: a standard webhook's key is its header Webhook-Id"},
 		"not the id":    {"stripe", "s", "idempotency: {body: /event}\n", "a stripe webhook's key is its body /id"},
 		"no key at all": {"github", "s", "idempotency: {none: true}\n", "a github webhook's key"},

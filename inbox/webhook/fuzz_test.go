@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -65,12 +66,16 @@ func FuzzGitHubHeader(f *testing.F) {
 }
 
 // FuzzStandardHeaders: webhook-timestamp and webhook-signature are
-// accepted only with the body's true "v1,…" for the id and the time sent.
+// accepted only with the body's true "v1,…" (HMAC) or "v1a,…" (ed25519,
+// deterministic) for the id and the time sent.
 func FuzzStandardHeaders(f *testing.F) {
+	priv, whsk, whpk := v1aKey(7)
+	v1a, _ := webhook.Sign(webhook.Standard, whsk, vectorID, fuzzNow, []byte(vectorPayload))
 	f.Add(vectorID, strconv.Itoa(vectorTimestamp), vectorSignature, vectorPayload)
-	f.Add(vectorID, "x", "v1, v1,,", "")
+	f.Add(vectorID, strconv.Itoa(vectorTimestamp), v1a.Get("webhook-signature"), vectorPayload)
+	f.Add(vectorID, "x", "v1, v1,, v1a,", "")
 	f.Add("", "-1", vectorWrong+" "+vectorSignature, vectorPayload)
-	v := verifier(f, webhook.Standard, fuzzNow, vectorSecret)
+	v := verifier(f, webhook.Standard, fuzzNow, vectorSecret, whpk)
 	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(vectorSecret, "whsec_"))
 	f.Fuzz(func(t *testing.T, id, ts, sig, body string) {
 		h := http.Header{"Webhook-Id": {id}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {sig}}
@@ -78,9 +83,11 @@ func FuzzStandardHeaders(f *testing.F) {
 			return
 		}
 		n, err := strconv.ParseInt(ts, 10, 64)
+		msg := []byte(id + "." + strconv.FormatInt(n, 10) + "." + body)
 		m := hmac.New(sha256.New, key)
-		m.Write([]byte(id + "." + strconv.FormatInt(n, 10) + "." + body))
-		if err != nil || !strings.Contains(sig, "v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil))) {
+		m.Write(msg)
+		if err != nil || !strings.Contains(sig, "v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil))) &&
+			!strings.Contains(sig, "v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(priv, msg))) {
 			t.Fatalf("accepted id %q ts %q sig %q for %q", id, ts, sig, body)
 		}
 	})

@@ -1,7 +1,8 @@
 // Package webhook verifies a webhook's sender before anything is reserved
-// (docs/design.md, "Inbox: messages and webhooks"): the signature of the
-// Standard Webhooks specification, Stripe's and GitHub's, each checked in
-// constant time against the raw body, with several secrets for rotation.
+// (docs/design.md, "Inbox: messages and webhooks"): the signatures of the
+// Standard Webhooks specification (v1 HMAC and v1a ed25519), Stripe's and
+// GitHub's, each checked against the raw body (an HMAC compared in
+// constant time), with several secrets for rotation.
 // It also says where each scheme's key comes from: always from signed
 // material, so that a replayed signed body cannot open a second operation
 // under a fresh id.
@@ -23,9 +24,10 @@ import (
 // The schemes.
 const (
 	// Standard is the Standard Webhooks specification: webhook-id,
-	// webhook-timestamp and webhook-signature ("v1,<base64>", space
-	// separated), HMAC-SHA256 over "id.timestamp.body" with a whsec_
-	// base64 secret. The key is webhook-id.
+	// webhook-timestamp and webhook-signature ("v1,<base64>" and
+	// "v1a,<base64>", space separated) over "id.timestamp.body":
+	// HMAC-SHA256 with a whsec_ base64 secret (v1), ed25519 with a whpk_
+	// public key (v1a). The key is webhook-id.
 	Standard = "standard"
 	// Stripe is Stripe-Signature ("t=…,v1=<hex>,…"), HMAC-SHA256 over
 	// "t.body" with the endpoint's secret as written. The key is the
@@ -115,10 +117,13 @@ func (v *Verifier) Verify(h http.Header, body []byte) error { return v.check(h, 
 // Scheme is the verifier's scheme.
 func (v *Verifier) Scheme() string { return v.scheme }
 
-// KeyFrom is where the scheme's key is read, as a route's key_from:
-// signed material in every scheme but GitHub's (see DigestKey).
-func (v *Verifier) KeyFrom() string {
-	switch v.scheme {
+// KeyFrom is where the verifier's scheme reads its key (KeyOf).
+func (v *Verifier) KeyFrom() string { return KeyOf(v.scheme) }
+
+// KeyOf is where scheme's key is read, as a route's key_from: signed
+// material in every scheme but GitHub's (see DigestKey).
+func KeyOf(scheme string) string {
+	switch scheme {
 	case Stripe:
 		return "body:/id"
 	case GitHub:

@@ -21,26 +21,33 @@ const (
 	stripeSecret   = "whsec_stripe_new"
 	stripeOld      = "whsec_stripe_old"
 	githubSecret   = "It's a Secret to Everybody"
-	webhookRoutes  = `  - {match: POST /v1/policy/standard, upstream: ops, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
+	// An ed25519 key pair (Standard Webhooks' v1a): the sender's seed and
+	// the public key the route holds.
+	senderKey     = "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="
+	receiverKey   = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ="
+	webhookRoutes = `  - {match: POST /v1/policy/standard, upstream: ops, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /v1/policy/stripe, upstream: ops, webhook: {scheme: stripe, secret: ["` + stripeSecret + `", "` + stripeOld + `"], tenant: acme, tolerance: 5m}}
   - {match: POST /v1/policy/github, upstream: ops, webhook: {scheme: github, secret: "` + githubSecret + `", tenant: acme}}
+  - {match: POST /v1/policy/ed25519, upstream: ops, webhook: {scheme: standard, secret: "` + receiverKey + `", tenant: acme}}
 `
 )
 
-// hook is one scheme's delivery: its route, secret, id and body.
+// hook is one scheme's delivery: its route, the sender's secret, id and
+// body.
 type hook struct {
-	scheme, secret, id, body string
+	scheme, route, secret, id, body string
 }
 
 func hooks(run string) []hook {
 	return []hook{
-		{webhook.Standard, standardSecret, "msg_" + run, `{"type":"invoice.paid","data":{"n":1}}`},
-		{webhook.Stripe, stripeSecret, "evt_" + run, `{"id":"evt_` + run + `","object":"event","type":"charge.succeeded"}`},
-		{webhook.GitHub, githubSecret, "72d3162e-" + run, `{"action":"opened","number":` + fmt.Sprint(len(run)) + `}`},
+		{webhook.Standard, "standard", standardSecret, "msg_" + run, `{"type":"invoice.paid","data":{"n":1}}`},
+		{webhook.Stripe, "stripe", stripeSecret, "evt_" + run, `{"id":"evt_` + run + `","object":"event","type":"charge.succeeded"}`},
+		{webhook.GitHub, "github", githubSecret, "72d3162e-" + run, `{"action":"opened","number":` + fmt.Sprint(len(run)) + `}`},
+		{webhook.Standard, "ed25519", senderKey, "msg_a_" + run, `{"type":"invoice.paid","data":{"n":2}}`},
 	}
 }
 
-func (h hook) path() string { return "/v1/policy/" + h.scheme }
+func (h hook) path() string { return "/v1/policy/" + h.route }
 
 // deliver posts body to h's route signed at at, under id, and with the
 // extra headers (pairs), as the sender does.
@@ -101,7 +108,7 @@ func TestWebhookDeliveredOnceAndReplayed(t *testing.T) {
 		}
 		// A rotation: a new event signed with the old secret is accepted,
 		// and its redelivery under both signatures replays.
-		rotated := hook{webhook.Stripe, stripeOld, "evt_rotated", `{"id":"evt_rotated","object":"event"}`}
+		rotated := hook{webhook.Stripe, "stripe", stripeOld, "evt_rotated", `{"id":"evt_rotated","object":"event"}`}
 		now := time.Now()
 		if r := e.deliver(rotated, rotated.id, rotated.body, now); r.status != 201 || e.up.count(rotated.path()) != 2 {
 			t.Fatalf("signed with the old secret: %d %s", r.status, r.body)
@@ -170,8 +177,11 @@ func TestWebhookRefusalsReserveNothing(t *testing.T) {
 // refusals are the deliveries that must each be refused, by name.
 func refusals(e *env, h hook) map[string]func() reply {
 	now := time.Now()
-	wrong := hook{h.scheme, h.secret + "x", h.id, h.body}
-	if h.scheme == webhook.Standard {
+	wrong := hook{h.scheme, h.route, h.secret + "x", h.id, h.body}
+	switch {
+	case h.secret == senderKey:
+		wrong.secret = "whsk_" + strings.Repeat("A", 43) + "="
+	case h.scheme == webhook.Standard:
 		wrong.secret = "whsec_c2Vjb25kIHNlY3JldCBvZiAyNCBieXRlcw=="
 	}
 	out := map[string]func() reply{
