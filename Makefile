@@ -9,6 +9,7 @@ FUZZ_CONTEXT ?= 10000x
 FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
+FUZZ_WEBHOOK ?= 50000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -66,6 +67,9 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZ_SCENARIO) -fuzzminimizetime 1000x ./drill
+	go test -run '^$$' -fuzz '^FuzzStripeHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
+	go test -run '^$$' -fuzz '^FuzzGitHubHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
+	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then
@@ -78,3 +82,4 @@ bench:
 	go test -run '^$$' -bench Retries -benchtime 3000x -count 5 ./httpidem
 	go test -run '^$$' -bench 'ByHand|Relay' -benchtime 3000x -count 5 ./outbox
 	go test -run '^$$' -bench Reconcile -benchtime 2000x -count 5 ./reconcile
+	go test -run '^$$' -bench Verify -benchtime 20000x -count 5 ./inbox/webhook

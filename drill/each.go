@@ -104,6 +104,9 @@ func (r *Runner) rateLimited(ctx context.Context) Result {
 }
 
 func (r *Runner) businessKey(ctx context.Context) Result {
+	if r.Scenario.Webhook.Scheme != "" {
+		return r.sameWebhook(ctx)
+	}
 	ptr := r.Scenario.BusinessKey
 	if ptr == "" {
 		return notApplicable("the scenario names no business_key")

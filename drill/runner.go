@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/inbox/webhook"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 )
 
@@ -84,10 +85,13 @@ func (r *Runner) newClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: r.Timeout}
 }
 
-// action is one intended action: its key and its body.
+// action is one intended action: its key and its body. A webhook's
+// redelivery is signed late after the first: a later timestamp, so a new
+// signature, as a sender re-signs each attempt.
 type action struct {
 	key  string
 	body []byte
+	late time.Duration
 }
 
 // next is a new action, distinct from every other of this drill: its own
@@ -147,6 +151,15 @@ func (r *Runner) sendWith(ctx context.Context, c *http.Client, a action) answer 
 	}
 	if h := s.Idempotency.Header; h != "" {
 		req.Header.Set(h, a.key)
+	}
+	if w := s.Webhook; w.Scheme != "" {
+		signed, err := webhook.Sign(w.Scheme, w.Secret, a.key, time.Now().Add(a.late), body)
+		if err != nil {
+			return answer{err: err}
+		}
+		for k, v := range signed {
+			req.Header[k] = v
+		}
 	}
 	resp, err := c.Do(req)
 	if err != nil {

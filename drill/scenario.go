@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types/ref"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/inbox/webhook"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/yamlfile"
 )
@@ -54,6 +56,15 @@ type Scenario struct {
 	} `yaml:"status"`
 	BusinessKey    string `yaml:"business_key"`    // a JSON Pointer into the body
 	ConcurrencyKey string `yaml:"concurrency_key"` // a JSON Pointer into the body
+	// Webhook, if set, makes each write a signed webhook delivery
+	// (docs/design.md, "Inbox: messages and webhooks"): the drill signs
+	// it as the scheme's sender does, when it sends it, and wf-10 sends
+	// one event several times, re-signed each time. The key goes where
+	// the scheme reads it (idempotency may be left out).
+	Webhook struct {
+		Scheme string `yaml:"scheme"` // standard, stripe or github
+		Secret string `yaml:"secret"` // e.g. ${HOOK_SECRET}
+	} `yaml:"webhook"`
 
 	file  string
 	lines map[string]int // each setting's line, by its dotted path (write.method)
@@ -129,7 +140,7 @@ func (s *Scenario) check() error {
 			return s.errorf("headers."+name, "header %q: not a valid HTTP field (a name token; a value without CR, LF, NUL)", name)
 		}
 	}
-	for _, step := range []func() error{s.checkWrite, s.checkIdempotency, s.checkEffects, s.checkStatus} {
+	for _, step := range []func() error{s.checkWrite, s.checkWebhook, s.checkIdempotency, s.checkEffects, s.checkStatus} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -181,6 +192,34 @@ func (s *Scenario) checkWrite() error {
 	}
 	if err != nil {
 		return s.errorf("write.body", "write.body: %v", err)
+	}
+	return nil
+}
+
+// checkWebhook checks the webhook's scheme and secret (the sender's: a
+// Standard Webhooks whsk_ private key signs v1a), and puts the key where the scheme reads it unless idempotency
+// says so itself; idempotency naming another place is a mistake (the
+// deliveries would carry no key their receiver reads).
+func (s *Scenario) checkWebhook() error {
+	w := s.Webhook
+	if w.Scheme == "" && w.Secret == "" {
+		return nil
+	}
+	if strings.TrimSpace(w.Secret) == "" {
+		return s.errorf("webhook", "webhook: the secret is empty: the sender's signing secret (an unset variable?)")
+	}
+	if _, err := webhook.Sign(w.Scheme, w.Secret, "drill", time.Now(), nil); err != nil {
+		return s.errorf("webhook", "webhook: %v", err)
+	}
+	kind, where, _ := strings.Cut(webhook.KeyOf(w.Scheme), ":")
+	i := &s.Idempotency
+	switch {
+	case i.Header == "" && i.Body == "" && !i.None && kind == "header":
+		i.Header = where
+	case i.Header == "" && i.Body == "" && !i.None:
+		i.Body = where
+	case kind == "header" && !strings.EqualFold(i.Header, where), kind == "body" && i.Body != where:
+		return s.errorf("idempotency", "idempotency: a %s webhook's key is its %s %s", w.Scheme, kind, where)
 	}
 	return nil
 }

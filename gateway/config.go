@@ -151,9 +151,13 @@ type RouteConfig struct {
 	// Reconcile declares the probe that settles the route's unknown
 	// operations from proof (docs/design.md, "Reconciliation").
 	Reconcile *reconcile.Config `yaml:"reconcile"`
+	// Webhook authenticates the route by its sender's signature instead
+	// of a bearer token (docs/design.md, "Inbox: messages and webhooks").
+	Webhook *WebhookConfig `yaml:"webhook"`
 
 	line          int
 	approvalLines map[string]int // each approval key's own line
+	webhookLines  map[string]int // each webhook key's own line
 	method        string
 	pattern       string
 	policy        *approval.Policy
@@ -365,6 +369,9 @@ func (c *Config) checkRoute(r *RouteConfig, mux *http.ServeMux) (err error) {
 		return err
 	}
 	if err := c.checkReconcile(r); err != nil {
+		return err
+	}
+	if err := c.checkWebhook(r); err != nil {
 		return err
 	}
 	if err := r.checkPolicies(); err != nil {

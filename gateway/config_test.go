@@ -140,6 +140,7 @@ func TestConfigMistakesNameFileAndLine(t *testing.T) {
 // TestExampleConfig keeps examples/gateway.yaml and its schemas valid.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("OPS_API_TOKEN", "example")
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_example")
 	cfg, err := LoadConfig("../examples/gateway.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {
 					cfg.Routes[j].line, cfg.Routes[j].approvalLines = n.Line, keyLines(n, "approval")
+					cfg.Routes[j].webhookLines = keyLines(n, "webhook")
 				}
 			}
 		}

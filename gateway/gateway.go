@@ -64,10 +64,11 @@ func New(cfg *Config, d Deps) (*Gateway, error) {
 	return g, nil
 }
 
-// Routes are the configured routes, behind bearer authentication: writes
-// behind the idempotency middleware, reads proxied as they are, and 404
-// for everything else.
-func (g *Gateway) Routes() http.Handler { return g.Authenticated(g.routes) }
+// Routes are the configured routes, each behind bearer authentication
+// (a webhook route behind its sender's signature instead): writes behind
+// the idempotency middleware, reads proxied as they are, and 404 for
+// everything else.
+func (g *Gateway) Routes() http.Handler { return g.routes }
 
 // Front wraps the gateway's whole listener (its routes, the control API,
 // the web page, the probes): header hygiene refuses what must never be
@@ -118,11 +119,17 @@ func (g *Gateway) build(d Deps) error {
 		if rc.IsWrite() {
 			h = m.Handler(writeProxy{uc: uc, maxResponse: int64(g.cfg.MaxResponse), hold: g.cfg.HoldBeforeForward})
 		}
-		mux.Handle(rc.method+" "+rc.pattern, g.limited(g.allowed(rc.Roles, h)))
+		h = g.limited(g.allowed(rc.Roles, h))
+		if rc.Webhook != nil {
+			h = g.signed(rc, h)
+		} else {
+			h = g.Authenticated(h)
+		}
+		mux.Handle(rc.method+" "+rc.pattern, h)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", g.Authenticated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
-	})
+	})))
 	g.routes = mux
 	g.shapes = newShapes(g.cfg, mux)
 	g.actions = g.actionsHandler(m)
@@ -159,6 +166,10 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
 		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy, ResultRef: rc.ResultRef,
 		Probe: routeProbe(rc)}
+	if w := rc.Webhook; w != nil {
+		// The key comes from signed material, and it is always there.
+		route.KeyFrom, route.RequireKey, route.DigestKey = w.verifier.KeyFrom(), &always, w.verifier.DigestKey()
+	}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)
 		if err != nil {
@@ -168,6 +179,9 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 	}
 	return route, nil
 }
+
+// always is a webhook route's require_key.
+var always = true
 
 // classifier is docs/design.md's mapping with the route's own exceptions.
 func classifier(rc *RouteConfig) func(int) contract.Fate {

@@ -25,7 +25,7 @@ func (req *request) admission(apr *ledger.ApprovalRequest) Admission {
 		len(req.run) + len(req.trace)
 	// Its probe, rendered at the reservation, is counted from the store's
 	// next figure: rendering it twice would cost every request.
-	own := len(pointerValue(req.command, req.route.business)) + len(pointerValue(req.command, req.route.concurrent))
+	own := len(req.businessKey()) + len(pointerValue(req.command, req.route.concurrent))
 	if apr == nil {
 		return Admission{Bytes: ledger.OperationHeld(int64(context), int64(own), 1)}
 	}

@@ -532,6 +532,35 @@ func TestBusinessAndConcurrencyKeys(t *testing.T) {
 	})
 }
 
+// TestDigestKey: a route whose business key is its body's digest (a
+// GitHub webhook's) makes one operation of one body, byte for byte,
+// under any number of keys; another body, even one of the same meaning,
+// is another operation. A route may not name both kinds of business key.
+func TestDigestKey(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, s ledger.Store) {
+		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{{Method: "POST", Pattern: "/v1/tickets", DigestKey: true}}})
+		first := a.post("delivery-1", "acme", `{"action":"opened","number":7}`)
+		again := a.post("delivery-2", "acme", `{"action":"opened","number":7}`)
+		if again.status != 201 || again.body != first.body || again.header.Get("Idempotency-Duplicate-Of") !=
+			first.header.Get("Idempotency-Operation") {
+			t.Fatalf("the same body under a new key: %+v, first %+v", again, first)
+		}
+		if r := a.post("delivery-3", "acme", `{"number":7,"action":"opened"}`); r.status != 201 ||
+			r.header.Get("Idempotency-Duplicate-Of") != "" {
+			t.Fatalf("another body: %+v", r)
+		}
+		if n := a.effects.Load(); n != 2 {
+			t.Fatalf("%d effects for two bodies", n)
+		}
+		_, err := httpidem.New(httpidem.Options{Store: s, Tenant: func(*http.Request) (string, error) { return "t", nil },
+			Routes: []httpidem.Route{{Method: "POST", Pattern: "/x", DigestKey: true, BusinessKey: "/id"}}})
+		if err == nil || !strings.Contains(err.Error(), "a business key and the body's digest") {
+			t.Fatalf("both business keys: %v", err)
+		}
+	})
+}
+
 // TestReplaysNeedNoStore: a final operation never changes, so this process
 // replays it from memory; everything else still needs the store.
 func TestReplaysNeedNoStore(t *testing.T) {

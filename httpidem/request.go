@@ -1,6 +1,8 @@
 package httpidem
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -233,9 +235,19 @@ func pointerValue(doc any, toks []string) string {
 func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
 	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.name,
 		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
-		BusinessKey: pointerValue(req.command, req.route.business), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
+		BusinessKey: req.businessKey(), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
 		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace,
 		Probe: m.probeOf(req)}
+}
+
+// businessKey is the value at the route's business key, or the body's
+// digest where the route says so (Route.DigestKey).
+func (req *request) businessKey() string {
+	if req.route.DigestKey {
+		sum := sha256.Sum256(req.body)
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return pointerValue(req.command, req.route.business)
 }
 
 // probeOf renders the route's probe for req; one that cannot be rendered

@@ -42,6 +42,12 @@ type Route struct {
 	Validate func(command any) (any, error)
 	// BusinessKey and ConcurrencyKey are JSON Pointers into the command.
 	BusinessKey, ConcurrencyKey string
+	// DigestKey makes the body's SHA-256, as received, the business key
+	// instead ("sha256:<hex>"): one operation per body across keys, for a
+	// sender that signs its body but not its delivery id (a GitHub
+	// webhook), so that a replayed signed body under a fresh id makes no
+	// second effect.
+	DigestKey bool
 	// Classify maps the handler's status to the operation's fate; default
 	// contract.DefaultClassify. A handler may instead Settle it (see Execution).
 	Classify func(status int) contract.Fate
@@ -126,6 +132,9 @@ func compileRoute(r Route, o *Options) (*route, error) {
 			return nil, fmt.Errorf("route %s %s: fingerprint.ignore %q: %v", c.Method, c.Pattern, p, perr)
 		}
 		c.ignore = append(c.ignore, toks)
+	}
+	if r.DigestKey && r.BusinessKey != "" {
+		return nil, fmt.Errorf("route %s %s: a business key and the body's digest: name one", c.Method, c.Pattern)
 	}
 	if c.business, err = jsonptr.Parse(r.BusinessKey); err != nil {
 		return nil, err

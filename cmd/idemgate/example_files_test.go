@@ -23,6 +23,7 @@ func TestExampleFilesAreIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("OPS_API_TOKEN", "x")
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_x")
 	cfg, err := gateway.LoadConfig(filepath.Join(root, "examples", "gateway.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -122,6 +122,25 @@ func TestServeRefusesABadConfig(t *testing.T) {
 	}
 }
 
+// TestServeRefusesAnEmptyWebhookSecret: a webhook route whose secret
+// comes from a variable set but empty does not start: the error names the
+// file and the line, and no store is opened (nothing could be reserved).
+func TestServeRefusesAnEmptyWebhookSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hooks.yaml")
+	os.WriteFile(path, []byte("store: sqlite:"+filepath.Join(dir, "gw.db")+"\nupstreams:\n  ops: {url: http://127.0.0.1:1}\n"+
+		"routes:\n  - match: POST /hooks\n    upstream: ops\n    webhook:\n      scheme: stripe\n"+
+		"      secret: ${IDEMGATE_TEST_HOOK_SECRET}\n      tenant: acme\n"), 0o600)
+	r := runEnv(t, []string{"IDEMGATE_TEST_HOOK_SECRET="}, "", "serve", "--config", path)
+	if r.code != 1 || !strings.Contains(r.stderr, path+":9: route POST /hooks: webhook: secret 1 is empty") {
+		t.Fatalf("empty secret: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gw.db")); !os.IsNotExist(err) {
+		t.Fatalf("the store was opened: %v", err)
+	}
+}
+
 // TestCrashMidRequest: the gateway is killed (SIGKILL) while the upstream
 // applies a write. After a restart the operation turns unknown once its
 // lease lapses, and is never re-sent, except, with the same key, to an

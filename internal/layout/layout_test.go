@@ -97,6 +97,9 @@ var rules = []rule{
 	{id: "j", why: "what a library user links for the outbox, the maintenance plane or a client carries no CEL", linked: true,
 		binds:  func(p string) bool { return within(p, "outbox", "maintain", "contract", "control/client", "agent") },
 		forbid: func(_, imp string) bool { return within(imp, celUsers...) }},
+	{id: "k", why: "a webhook's verification is a leaf: the gateway calls it before its data plane, the drill to sign",
+		binds:  func(p string) bool { return within(p, "inbox/webhook") },
+		forbid: func(_, imp string) bool { return true }},
 }
 
 // celUsers are the packages that link cel-go (and so protobuf and antlr).
@@ -284,6 +287,7 @@ func clean() graph {
 		"outbox":           {"contract", "ledger"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
+		"inbox/webhook":    {},
 	}
 }
 
@@ -309,6 +313,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"webui", "gateway", "i", "webui", "gateway"},
 		{"maintain", "reconcile", "j", "maintain", "reconcile"},
 		{"contract", "approval", "j", "contract", "approval"},
+		{"inbox/webhook", "contract", "k", "inbox/webhook", "contract"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)
