@@ -80,7 +80,7 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 		return found, ok
 	}
 	logger := slog.New(slog.NewJSONHandler(fx.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: authenticate,
+	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: func(_ *http.Request, token string) (approval.Principal, bool) { return authenticate(token) },
 		Logger: logger, Amounts: map[string][]webui.Amount{"POST /v1/refunds": {{Pointer: "/amount_minor", Currency: "/currency"}}}}
 	for _, f := range opts {
 		f(&o)

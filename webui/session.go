@@ -205,7 +205,7 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
 		return
 	}
-	p, ok := u.opts.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
+	p, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
 	if !ok || p.Name == "" || p.Tenant == "" {
 		// A known token is never refused for others' failures; an unknown
 		// one past its address's budget is answered 429, and logged no more.

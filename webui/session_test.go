@@ -108,7 +108,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 // and no session, when the table has no place for the newcomer.
 func TestSignInToAFullTableSaysSo(t *testing.T) {
 	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
-		Authenticate: func(string) (approval.Principal, bool) { return alice, true }})
+		Authenticate: func(*http.Request, string) (approval.Principal, bool) { return alice, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
