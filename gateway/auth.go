@@ -79,17 +79,18 @@ func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) 
 // so), or, with auth.jwt, a valid JWT's. Otherwise nil, and why, in words
 // fit for the client (never the token).
 func (g *Gateway) PrincipalFor(r *http.Request, token string) (*Principal, string) {
-	if p := g.PrincipalByToken(token); p != nil {
+	token = strings.TrimSpace(token)
+	sum := sha256.Sum256([]byte(token))
+	if p := g.principalBySum(sum); p != nil {
 		if p.CertSubject != "" && p.CertSubject != clientSubject(r) {
 			return nil, "this token is bound to a client certificate this connection did not present"
 		}
 		return p, ""
 	}
-	token = strings.TrimSpace(token)
 	if g.jwt == nil || !looksLikeJWT(token) {
 		return nil, "unknown token"
 	}
-	p, err := g.jwt.principal(r.Context(), token)
+	p, err := g.jwt.principal(r.Context(), token, sum)
 	if err != nil {
 		return nil, "the JWT was refused: " + err.Error()
 	}
@@ -100,7 +101,10 @@ func (g *Gateway) PrincipalFor(r *http.Request, token string) (*Principal, strin
 // token's SHA-256, comparing with every one in constant time; nil if
 // none. It knows nothing of certificates: PrincipalFor does.
 func (g *Gateway) PrincipalByToken(token string) *Principal {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return g.principalBySum(sha256.Sum256([]byte(strings.TrimSpace(token))))
+}
+
+func (g *Gateway) principalBySum(sum [32]byte) *Principal {
 	var found *Principal
 	for _, p := range g.cfg.Principals {
 		if p.hash != nil && subtle.ConstantTimeCompare(sum[:], p.hash) == 1 {
