@@ -13,7 +13,7 @@
 // p50 and p99, the median latency of one durable commit on each store,
 // and the checks of the hardening and performance issues with their ratios.
 //
-//	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=] [-jwt]
+//	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=] [-jwt] [-only NAME]
 //
 // With -jwt, one more gateway with auth.jwt is reached with the static
 // token and with a JWT, in the same rounds (jwt.go).
@@ -50,6 +50,7 @@ func main() {
 		"PostgreSQL server for (d) and (f); empty to skip them")
 	calls := flag.Bool("calls", false, "count the store calls of (c) and (d)'s requests, and print them per row")
 	jwt := flag.Bool("jwt", false, "also measure one gateway with auth.jwt, reached with a static token and with a JWT")
+	only := flag.String("only", "", "measure only the targets whose name holds this (e.g. +jwt); all are set up")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -60,7 +61,7 @@ func main() {
 		}
 		defer stop()
 	}
-	if err := run(*n, *rounds, *conc, *pg, *calls, *jwt); err != nil {
+	if err := run(*n, *rounds, *conc, *pg, *calls, *jwt, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -87,7 +88,7 @@ type row struct {
 	c      int
 }
 
-func run(n, rounds int, concList, pgDSN string, counting, jwt bool) error {
+func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string) error {
 	concurrencies, err := parseConcurrencies(concList)
 	if err != nil || rounds < 1 || n < rounds {
 		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
@@ -103,6 +104,14 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool) error {
 	defer env.cleanup()
 	if err != nil {
 		return err
+	}
+	if only != "" {
+		env.targets = slices.DeleteFunc(env.targets, func(t target) bool { return !strings.Contains(t.name, only) })
+		for name := range env.logs {
+			if !strings.Contains(name, only) {
+				delete(env.logs, name) // not loaded: nothing to seal
+			}
+		}
 	}
 	results, commits, err := measureAll(env, n, rounds, concurrencies)
 	if err != nil {

@@ -255,26 +255,27 @@ func (e *benchEnv) gatewayOn(name string, store migrator, dsn, upstream, dir str
 	if section != "" {
 		e.logs[name] = store
 	}
-	_, err = e.serveGateway(name, store, dsn, upstream, dir, section)
+	_, err = e.serveGateway(name, store, dsn, upstream, dir, "", section)
 	return err
 }
 
-// serveGateway writes the bench configuration (with extra settings),
-// serves its gateway on store, its background work running, and adds it
-// as the target name; it returns its URL.
-func (e *benchEnv) serveGateway(name string, store ledger.Store, dsn, upstream, dir, extra string) (string, error) {
+// serveGateway writes the bench configuration (with more principals, and
+// extra settings), serves its gateway on store, its background work
+// running, and adds it as the target name; it returns its URL.
+func (e *benchEnv) serveGateway(name string, store ledger.Store, dsn, upstream, dir, principals, extra string) (string,
+	error) {
 	cfgText := fmt.Sprintf(`store: %q
 upstreams:
   app: {url: %q, max_conns: 256}
 principals:
   - {name: bench, tenant: bench, token_sha256: %s}
-limits:
+%slimits:
   default: {rate: "0", max_live: 0, max_stored: 0}
 routes:
   - {match: POST /v1/tickets, upstream: app}
 actions:
   - {name: %s}
-%s`, dsn, upstream, staticSum(), benchAction, extra)
+%s`, dsn, upstream, staticSum(token), principals, benchAction, extra)
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		return "", err
