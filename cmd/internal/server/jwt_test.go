@@ -26,6 +26,13 @@ func jwtEnv(t *testing.T, db dbtest.DB, p *idp.IDP, settings string) *env {
 	return newEnv(t, db.Open(t), db.DSN, auth)
 }
 
+// jwtSQLite is jwtEnv on SQLite, with its identity provider.
+func jwtSQLite(t *testing.T, settings string) (*env, *idp.IDP) {
+	t.Helper()
+	p := startIDP(t)
+	return jwtEnv(t, dbtest.SQLiteDB(t), p, settings), p
+}
+
 func startIDP(t *testing.T) *idp.IDP {
 	t.Helper()
 	p, err := idp.Start()
@@ -107,9 +114,7 @@ func TestJWTPrincipals(t *testing.T) {
 // no fetch of the JWKS within min_refresh.
 func TestBadJWTsReachNothing(t *testing.T) {
 	t.Parallel()
-	db := dbtest.SQLiteDB(t)
-	p := startIDP(t)
-	e := jwtEnv(t, db, p, ", leeway: 5s, min_refresh: 1h")
+	e, p := jwtSQLite(t, ", leeway: 5s, min_refresh: 1h")
 	stranger, err := idp.NewKey()
 	if err != nil {
 		t.Fatal(err)
@@ -182,9 +187,7 @@ func tamper(tok string) string {
 // many requests bring the new kid at once.
 func TestJWKSRotation(t *testing.T) {
 	t.Parallel()
-	db := dbtest.SQLiteDB(t)
-	p := startIDP(t)
-	e := jwtEnv(t, db, p, ", min_refresh: 300ms")
+	e, p := jwtSQLite(t, ", min_refresh: 300ms")
 	post := func(tok, key string) int {
 		return e.do("POST", "/v1/tickets", tok, `{"title":"x"}`, "Idempotency-Key", key).status
 	}
@@ -229,9 +232,7 @@ func TestJWKSRotation(t *testing.T) {
 // without the issuer (the JWKS server gone), and not past its exp.
 func TestVerifiedTokenCachedForItsLifetime(t *testing.T) {
 	t.Parallel()
-	db := dbtest.SQLiteDB(t)
-	p := startIDP(t)
-	e := jwtEnv(t, db, p, ", leeway: 1ms")
+	e, p := jwtSQLite(t, ", leeway: 1ms")
 	exp := time.Now().Add(2 * time.Second).Truncate(time.Second)
 	tok := sign(t, p, "k1", claims(p, map[string]any{"exp": exp.Unix()}))
 	if r := e.do("GET", "/_idem/v1/operations", tok, ""); r.status != 200 {
@@ -251,9 +252,7 @@ func TestVerifiedTokenCachedForItsLifetime(t *testing.T) {
 // takes a static token, and refuses a bad one.
 func TestWebPageSignsInWithAJWT(t *testing.T) {
 	t.Parallel()
-	db := dbtest.SQLiteDB(t)
-	p := startIDP(t)
-	e := jwtEnv(t, db, p, "")
+	e, p := jwtSQLite(t, "")
 	tok := sign(t, p, "k1", claims(p, nil))
 	if status, path := signIn(t, clientFrom("127.0.0.1"), e.gw.URL, tok); status != http.StatusOK ||
 		!strings.HasPrefix(path, "/ui/") {
