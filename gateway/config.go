@@ -120,9 +120,15 @@ type Principal struct {
 	TokenSHA256 string   `yaml:"token_sha256"`
 	CertSubject string   `yaml:"cert_subject"`
 
-	line int
-	hash []byte
+	line    int
+	hash    []byte
+	expires time.Time // a JWT's exp and leeway; zero for a configured principal
 }
+
+// Expires is when the token that authenticated the principal ends (a
+// JWT's exp, with the leeway); zero for a configured principal, whose
+// token has no end of its own.
+func (p *Principal) Expires() time.Time { return p.expires }
 
 // RouteConfig is one configured method and path.
 type RouteConfig struct {

@@ -67,6 +67,7 @@ func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*P
 	if err != nil {
 		return nil, err
 	}
+	p.expires = until
 	a.cache.put(sum, p, until)
 	return p, nil
 }

@@ -229,7 +229,8 @@ func TestJWKSRotation(t *testing.T) {
 }
 
 // TestVerifiedTokenCachedForItsLifetime: a verified token is served
-// without the issuer (the JWKS server gone), and not past its exp.
+// without the issuer (the JWKS server gone), and not past its exp; a web
+// page's session made from it ends with it.
 func TestVerifiedTokenCachedForItsLifetime(t *testing.T) {
 	t.Parallel()
 	e, p := jwtSQLite(t, ", leeway: 1ms")
@@ -238,6 +239,10 @@ func TestVerifiedTokenCachedForItsLifetime(t *testing.T) {
 	if r := e.do("GET", "/_idem/v1/operations", tok, ""); r.status != 200 {
 		t.Fatalf("valid: %+v", r)
 	}
+	browser := clientFrom("127.0.0.1")
+	if status, path := signIn(t, browser, e.gw.URL, tok); status != 200 || path == "/ui/signin" {
+		t.Fatalf("sign-in: %d at %s", status, path)
+	}
 	p.Close()
 	if r := e.do("GET", "/_idem/v1/operations", tok, ""); r.status != 200 {
 		t.Fatalf("cached, the issuer gone: %+v", r)
@@ -245,6 +250,14 @@ func TestVerifiedTokenCachedForItsLifetime(t *testing.T) {
 	time.Sleep(time.Until(exp) + 50*time.Millisecond)
 	if r := e.do("GET", "/_idem/v1/operations", tok, ""); r.status != 401 {
 		t.Fatalf("past its exp: %+v", r)
+	}
+	resp, err := browser.Get(e.gw.URL + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/ui/signin" {
+		t.Fatalf("the web page's session outlived its token: %s", resp.Request.URL.Path)
 	}
 }
 
