@@ -32,7 +32,11 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 		p, prob := g.authenticate(r)
 		if prob != nil {
 			if prob.Status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+				challenge := `Bearer realm="idemgate"`
+				if r.Header.Get("Authorization") != "" {
+					challenge += `, error="invalid_token"` // RFC 6750: a token was sent, and refused
+				}
+				w.Header().Set("WWW-Authenticate", challenge)
 			}
 			prob.Write(w)
 			return

@@ -53,6 +53,9 @@ func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*P
 		if errors.As(err, &expired) {
 			return nil, errors.New("the token has expired")
 		}
+		if a.keys.keys.Load() == nil {
+			return nil, errors.New("the issuer's keys (jwks_url) could not be fetched: try again later")
+		}
 		return nil, errors.New("its signer, issuer or audience is not the configured one")
 	}
 	var claims map[string]any

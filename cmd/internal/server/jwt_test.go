@@ -145,8 +145,9 @@ func TestBadJWTsReachNothing(t *testing.T) {
 	}
 	for name, tok := range bad {
 		r := e.do("POST", "/v1/tickets", tok, `{"title":"x"}`, "Idempotency-Key", "bad-"+name)
-		if r.status != 401 || code(r) != "unauthorized" {
-			t.Errorf("%s: %d %s", name, r.status, r.body)
+		if r.status != 401 || code(r) != "unauthorized" ||
+			r.header.Get("WWW-Authenticate") != `Bearer realm="idemgate", error="invalid_token"` {
+			t.Errorf("%s: %d %s %v", name, r.status, r.body, r.header)
 		}
 	}
 	// Invented kids, as fast as they come: refused (past the address's
@@ -278,5 +279,24 @@ func TestWebPageSignsInWithAJWT(t *testing.T) {
 	if status, path := signIn(t, clientFrom("127.0.0.1"), e.gw.URL, "alice-token"); status != 200 ||
 		!strings.HasPrefix(path, "/ui/") {
 		t.Fatalf("sign-in with a static token: %d at %s", status, path)
+	}
+}
+
+// TestIssuerDown: with the issuer's JWKS out of reach, a JWT is refused
+// with a reason that says so, and static tokens work as before.
+func TestIssuerDown(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	tok := sign(t, p, "k1", claims(p, nil))
+	p.Close()
+	r := e.do("POST", "/v1/tickets", tok, `{"title":"x"}`, "Idempotency-Key", "down")
+	if r.status != 401 || !strings.Contains(r.body, "could not be fetched") {
+		t.Fatalf("issuer down: %+v", r)
+	}
+	if r := e.do("POST", "/v1/tickets", "agent-token", `{"title":"x"}`, "Idempotency-Key", "static"); r.status != 201 {
+		t.Fatalf("a static token, the issuer down: %+v", r)
+	}
+	if n := len(e.operations()); n != 1 || e.up.count("/v1/tickets") != 1 {
+		t.Fatalf("%d operations, %d effects", n, e.up.count("/v1/tickets"))
 	}
 }
