@@ -27,6 +27,9 @@ type TLSConfig struct {
 // checkTLS loads tls and metrics_tls once, so that a missing file or a
 // key that does not match its certificate stops the start, at its line.
 func (c *Config) checkTLS() error {
+	if c.MetricsTLS != nil && c.MetricsListen == "" {
+		return c.errorf(c.MetricsTLS.line, "metrics_tls: it is metrics_listen's, and metrics_listen is not set")
+	}
 	for _, t := range []*TLSConfig{c.TLS, c.MetricsTLS} {
 		if t == nil {
 			continue

@@ -58,7 +58,8 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance))
+	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance),
+		slog.Bool("tls", cfg.TLS != nil))
 	if gs.metricsLn != nil {
 		log.Info("serving metrics", slog.String("addr", gs.metricsLn.Addr().String()))
 	}

@@ -205,7 +205,8 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"tls: {cert: " + cert + "}\n", "gw.yaml:4: tls: cert and key are both required"},
 		{"tls: {cert: " + cert + ", key: /nonexistent.pem}\n", "gw.yaml:4: tls:"},
 		{"tls: {cert: " + cert + ", key: " + other + "}\n", "private key does not match"},
-		{"metrics_tls: {cert: " + cert + ", key: " + other + "}\n", "gw.yaml:4: tls:"},
+		{"metrics_listen: 127.0.0.1:0\nmetrics_tls: {cert: " + cert + ", key: " + other + "}\n", "gw.yaml:5: tls:"},
+		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
 		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
 		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
 	} {
