@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -64,6 +65,15 @@ func (p *IDP) AddKey(kid string) (*rsa.PrivateKey, error) {
 	p.keys[kid] = k
 	p.order = append(p.order, kid)
 	return k, nil
+}
+
+// RemoveKey stops publishing kid, as an issuer withdraws a key; tokens
+// can still be signed with it (idp.SignWith), as an attacker holding it
+// would.
+func (p *IDP) RemoveKey(kid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.order = slices.DeleteFunc(p.order, func(k string) bool { return k == kid })
 }
 
 // NewKey is an RSA key that no JWKS publishes (yet).

@@ -300,3 +300,26 @@ func TestIssuerDown(t *testing.T) {
 		t.Fatalf("%d operations, %d effects", n, e.up.count("/v1/tickets"))
 	}
 }
+
+// TestWithdrawnKeyStopsVerifying: a key the issuer no longer publishes
+// verifies no new token once the JWKS is older than max_age.
+func TestWithdrawnKeyStopsVerifying(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, ", max_age: 200ms, min_refresh: 10ms")
+	if _, err := p.AddKey("k2"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/_idem/v1/operations", sign(t, p, "k1", claims(p, nil)), ""); r.status != 200 {
+		t.Fatalf("k1 while published: %+v", r)
+	}
+	withdrawn := p.Key("k1")
+	p.RemoveKey("k1")
+	time.Sleep(250 * time.Millisecond) // past max_age
+	tok, _ := idp.SignWith(withdrawn, "k1", claims(p, map[string]any{"jti": "after"}))
+	if r := e.do("GET", "/_idem/v1/operations", tok, ""); r.status != 401 {
+		t.Fatalf("a new token of the withdrawn key: %+v", r)
+	}
+	if r := e.do("GET", "/_idem/v1/operations", sign(t, p, "k2", claims(p, nil)), ""); r.status != 200 {
+		t.Fatalf("k2: %+v", r)
+	}
+}
