@@ -10,6 +10,7 @@ FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 FUZZ_WEBHOOK ?= 50000x
+FUZZ_CLAIMS ?= 20000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -70,6 +71,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzStripeHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzGitHubHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
+	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then

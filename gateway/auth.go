@@ -32,7 +32,11 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 		p, prob := g.authenticate(r)
 		if prob != nil {
 			if prob.Status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+				challenge := `Bearer realm="idemgate"`
+				if r.Header.Get("Authorization") != "" {
+					challenge += `, error="invalid_token"` // RFC 6750: a token was sent, and refused
+				}
+				w.Header().Set("WWW-Authenticate", challenge)
 			}
 			prob.Write(w)
 			return
@@ -41,10 +45,11 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate finds the principal whose token hashes to the bearer
-// token's SHA-256. Every principal is compared, in constant time, so the
-// answer's timing says nothing about which hash came close; tokens are
-// never stored, only their hashes.
+// authenticate finds the request's principal: by its bearer token (a
+// configured principal's, or a JWT of auth.jwt), or, without one, by its
+// verified client certificate (a principal with cert_subject and no
+// token). A principal bound to a certificate's subject is refused over a
+// connection that did not present that certificate.
 //
 // The token is checked before the client's failures are, so that a known
 // token is never refused for what others at its address (behind one NAT
@@ -55,9 +60,13 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if p := g.principalByCert(clientSubject(r)); p != nil {
+			return p, nil
+		}
 		return nil, contract.NewProblem(contract.CodeUnauthorized, "send Authorization: Bearer <token>")
 	}
-	if found := g.PrincipalByToken(token); found != nil {
+	found, why := g.PrincipalFor(r, token)
+	if found != nil {
 		return found, nil
 	}
 	if wait, ok := g.limits.Failures().Fail(r.RemoteAddr); !ok {
@@ -66,18 +75,69 @@ func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) 
 		p.RetryAfter = int(math.Ceil(wait.Seconds()))
 		return nil, p
 	}
-	return nil, contract.NewProblem(contract.CodeUnauthorized, "unknown token")
+	return nil, contract.NewProblem(contract.CodeUnauthorized, why)
 }
 
-// PrincipalByToken finds the principal whose token hashes to token's
-// SHA-256, comparing with every one in constant time; nil if none.
+// PrincipalFor is the principal token authenticates on r: a configured
+// principal's (bound to r's client certificate if its cert_subject says
+// so), or, with auth.jwt, a valid JWT's. Otherwise nil, and why, in words
+// fit for the client (never the token).
+func (g *Gateway) PrincipalFor(r *http.Request, token string) (*Principal, string) {
+	token = strings.TrimSpace(token)
+	sum := sha256.Sum256([]byte(token))
+	if p := g.principalBySum(sum); p != nil {
+		if p.CertSubject != "" && p.CertSubject != clientSubject(r) {
+			return nil, "this token is bound to a client certificate this connection did not present"
+		}
+		return p, ""
+	}
+	if g.jwt == nil || !looksLikeJWT(token) {
+		return nil, "unknown token"
+	}
+	p, err := g.jwt.principal(r.Context(), token, sum)
+	if err != nil {
+		return nil, "the JWT was refused: " + err.Error()
+	}
+	return p, ""
+}
+
+// PrincipalByToken finds the configured principal whose token hashes to
+// token's SHA-256, comparing with every one in constant time; nil if
+// none. It knows nothing of certificates: PrincipalFor does.
 func (g *Gateway) PrincipalByToken(token string) *Principal {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return g.principalBySum(sha256.Sum256([]byte(strings.TrimSpace(token))))
+}
+
+func (g *Gateway) principalBySum(sum [32]byte) *Principal {
 	var found *Principal
 	for _, p := range g.cfg.Principals {
-		if subtle.ConstantTimeCompare(sum[:], p.hash) == 1 {
+		if p.hash != nil && subtle.ConstantTimeCompare(sum[:], p.hash) == 1 {
 			found = p
 		}
 	}
 	return found
+}
+
+// principalByCert is the principal that a verified client certificate's
+// subject alone authenticates (cert_subject without a token); nil if none.
+func (g *Gateway) principalByCert(subject string) *Principal {
+	if subject == "" {
+		return nil
+	}
+	for _, p := range g.cfg.Principals {
+		if p.hash == nil && p.CertSubject == subject {
+			return p
+		}
+	}
+	return nil
+}
+
+// clientSubject is the subject of the client certificate the TLS
+// handshake verified against client_ca, as Go writes a distinguished
+// name (RFC 2253: "CN=agent-1,O=acme"); "" without one.
+func clientSubject(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.String()
 }

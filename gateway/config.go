@@ -30,7 +30,14 @@ type Config struct {
 	Store      string               `yaml:"store"`
 	Upstreams  map[string]*Upstream `yaml:"upstreams"`
 	Principals []*Principal         `yaml:"principals"`
-	Routes     []*RouteConfig       `yaml:"routes"`
+	// Auth accepts tokens an identity provider signs, beside the
+	// principals' own (docs/design.md, "Identity, transport and operations").
+	Auth AuthConfig `yaml:"auth"`
+	// TLS serves the listener over TLS; MetricsTLS the metrics listener
+	// (TLS's settings by default).
+	TLS        *TLSConfig     `yaml:"tls"`
+	MetricsTLS *TLSConfig     `yaml:"metrics_tls"`
+	Routes     []*RouteConfig `yaml:"routes"`
 	// Actions are the effects callers perform themselves, reserved and
 	// recorded here (docs/design.md, "Actions").
 	Actions []*ActionConfig `yaml:"actions"`
@@ -102,16 +109,26 @@ type Upstream struct {
 }
 
 // Principal is a caller: a bearer token (stored as its SHA-256) mapped to a
-// name, a tenant and roles.
+// name, a tenant and roles. CertSubject binds it to a client certificate
+// (tls.client_ca): with a token, the token is accepted only over a
+// connection that presented a certificate of that subject; without one,
+// the certificate alone authenticates it.
 type Principal struct {
 	Name        string   `yaml:"name"`
 	Tenant      string   `yaml:"tenant"`
 	Roles       []string `yaml:"roles"`
 	TokenSHA256 string   `yaml:"token_sha256"`
+	CertSubject string   `yaml:"cert_subject"`
 
-	line int
-	hash []byte
+	line    int
+	hash    []byte
+	expires time.Time // a JWT's exp and leeway; zero for a configured principal
 }
+
+// Expires is when the token that authenticated the principal ends (a
+// JWT's exp, with the leeway); zero for a configured principal, whose
+// token has no end of its own.
+func (p *Principal) Expires() time.Time { return p.expires }
 
 // RouteConfig is one configured method and path.
 type RouteConfig struct {
@@ -235,6 +252,12 @@ func (c *Config) check() error {
 			return err
 		}
 	}
+	if err := c.checkTLS(); err != nil {
+		return err
+	}
+	if err := c.checkAuth(); err != nil {
+		return err
+	}
 	if err := c.checkPrincipals(); err != nil {
 		return err
 	}
@@ -337,21 +360,45 @@ func (c *Config) checkUpstream(name string, u *Upstream) error {
 func (c *Config) checkPrincipals() error {
 	seen := map[string]bool{}
 	for _, p := range c.Principals {
-		h, err := hex.DecodeString(p.TokenSHA256)
-		switch {
-		case p.Name == "" || p.Tenant == "":
-			return c.errorf(p.line, "principal needs a name and a tenant")
-		case strings.Contains(p.Tenant, ":"):
-			// The upstream sees "<tenant>:<key>" (UpstreamKey): a colon in a
-			// tenant would let tenant "a:b" and key "c" meet tenant "a", key "b:c".
-			return c.errorf(p.line, "principal %q: tenant %q may not contain ':'", p.Name, p.Tenant)
-		case err != nil || len(h) != 32:
-			return c.errorf(p.line, "principal %q: token_sha256 must be 64 hex digits (sha256 of the token)", p.Name)
-		case seen[p.TokenSHA256]:
-			return c.errorf(p.line, "principal %q: the same token as another principal", p.Name)
+		if err := c.checkPrincipal(p); err != nil {
+			return err
 		}
-		seen[p.TokenSHA256], p.hash = true, h
+		key := p.TokenSHA256
+		if p.hash == nil {
+			key = "cert:" + p.CertSubject
+		}
+		if seen[key] {
+			return c.errorf(p.line, "principal %q: the same token or cert_subject as another principal", p.Name)
+		}
+		seen[key] = true
 	}
+	return nil
+}
+
+// checkPrincipal checks one principal and keeps its token's hash.
+func (c *Config) checkPrincipal(p *Principal) error {
+	switch {
+	case p.Name == "" || p.Tenant == "":
+		return c.errorf(p.line, "principal needs a name and a tenant")
+	case strings.HasPrefix(p.Name, JWTPrefix):
+		return c.errorf(p.line, "principal %q: names beginning with %q are JWTs' own", p.Name, JWTPrefix)
+	case strings.Contains(p.Tenant, ":"):
+		// The upstream sees "<tenant>:<key>" (UpstreamKey): a colon in a
+		// tenant would let tenant "a:b" and key "c" meet tenant "a", key "b:c".
+		return c.errorf(p.line, "principal %q: tenant %q may not contain ':'", p.Name, p.Tenant)
+	case p.CertSubject != "" && (c.TLS == nil || c.TLS.ClientCA == ""):
+		return c.errorf(p.line, "principal %q: cert_subject needs tls.client_ca (client certificates)", p.Name)
+	case p.CertSubject != "" && !strings.Contains(p.CertSubject, "="):
+		return c.errorf(p.line, "principal %q: cert_subject %q: want a distinguished name, CN=…,O=…", p.Name,
+			p.CertSubject)
+	case p.TokenSHA256 == "" && p.CertSubject != "":
+		return nil // the certificate alone
+	}
+	h, err := hex.DecodeString(p.TokenSHA256)
+	if err != nil || len(h) != 32 {
+		return c.errorf(p.line, "principal %q: token_sha256 must be 64 hex digits (sha256 of the token)", p.Name)
+	}
+	p.hash = h
 	return nil
 }
 

@@ -25,6 +25,18 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Principals[j].line = n.Line
 				}
 			}
+		case "auth":
+			if cfg.Auth.JWT != nil {
+				cfg.Auth.JWT.line = keyLine(val, "jwt", doc.Content[i].Line)
+			}
+		case "tls":
+			if cfg.TLS != nil {
+				cfg.TLS.line = doc.Content[i].Line
+			}
+		case "metrics_tls":
+			if cfg.MetricsTLS != nil {
+				cfg.MetricsTLS.line = doc.Content[i].Line
+			}
 		case "audit":
 			if cfg.Audit != nil {
 				cfg.Audit.line = doc.Content[i].Line
@@ -46,4 +58,14 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			}
 		}
 	}
+}
+
+// keyLine is the line of key in mapping n, or def.
+func keyLine(n *yaml.Node, key string, def int) int {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i].Line
+		}
+	}
+	return def
 }

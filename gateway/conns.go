@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/netip"
@@ -157,6 +158,9 @@ func (l *connLimit) Close() error {
 
 // track is the http.Server's ConnState hook: it keeps the idle set.
 func (l *connLimit) track(c net.Conn, state http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	lc, ok := c.(*limitedConn)
 	if !ok {
 		return

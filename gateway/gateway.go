@@ -46,7 +46,8 @@ type Gateway struct {
 	m       *httpidem.Middleware
 	routes  http.Handler
 	actions http.Handler
-	shapes  *shapes // nil: every refusal is RFC 9457's
+	shapes  *shapes  // nil: every refusal is RFC 9457's
+	jwt     *jwtAuth // nil without auth.jwt
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -58,6 +59,9 @@ func New(cfg *Config, d Deps) (*Gateway, error) {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, store: d.Store, log: d.Logger, limits: d.Limits}
+	if cfg.Auth.JWT != nil {
+		g.jwt = newJWTAuth(cfg.Auth.JWT, d.Logger)
+	}
 	if err := g.build(d); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,13 +17,14 @@ import (
 type Server struct {
 	srv                 *http.Server
 	maxConns, perClient int
+	tls                 *tls.Config // nil: plain HTTP
 }
 
 // NewServer builds the server of the gateway's whole HTTP surface, h
 // (its Front, around every plane it serves).
 func (g *Gateway) NewServer(h http.Handler) *Server {
 	c := g.cfg
-	return &Server{maxConns: c.MaxConns, perClient: c.MaxConnsPerClient, srv: &http.Server{
+	return &Server{maxConns: c.MaxConns, perClient: c.MaxConnsPerClient, tls: c.ListenerTLS(), srv: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		// The whole request's deadline: a body that trickles, or that
@@ -42,9 +44,14 @@ func (g *Gateway) NewServer(h http.Handler) *Server {
 // at once: past them, the longest idle keep-alive connection is closed to
 // make room, and with none idle the newcomer waits until one ends. One
 // client holds at most max_conns_per_client of them (see connLimit).
+// With tls, every connection is TLS (its handshake within
+// read_header_timeout), counted against the limits before it.
 func (s *Server) Serve(ln net.Listener) error {
 	l := newConnLimit(ln, s.maxConns, s.perClient)
 	s.srv.ConnState = l.track
+	if s.tls != nil {
+		return s.srv.Serve(tls.NewListener(l, s.tls))
+	}
 	return s.srv.Serve(l)
 }
 

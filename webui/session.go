@@ -47,6 +47,7 @@ type session struct {
 	csrf      string
 	created   time.Time
 	seen      time.Time
+	until     time.Time // the token's end, if it has one: the session's at the latest
 }
 
 // sessions is the in-memory session table. A restart signs everyone out,
@@ -72,9 +73,9 @@ func owner(p approval.Principal) string { return p.Tenant + "\x00" + p.Name }
 
 // create starts a session for p and returns its id. To make room it ends
 // expired sessions, then p's own oldest, never another principal's.
-func (s *sessions) create(p approval.Principal) (string, error) {
+func (s *sessions) create(p approval.Principal, until time.Time) (string, error) {
 	id, now := randomText(), s.now()
-	ss := &session{principal: p, csrf: randomText(), created: now, seen: now}
+	ss := &session{principal: p, csrf: randomText(), created: now, seen: now, until: until}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	who := owner(p)
@@ -139,7 +140,8 @@ func (s *sessions) drop(key [32]byte) {
 }
 
 func (s *sessions) expired(ss *session, now time.Time) bool {
-	return !now.Before(ss.created.Add(s.ttl)) || !now.Before(ss.seen.Add(s.idle))
+	return !now.Before(ss.created.Add(s.ttl)) || !now.Before(ss.seen.Add(s.idle)) ||
+		!ss.until.IsZero() && !now.Before(ss.until)
 }
 
 // prune ends the expired sessions. The caller holds mu.
@@ -205,7 +207,7 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
 		return
 	}
-	p, ok := u.opts.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
+	p, until, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
 	if !ok || p.Name == "" || p.Tenant == "" {
 		// A known token is never refused for others' failures; an unknown
 		// one past its address's budget is answered 429, and logged no more.
@@ -222,7 +224,7 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	if old, err := r.Cookie(sessionCookie); err == nil {
 		u.sessions.end(old.Value) // a new session id at every sign-in: no fixation
 	}
-	id, err := u.sessions.create(p)
+	id, err := u.sessions.create(p, until)
 	if err != nil {
 		u.opts.Logger.Warn("ui sign-in refused: the session table is full", slog.String("principal", p.Name))
 		u.showSignin(w, r, http.StatusServiceUnavailable, "Too many people are signed in here just now. Try again in a few minutes.")

@@ -30,14 +30,14 @@ func (c *clock) now() time.Time { return c.t }
 func TestOnePrincipalCannotSignOutAnother(t *testing.T) {
 	c := &clock{time.Now()}
 	s := newSessions(8*time.Hour, 30*time.Minute, c.now)
-	approver, err := s.create(alice)
+	approver, err := s.create(alice, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for i := range maxSessions + 200 {
 		c.t = c.t.Add(time.Millisecond)
-		id, err := s.create(agent)
+		id, err := s.create(agent, time.Time{})
 		if err != nil {
 			t.Fatalf("sign-in %d of one principal: %v", i, err)
 		}
@@ -69,14 +69,14 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 	s.max, s.perPrincipal = 4, 2
 	var held []string
 	for i := range 4 {
-		id, err := s.create(approval.Principal{Name: fmt.Sprint("p", i), Tenant: "acme"})
+		id, err := s.create(approval.Principal{Name: fmt.Sprint("p", i), Tenant: "acme"}, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, id)
 		c.t = c.t.Add(time.Minute)
 	}
-	if _, err := s.create(alice); err != errSessionsFull {
+	if _, err := s.create(alice, time.Time{}); err != errSessionsFull {
 		t.Fatalf("a newcomer to a full table: %v, want errSessionsFull", err)
 	}
 	for i, id := range held {
@@ -84,7 +84,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 			t.Fatalf("session %d was ended for a newcomer", i)
 		}
 	}
-	again, err := s.create(approval.Principal{Name: "p0", Tenant: "acme"})
+	again, err := s.create(approval.Principal{Name: "p0", Tenant: "acme"}, time.Time{})
 	if err != nil {
 		t.Fatalf("a principal with a place signs in again: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 		}
 	}
 	c.t = c.t.Add(31 * time.Minute) // every session idles out
-	if _, err := s.create(alice); err != nil {
+	if _, err := s.create(alice, time.Time{}); err != nil {
 		t.Fatalf("a newcomer once the others expired: %v", err)
 	}
 }
@@ -108,12 +108,12 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 // and no session, when the table has no place for the newcomer.
 func TestSignInToAFullTableSaysSo(t *testing.T) {
 	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
-		Authenticate: func(string) (approval.Principal, bool) { return alice, true }})
+		Authenticate: func(*http.Request, string) (approval.Principal, time.Time, bool) { return alice, time.Time{}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.sessions.max = 1
-	if _, err := u.sessions.create(agent); err != nil {
+	if _, err := u.sessions.create(agent, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	form := httptest.NewRecorder()
@@ -132,3 +132,27 @@ func TestSignInToAFullTableSaysSo(t *testing.T) {
 
 // noStore is a Store the sign-in never reads.
 type noStore struct{ Store }
+
+// TestSessionEndsWithItsToken: a session made from a token with an end
+// of its own (a JWT's exp) ends then, however long the page's sessions
+// last otherwise.
+func TestSessionEndsWithItsToken(t *testing.T) {
+	c := &clock{time.Now()}
+	s := newSessions(8*time.Hour, 30*time.Minute, c.now)
+	short, err := s.create(alice, c.t.Add(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, _ := s.create(agent, time.Time{})
+	c.t = c.t.Add(4 * time.Minute)
+	if _, ok := s.get(short); !ok {
+		t.Fatal("ended before its token")
+	}
+	c.t = c.t.Add(2 * time.Minute)
+	if _, ok := s.get(short); ok {
+		t.Fatal("outlived its token")
+	}
+	if _, ok := s.get(long); !ok {
+		t.Fatal("a session without a token's end ended")
+	}
+}

@@ -41,10 +41,14 @@ type Options struct {
 	// do (package control: the same checks, the same hooks), and decides
 	// who is an admin.
 	Operator *control.Operator
-	// Authenticate finds the principal whose token this is. The gateway's
+	// Authenticate finds the principal whose token this is, signing in on
+	// r (whose connection may carry the client certificate a principal is
+	// bound to), and until when the token is valid (zero: no end of its
+	// own; a session made from it ends then at the latest). The gateway's
 	// lookup compares the token's SHA-256 with every principal's in
-	// constant time; the page never keeps the token, only the session.
-	Authenticate func(token string) (approval.Principal, bool)
+	// constant time, or verifies a JWT; the page never keeps the token,
+	// only the session.
+	Authenticate func(r *http.Request, token string) (p approval.Principal, until time.Time, ok bool)
 	// Prefix is where the page is mounted (default "/ui/"); it must start
 	// and end with "/". The session cookie's Path is the prefix.
 	Prefix string

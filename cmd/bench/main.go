@@ -13,7 +13,10 @@
 // p50 and p99, the median latency of one durable commit on each store,
 // and the checks of the hardening and performance issues with their ratios.
 //
-//	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=]
+//	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=] [-jwt] [-only NAME]
+//
+// With -jwt, one more gateway with auth.jwt is reached with the static
+// token and with a JWT, in the same rounds (jwt.go).
 //
 // Everything runs in this process on loopback, so every variant shares the
 // same cores with the load generator: compare rows, not absolute numbers.
@@ -46,6 +49,8 @@ func main() {
 	pg := flag.String("postgres", envOr("IDEMGATE_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL server for (d) and (f); empty to skip them")
 	calls := flag.Bool("calls", false, "count the store calls of (c) and (d)'s requests, and print them per row")
+	jwt := flag.Bool("jwt", false, "also measure one gateway with auth.jwt, reached with a static token and with a JWT")
+	only := flag.String("only", "", "measure only the targets whose name holds this (e.g. +jwt); all are set up")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -56,7 +61,7 @@ func main() {
 		}
 		defer stop()
 	}
-	if err := run(*n, *rounds, *conc, *pg, *calls); err != nil {
+	if err := run(*n, *rounds, *conc, *pg, *calls, *jwt, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -83,7 +88,7 @@ type row struct {
 	c      int
 }
 
-func run(n, rounds int, concList, pgDSN string, counting bool) error {
+func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string) error {
 	concurrencies, err := parseConcurrencies(concList)
 	if err != nil || rounds < 1 || n < rounds {
 		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
@@ -95,10 +100,18 @@ func run(n, rounds int, concList, pgDSN string, counting bool) error {
 		_, _ = w.Write([]byte(ticketAnswer))
 	}))
 	defer upstream.Close()
-	env, err := setup(upstream.URL, pgDSN, counting)
+	env, err := setup(upstream.URL, pgDSN, counting, jwt)
 	defer env.cleanup()
 	if err != nil {
 		return err
+	}
+	if only != "" {
+		env.targets = slices.DeleteFunc(env.targets, func(t target) bool { return !strings.Contains(t.name, only) })
+		for name := range env.logs {
+			if !strings.Contains(name, only) {
+				delete(env.logs, name) // not loaded: nothing to seal
+			}
+		}
 	}
 	results, commits, err := measureAll(env, n, rounds, concurrencies)
 	if err != nil {

@@ -53,7 +53,7 @@ var keySeq atomic.Int64
 // request is one whole action effect, reserve and complete (actions.go).
 func measureOnce(t target, mode string, n, c int) (round, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: c * 2, MaxIdleConnsPerHost: c * 2}}
-	do := send
+	do := func(client *http.Client, base, key string) error { return sendAs(client, base, key, t.bearer()) }
 	if mode == action {
 		do = sendAction
 	}
@@ -61,7 +61,7 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("bench-%d", keySeq.Add(1))
 		if mode == "replay" {
-			if err := send(client, t.url, keys[i]); err != nil {
+			if err := do(client, t.url, keys[i]); err != nil {
 				return round{}, err
 			}
 		}
@@ -102,9 +102,10 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 	return round{lat: lat, elapsed: elapsed}, nil
 }
 
-func send(client *http.Client, base, key string) error {
+// sendAs is a write under key, as the holder of bearer.
+func sendAs(client *http.Client, base, key, bearer string) error {
 	req, _ := http.NewRequest("POST", base+"/v1/tickets", strings.NewReader(ticketBody))
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+bearer)
 	req.Header.Set(contract.HeaderKey, key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)

@@ -40,7 +40,7 @@ func report(w io.Writer, commits map[string]commitLatency, r map[row]*result, co
 		actionNote(w, slices.Max(concurrencies))
 		fmt.Fprintln(w)
 	}
-	for _, c := range checks(commits, r, concurrencies) {
+	for _, c := range append(checks(commits, r, concurrencies), jwtChecks(r, slices.Max(concurrencies))...) {
 		verdict := "ok"
 		switch {
 		case c.want == "":

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -51,6 +49,15 @@ type target struct {
 	name   string
 	url    string
 	action bool
+	token  string // the bearer token its writes send: the bench principal's by default
+}
+
+// bearer is the token the target's writes send.
+func (t target) bearer() string {
+	if t.token != "" {
+		return t.token
+	}
+	return token
 }
 
 // benchEnv is every target, and the commit probes of each store, on the
@@ -81,7 +88,7 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // setup starts the proxy, the gateways and the floors in front of upstream,
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
-func setup(upstream, pgDSN string, counting bool) (*benchEnv, error) {
+func setup(upstream, pgDSN string, counting, jwt bool) (*benchEnv, error) {
 	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
 	if counting {
 		e.tallies, e.calls = map[string]*callTally{}, map[row]*callRow{}
@@ -97,6 +104,11 @@ func setup(upstream, pgDSN string, counting bool) (*benchEnv, error) {
 	e.closers = append(e.closers, func() { os.RemoveAll(dir) })
 	if err := e.sqlite(dir, upstream); err != nil {
 		return e, err
+	}
+	if jwt {
+		if err := e.jwtPair(dir, upstream); err != nil {
+			return e, err
+		}
 	}
 	if pgDSN == "" {
 		return e, nil
@@ -243,41 +255,49 @@ func (e *benchEnv) gatewayOn(name string, store migrator, dsn, upstream, dir str
 	if section != "" {
 		e.logs[name] = store
 	}
-	sum := sha256.Sum256([]byte(token))
+	_, err = e.serveGateway(name, store, dsn, upstream, dir, "", section)
+	return err
+}
+
+// serveGateway writes the bench configuration (with more principals, and
+// extra settings), serves its gateway on store, its background work
+// running, and adds it as the target name; it returns its URL.
+func (e *benchEnv) serveGateway(name string, store ledger.Store, dsn, upstream, dir, principals, extra string) (string,
+	error) {
 	cfgText := fmt.Sprintf(`store: %q
 upstreams:
   app: {url: %q, max_conns: 256}
 principals:
   - {name: bench, tenant: bench, token_sha256: %s}
-limits:
+%slimits:
   default: {rate: "0", max_live: 0, max_stored: 0}
 routes:
   - {match: POST /v1/tickets, upstream: app}
 actions:
   - {name: %s}
-%s`, dsn, upstream, hex.EncodeToString(sum[:]), benchAction, section)
+%s`, dsn, upstream, staticSum(token), principals, benchAction, extra)
 	path := filepath.Join(dir, fmt.Sprintf("gw-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
-		return err
+		return "", err
 	}
 	cfg, err := gateway.LoadConfig(path)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cfg.Unobserved = name == unobservedSQLite
 	hasActions := name == gwSQLite || name == gwPostgres
-	var served ledger.Store = store
+	served := store
 	if hasActions && e.tallies != nil {
 		e.tallies[name] = &callTally{}
 		served = countedStore{store, e.tallies[name]}
 	}
 	s, err := server.New(cfg, served, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return "", err
 	}
 	srv := s.HTTPServer()
 	ctx, stop := context.WithCancel(context.Background())
@@ -285,8 +305,9 @@ actions:
 	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
 	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
-	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(), action: hasActions})
-	return nil
+	url := "http://" + ln.Addr().String()
+	e.targets = append(e.targets, target{name: name, url: url, action: hasActions})
+	return url, nil
 }
 
 // auditSection is the audit section of an audited target: a new key, and

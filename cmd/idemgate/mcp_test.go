@@ -38,6 +38,13 @@ const agentSecret = "a-test-secret-of-more-than-sixteen-bytes"
 // the write (counted), then answers 500, so the operation is unknown.
 func newAgentFixture(t *testing.T) *agentFixture {
 	t.Helper()
+	return newAgentFixtureWith(t, "")
+}
+
+// newAgentFixtureWith is newAgentFixture with settings added to the
+// gateway's configuration.
+func newAgentFixtureWith(t *testing.T, settings string) *agentFixture {
+	t.Helper()
 	f := &agentFixture{effects: new(atomic.Int64), journal: filepath.Join(t.TempDir(), "journal.db")}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -59,7 +66,7 @@ func newAgentFixture(t *testing.T) *agentFixture {
 	t.Cleanup(up.Close)
 	routes := "  - {match: POST /v1/tickets, upstream: app, lease: 30s}\n" +
 		"  - {match: POST /v1/missing, upstream: app, lease: 30s}\n  - {match: POST /v1/invalid, upstream: app, lease: 30s}\n" +
-		"  - {match: POST /v1/broken, upstream: app, lease: 30s}\n"
+		"  - {match: POST /v1/broken, upstream: app, lease: 30s}\n" + settings
 	f.gateway = startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.URL, routes)).URL
 	f.env = []string{"IDEMGATE_TOKEN=agent-token", "IDEMGATE_URL=" + f.gateway, "IDEMGATE_JOURNAL=" + f.journal,
 		"IDEMGATE_AGENT_SECRET=" + agentSecret}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,7 +58,8 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance))
+	log.Info("listening", slog.String("addr", gs.addr()), slog.String("instance", cfg.Instance),
+		slog.Bool("tls", cfg.TLS != nil))
 	if gs.metricsLn != nil {
 		log.Info("serving metrics", slog.String("addr", gs.metricsLn.Addr().String()))
 	}
@@ -118,7 +120,11 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 	go func() { errc <- srv.Serve(gs.ln) }()
 	if gs.metricsLn != nil {
 		msrv := &http.Server{Handler: gs.s.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- msrv.Serve(gs.metricsLn) }()
+		ln := gs.metricsLn
+		if tc := gs.cfg.MetricsListenerTLS(); tc != nil {
+			ln = tls.NewListener(ln, tc) // metrics_tls, or the listener's tls
+		}
+		go func() { errc <- msrv.Serve(ln) }()
 		defer msrv.Close()
 	}
 	select {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -29,12 +30,12 @@ func (s *Server) ui() (*webui.UI, error) {
 		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
 		Failures: s.limits.Failures(), // one budget per client, shared with the APIs
-		Authenticate: func(token string) (approval.Principal, bool) {
-			p := s.gw.PrincipalByToken(token)
+		Authenticate: func(r *http.Request, token string) (approval.Principal, time.Time, bool) {
+			p, _ := s.gw.PrincipalFor(r, token)
 			if p == nil {
-				return approval.Principal{}, false
+				return approval.Principal{}, time.Time{}, false
 			}
-			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, true
+			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, p.Expires(), true
 		},
 	})
 }

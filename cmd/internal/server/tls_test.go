@@ -1,0 +1,218 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/cmd/internal/server"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// tlsGateway is a gateway served over TLS on a real socket, its
+// certificate issued by ca.
+type tlsGateway struct {
+	addr  string
+	ca    *testenv.CA
+	dir   string
+	up    *upstream
+	store ledger.Store
+}
+
+// serveTLS serves a gateway whose tls section is section (with {{dir}}
+// for the directory of the certificate files, cert.pem and key.pem
+// written there), with principals added to agent's.
+func serveTLS(t *testing.T, section, principals string) *tlsGateway {
+	t.Helper()
+	g := &tlsGateway{ca: testenv.NewCA(t, "test CA"), dir: t.TempDir(), up: newUpstream(t)}
+	cert, key := g.ca.Server(t, "gateway-1")
+	testenv.WriteFile(t, g.dir, "cert.pem", cert)
+	testenv.WriteFile(t, g.dir, "key.pem", key)
+	testenv.WriteFile(t, g.dir, "ca.pem", g.ca.PEM)
+	db := dbtest.SQLiteDB(t)
+	g.store = db.Open(t)
+	text := fmt.Sprintf(`store: %s
+upstreams:
+  ops: {url: %s}
+principals:
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
+%s
+routes:
+  - {match: POST /v1/tickets, upstream: ops}
+%s
+`, db.DSN, g.up.srv.URL, sha("agent-token"), principals, strings.ReplaceAll(section, "{{dir}}", g.dir))
+	path := filepath.Join(g.dir, "gw.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gateway.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(cfg, g.store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s.HTTPServer()
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	g.addr = ln.Addr().String()
+	return g
+}
+
+// client trusts the gateway's CA and presents certs.
+func (g *tlsGateway) client(certs ...tls.Certificate) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: g.ca.Pool(), Certificates: certs}}}
+}
+
+// post writes a ticket under key as c, with token if set.
+func (g *tlsGateway) post(c *http.Client, token, key string) (reply, error) {
+	req, _ := http.NewRequest("POST", "https://"+g.addr+"/v1/tickets", strings.NewReader(`{"title":"x"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}, nil
+}
+
+// TestClientCertificates: with client_ca, a connection without a client
+// certificate, or with one of another CA, fails its handshake; a
+// certificate alone authenticates the principal of its subject; a token
+// bound to a subject is refused over another certificate. Only the
+// accepted requests reach the upstream.
+func TestClientCertificates(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", `
+  - {name: bot, tenant: acme, roles: [agent], cert_subject: "CN=bot,O=acme"}
+  - {name: bound, tenant: acme, roles: [agent], token_sha256: `+sha("bound-token")+`, cert_subject: "CN=bound,O=acme"}`)
+	bot := g.ca.ClientPair(t, pkix.Name{CommonName: "bot", Organization: []string{"acme"}})
+	bound := g.ca.ClientPair(t, pkix.Name{CommonName: "bound", Organization: []string{"acme"}})
+	rogue := testenv.NewCA(t, "rogue CA").ClientPair(t, pkix.Name{CommonName: "bot", Organization: []string{"acme"}})
+
+	if _, err := g.post(g.client(), "agent-token", "no-cert"); err == nil {
+		t.Fatal("a connection without a client certificate was served")
+	}
+	if _, err := g.post(g.client(rogue), "agent-token", "rogue"); err == nil {
+		t.Fatal("a client certificate of another CA was accepted")
+	}
+	checks := []struct {
+		name       string
+		cert       tls.Certificate
+		token, key string
+		status     int
+		principal  string
+	}{
+		{"the certificate alone", bot, "", "by-cert", 201, "bot"},
+		{"a bound token over its certificate", bound, "bound-token", "bound-ok", 201, "bound"},
+		{"a bound token over another certificate", bot, "bound-token", "bound-other", 401, ""},
+		{"an unbound token over any certificate", bot, "agent-token", "agent", 201, "agent"},
+	}
+	for _, c := range checks {
+		r, err := g.post(g.client(c.cert), c.token, c.key)
+		if err != nil || r.status != c.status {
+			t.Fatalf("%s: %+v %v", c.name, r, err)
+		}
+		op, err := g.store.GetByKey(context.Background(), "acme", c.key)
+		if c.principal != "" && (err != nil || op.Principal != c.principal) {
+			t.Fatalf("%s: operation %+v, %v", c.name, op, err)
+		}
+		if c.principal == "" && err == nil {
+			t.Fatalf("%s: refused, yet an operation was reserved", c.name)
+		}
+	}
+	if n := g.up.count("/v1/tickets"); n != 3 {
+		t.Fatalf("%d effects, want 3", n)
+	}
+}
+
+// TestCertificateRotation: new handshakes see a certificate written over
+// the files, without a restart; a rotation half written (the new
+// certificate, the old key) keeps the previous certificate meanwhile.
+func TestCertificateRotation(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem}", "")
+	first := g.peer(t)
+	if first.Subject.CommonName != "gateway-1" {
+		t.Fatalf("served %s", first.Subject)
+	}
+	cert, key := g.ca.Server(t, "gateway-2")
+	testenv.WriteFile(t, g.dir, "cert.pem", cert) // the key is still the old one
+	time.Sleep(1100 * time.Millisecond)           // past the check's second
+	if got := g.peer(t); got.Subject.CommonName != "gateway-1" {
+		t.Fatalf("a half-written rotation served %s", got.Subject)
+	}
+	testenv.WriteFile(t, g.dir, "key.pem", key)
+	deadline := time.Now().Add(10 * time.Second)
+	for g.peer(t).Subject.CommonName != "gateway-2" {
+		if time.Now().After(deadline) {
+			t.Fatal("the rotated certificate was never served")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r, err := g.post(g.client(), "agent-token", "after-rotation"); err != nil || r.status != 201 {
+		t.Fatalf("a write after the rotation: %+v %v", r, err)
+	}
+}
+
+// peer is the certificate a new handshake is served.
+func (g *tlsGateway) peer(t *testing.T) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: g.ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
+// TestTLSConfigErrors: a missing file, a key of another certificate, a
+// cert_subject without client_ca: refused at start, at the line.
+func TestTLSConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := testenv.NewCA(t, "test CA")
+	c1, _ := ca.Server(t, "a")
+	_, k2 := ca.Server(t, "b")
+	cert := testenv.WriteFile(t, dir, "c1.pem", c1)
+	other := testenv.WriteFile(t, dir, "k2.pem", k2)
+	base := "store: sqlite:x.db\nupstreams: {ops: {url: http://127.0.0.1:1}}\nroutes: [{match: POST /a, upstream: ops}]\n"
+	for _, c := range []struct{ text, want string }{
+		{"tls: {cert: " + cert + "}\n", "gw.yaml:4: tls: cert and key are both required"},
+		{"tls: {cert: " + cert + ", key: /nonexistent.pem}\n", "gw.yaml:4: tls:"},
+		{"tls: {cert: " + cert + ", key: " + other + "}\n", "private key does not match"},
+		{"metrics_listen: 127.0.0.1:0\nmetrics_tls: {cert: " + cert + ", key: " + other + "}\n", "gw.yaml:5: tls:"},
+		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
+		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
+		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
+	} {
+		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.text, err, c.want)
+		}
+	}
+}

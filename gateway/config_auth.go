@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// AuthConfig is the auth section: ways to authenticate a caller besides
+// the principals' static token hashes (docs/design.md, "Identity,
+// transport and operations").
+type AuthConfig struct {
+	// JWT accepts OAuth 2 / OIDC access tokens signed by one issuer.
+	JWT *JWTConfig `yaml:"jwt"`
+}
+
+// JWTConfig is auth.jwt: the issuer whose signed tokens are principals,
+// and the claims that name the principal's tenant, roles and name.
+type JWTConfig struct {
+	// Issuer is the tokens' iss, exactly; Audience must be one of their aud.
+	Issuer   string `yaml:"issuer"`
+	Audience string `yaml:"audience"`
+	// JWKSURL is where the issuer publishes its public keys.
+	JWKSURL string `yaml:"jwks_url"`
+	// TenantClaim (required), RolesClaim (default roles) and NameClaim
+	// (default sub) are claim names, or dotted paths into nested claims
+	// (realm_access.roles); a name that is itself a claim wins over a path.
+	TenantClaim string `yaml:"tenant_claim"`
+	RolesClaim  string `yaml:"roles_claim"`
+	NameClaim   string `yaml:"name_claim"`
+	// Leeway is the clock skew allowed on exp and nbf (30s).
+	Leeway time.Duration `yaml:"leeway"`
+	// MinRefresh is the shortest time between two fetches of the JWKS
+	// (10s): an unknown kid makes one fetch at most that often, so that
+	// tokens with invented kids cannot make a fetch per request.
+	MinRefresh time.Duration `yaml:"min_refresh"`
+	// MaxAge is how long a fetched JWKS is used before it is fetched again
+	// (1h): a key the issuer withdrew stops verifying within it.
+	MaxAge time.Duration `yaml:"max_age"`
+	// Algorithms are the signature algorithms accepted (RS256, RS384,
+	// RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA by default);
+	// only asymmetric ones can be listed: a token signed with a shared
+	// secret, or with none, is refused.
+	Algorithms []string `yaml:"algorithms"`
+
+	line int
+}
+
+// JWTPrefix begins the name of every principal a JWT authenticates
+// ("jwt:" and the name claim's value): a configured principal's name may
+// not begin with it, so that a token's subject never takes the name, and
+// the keys (MCP intents), approvals and sessions, of a static principal.
+const JWTPrefix = "jwt:"
+
+// asymmetric are the algorithms a JWT may be signed with.
+var asymmetric = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// checkAuth validates auth.jwt and fills its defaults.
+func (c *Config) checkAuth() error {
+	j := c.Auth.JWT
+	if j == nil {
+		return nil
+	}
+	iss, err := url.Parse(j.Issuer)
+	switch {
+	case j.Issuer == "" || err != nil || iss.Scheme == "":
+		return c.errorf(j.line, "auth.jwt: issuer %q: want the tokens' iss, a URL", j.Issuer)
+	case j.Audience == "":
+		return c.errorf(j.line, "auth.jwt: audience is required (one of the tokens' aud)")
+	case !isHTTPURL(j.JWKSURL):
+		return c.errorf(j.line, "auth.jwt: jwks_url %q: want http(s)://host/path", j.JWKSURL)
+	case strings.TrimSpace(j.TenantClaim) == "":
+		return c.errorf(j.line, "auth.jwt: tenant_claim is required (the claim that names the caller's tenant)")
+	case j.Leeway < 0 || j.MinRefresh < 0 || j.MaxAge < 0:
+		return c.errorf(j.line, "auth.jwt: leeway, min_refresh and max_age must be positive")
+	}
+	for _, a := range j.Algorithms {
+		if !slices.Contains(asymmetric, a) {
+			return c.errorf(j.line, "auth.jwt: algorithm %q: want one of %s", a, strings.Join(asymmetric, ", "))
+		}
+	}
+	j.defaults()
+	return nil
+}
+
+func (j *JWTConfig) defaults() {
+	if j.RolesClaim == "" {
+		j.RolesClaim = "roles"
+	}
+	if j.NameClaim == "" {
+		j.NameClaim = "sub"
+	}
+	if j.Leeway == 0 {
+		j.Leeway = 30 * time.Second
+	}
+	if j.MinRefresh == 0 {
+		j.MinRefresh = 10 * time.Second
+	}
+	if j.MaxAge == 0 {
+		j.MaxAge = time.Hour
+	}
+	if len(j.Algorithms) == 0 {
+		j.Algorithms = asymmetric
+	}
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}

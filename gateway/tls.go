@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TLSConfig is tls (and metrics_tls): the listener's certificate and key
+// (PEM files), and, with client_ca, the CAs whose client certificates are
+// required. The files are read again when they change (checked at most
+// once a second), so a certificate is rotated without a restart.
+type TLSConfig struct {
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	ClientCA string `yaml:"client_ca"`
+
+	line  int
+	files *tlsFiles
+}
+
+// checkTLS loads tls and metrics_tls once, so that a missing file or a
+// key that does not match its certificate stops the start, at its line.
+func (c *Config) checkTLS() error {
+	if c.MetricsTLS != nil && c.MetricsListen == "" {
+		return c.errorf(c.MetricsTLS.line, "metrics_tls: it is metrics_listen's, and metrics_listen is not set")
+	}
+	for _, t := range []*TLSConfig{c.TLS, c.MetricsTLS} {
+		if t == nil {
+			continue
+		}
+		if t.Cert == "" || t.Key == "" {
+			return c.errorf(t.line, "tls: cert and key are both required")
+		}
+		t.files = &tlsFiles{cert: c.relative(t.Cert), key: c.relative(t.Key), ca: c.relative(t.ClientCA)}
+		if err := t.files.load(); err != nil {
+			return c.errorf(t.line, "tls: %v", err)
+		}
+	}
+	return nil
+}
+
+// ListenerTLS is the listener's TLS configuration; nil without tls.
+func (c *Config) ListenerTLS() *tls.Config { return c.TLS.server() }
+
+// MetricsListenerTLS is metrics_listen's TLS configuration: metrics_tls,
+// or tls; nil without either.
+func (c *Config) MetricsListenerTLS() *tls.Config {
+	if c.MetricsTLS != nil {
+		return c.MetricsTLS.server()
+	}
+	return c.TLS.server()
+}
+
+func (t *TLSConfig) server() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return t.files.current(), nil }}
+}
+
+// tlsFiles is one listener's certificate, key and client CAs, as their
+// files last read well: a rotation half written (a new certificate, the
+// old key) keeps the previous configuration until the pair matches.
+type tlsFiles struct {
+	cert, key, ca string
+
+	cfg     atomic.Pointer[tls.Config]
+	checked atomic.Int64 // unix nanoseconds of the last look at the files
+	mu      sync.Mutex   // one reader of the files at a time
+	stamps  []os.FileInfo
+}
+
+// current is the configuration for a new handshake, the files looked at
+// again if a second has passed.
+func (f *tlsFiles) current() *tls.Config {
+	now := time.Now().UnixNano()
+	if last := f.checked.Load(); now-last < int64(time.Second) || !f.checked.CompareAndSwap(last, now) {
+		return f.cfg.Load()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed() {
+		_ = f.load() // a bad rotation keeps the configuration in hand
+	}
+	return f.cfg.Load()
+}
+
+// changed reports whether a file was replaced or written since it was read.
+func (f *tlsFiles) changed() bool {
+	for i, path := range f.paths() {
+		st, err := os.Stat(path)
+		if err != nil {
+			return false // mid-rotation: look again later
+		}
+		old := f.stamps[i]
+		if !os.SameFile(old, st) || !old.ModTime().Equal(st.ModTime()) || old.Size() != st.Size() {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *tlsFiles) paths() []string {
+	if f.ca == "" {
+		return []string{f.cert, f.key}
+	}
+	return []string{f.cert, f.key, f.ca}
+}
+
+// load reads the files and makes the configuration; on an error the one
+// in hand stays.
+func (f *tlsFiles) load() error {
+	var stamps []os.FileInfo
+	for _, path := range f.paths() {
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		stamps = append(stamps, st)
+	}
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		return fmt.Errorf("cert %s, key %s: %w", f.cert, f.key, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair},
+		NextProtos: []string{"http/1.1"}}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return errors.New("client_ca " + f.ca + ": no PEM certificate in it")
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	f.cfg.Store(cfg)
+	f.stamps = stamps
+	return nil
+}
