@@ -19,27 +19,33 @@ import (
 )
 
 func newServeCmd() *cobra.Command {
-	var path string
+	var path, pidFile string
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE",
+		Use:   "serve --config FILE [--pid-file FILE]",
 		Short: "Run the gateway: the idempotency contract in front of the configured APIs",
 		Long: `serve reads the YAML configuration (see docs/design.md), migrates the store, and serves
 the configured routes, the control API under /_idem/v1, /healthz and /readyz. On
 SIGTERM or SIGINT it stops accepting requests and lets those in flight finish
 within shutdown_timeout; one cut off stays executing until its lease makes it
-unknown. Logs are JSON lines on stderr, without bodies or tokens.`,
+unknown. On SIGHUP (or idemgate reload) it re-reads the file: routes, actions,
+principals, limits and upstreams change for new requests, those in flight finish
+under the old; an invalid file, or one that changes a setting bound at start-up
+(store, listen, metrics_listen, …), keeps the running configuration and logs why.
+--pid-file writes the process id where idemgate reload finds it. Logs are JSON
+lines on stderr, without bodies or tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			return serve(cmd.Context(), path, log)
+			return serve(cmd.Context(), path, pidFile, log)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (required)")
+	cmd.Flags().StringVar(&pidFile, "pid-file", "", "write the process id here while serving (for idemgate reload)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
-func serve(ctx context.Context, path string, log *slog.Logger) error {
+func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
 	cfg, err := gateway.LoadConfig(path)
 	if err != nil {
 		return err
@@ -53,6 +59,17 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP is caught before the pid file names this process: a reload
+	// asked for while it starts waits for it, and never ends it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if pidFile != "" {
+		if err := writePidFile(pidFile); err != nil {
+			return err
+		}
+		defer os.Remove(pidFile)
+	}
 	gs, err := listenGateway(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -61,6 +78,7 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	if gs.metricsLn != nil {
 		log.Info("serving metrics", slog.String("addr", gs.metricsLn.Addr().String()))
 	}
+	go reloadOnHangup(ctx, hup, gs.s, log)
 	return gs.run(ctx)
 }
 
