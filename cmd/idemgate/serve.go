@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 func newServeCmd() *cobra.Command {
@@ -70,7 +71,21 @@ func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
 		}
 		defer os.Remove(pidFile)
 	}
-	gs, err := listenGateway(ctx, cfg, log)
+	traces, err := tracing.FromEnv(ctx, buildVersion())
+	if err != nil {
+		return fmt.Errorf("traces: %w", err)
+	}
+	if traces != nil {
+		log.Info("exporting traces over OTLP, as the OTEL_* variables say")
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := traces.Shutdown(sctx); err != nil {
+				log.Warn("traces: the last spans were not exported", slog.String("error", err.Error()))
+			}
+		}()
+	}
+	gs, err := listenGateway(ctx, cfg, log, server.WithTracing(traces))
 	if err != nil {
 		return err
 	}
@@ -95,7 +110,7 @@ type gatewayServer struct {
 }
 
 // listenGateway opens and migrates the store and binds the listener.
-func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (*gatewayServer, error) {
+func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger, opts ...server.Option) (*gatewayServer, error) {
 	store, err := openStore(ctx, cfg.Store, false)
 	if err != nil {
 		return nil, err
@@ -105,7 +120,7 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 		store.Close()
 		return nil, fmt.Errorf("migrate store: %w", err)
 	}
-	if gs.s, err = server.New(cfg, store, log); err == nil {
+	if gs.s, err = server.New(cfg, store, log, opts...); err == nil {
 		gs.ln, err = net.Listen("tcp", cfg.Listen)
 	}
 	if err == nil && cfg.MetricsListen != "" {

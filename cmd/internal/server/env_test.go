@@ -240,7 +240,7 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 
 // newEnvWith is newEnv whose upstream "bare" is served by bare, if given:
 // an upstream a test needs to behave as the counting one does not.
-func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare http.Handler) *env {
+func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare http.Handler, opts ...server.Option) *env {
 	up := newUpstream(t)
 	bareURL := up.srv.URL
 	if bare != nil {
@@ -259,7 +259,7 @@ func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare 
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
-	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
+	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

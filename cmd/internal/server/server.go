@@ -22,9 +22,11 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 // Server is the gateway and the planes beside it, serving one
@@ -38,20 +40,31 @@ type Server struct {
 	metrics *metrics.Metrics
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
+	tracing *tracing.Tracing     // nil: off, nothing wrapped
 	cur     atomic.Pointer[snapshot]
 	// reloading serialises reloads: two at once would build from the
 	// same running configuration, and the last to swap would win.
 	reloading sync.Mutex
 }
 
+// Option is a setting of the server that no configuration file holds.
+type Option func(*Server)
+
+// WithTracing traces the server's requests, their ledger steps and their
+// upstream calls (package tracing); nil, or no option, traces nothing.
+func WithTracing(t *tracing.Tracing) Option { return func(s *Server) { s.tracing = t } }
+
 // New builds the server. The store must be migrated; it is the caller's
 // to close, after Close.
-func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, error) {
+func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, log: log,
 		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
+	for _, o := range opts {
+		o(s)
+	}
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}
@@ -81,10 +94,15 @@ func tenants(cfg *gateway.Config) []string {
 // the batcher records its events that are no transition, the limiter
 // reads each tenant's usage from the store.
 func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
-	d := gateway.Deps{Store: s.store, Logger: s.log, Limits: s.limits}
-	if !cfg.Unobserved {
-		d.Observer = s.metrics // a nil interface otherwise, not a nil pointer
+	d := gateway.Deps{Store: s.tracing.Store(s.store), Logger: s.log, Limits: s.limits}
+	if s.tracing != nil {
+		d.Transport = s.tracing.Transport
 	}
+	var m httpidem.Observer
+	if !cfg.Unobserved {
+		m = s.metrics // a nil interface otherwise, not a nil pointer
+	}
+	d.Observer = tracing.Observers(m, s.tracing.Observer())
 	if s.events != nil {
 		d.Audit = s.events
 	}
@@ -161,7 +179,9 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 // whole by the configuration running when it arrived (a reload swaps it
 // for the requests that follow).
 func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.cur.Load().handler.ServeHTTP(w, r) })
+	return s.tracing.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.cur.Load().handler.ServeHTTP(w, r)
+	}))
 }
 
 // HTTPServer is the http.Server of the whole surface, with the
