@@ -112,6 +112,14 @@ func New(tp *sdktrace.TracerProvider) *Tracing {
 	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/idemgate/idemgate"), prop: propagation.TraceContext{}}
 }
 
+// Flush exports the spans queued so far, and returns once they are.
+func (t *Tracing) Flush(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.tp.ForceFlush(ctx)
+}
+
 // Shutdown exports the spans still queued and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil {

@@ -51,6 +51,10 @@ type target struct {
 	name   string
 	url    string
 	action bool
+	// flush, if set, ends each of the target's rounds, within its time:
+	// the traced gateway exports its round's spans then, so that their
+	// cost is its own and not spread over the next target's round.
+	flush func()
 }
 
 // benchEnv is every target, and the commit probes of each store, on the
@@ -64,6 +68,10 @@ type benchEnv struct {
 	tallies map[string]*callTally
 	calls   map[row]*callRow
 	closers []func()
+	// opts are the server options of a gateway target, and flush its
+	// rounds' end, by name (-traces).
+	opts  map[string][]server.Option
+	flush map[string]func()
 }
 
 func (e *benchEnv) cleanup() {
@@ -271,7 +279,7 @@ actions:
 		e.tallies[name] = &callTally{}
 		served = countedStore{store, e.tallies[name]}
 	}
-	s, err := server.New(cfg, served, nil)
+	s, err := server.New(cfg, served, nil, e.opts[name]...)
 	if err != nil {
 		return err
 	}
@@ -285,7 +293,8 @@ actions:
 	go func() { defer close(background); s.RunBackground(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
 	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
-	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(), action: hasActions})
+	e.targets = append(e.targets, target{name: name, url: "http://" + ln.Addr().String(), action: hasActions,
+		flush: e.flush[name]})
 	return nil
 }
 
