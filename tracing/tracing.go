@@ -6,7 +6,8 @@
 // traceparent the upstream receives.
 //
 // Spans carry the operation's id and state, its route, its tenant and
-// whether the answer was replayed; never the key, a body or a token. They
+// whether the answer was replayed; never the key, a body, a token or a
+// query (the conventions' url.query and url.full are redacted). They
 // are exported over OTLP as the standard OTEL_* variables say, and only
 // when OTEL_TRACES_EXPORTER or an OTLP endpoint is set: otherwise FromEnv
 // returns nil, whose methods wrap nothing, so a gateway without traces
@@ -87,7 +88,7 @@ func FromEnv(ctx context.Context, version string) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	return New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))), nil
+	return New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(redacting{exporter}), sdktrace.WithResource(res))), nil
 }
 
 // newExporter is the OTLP exporter of OTEL_EXPORTER_OTLP_TRACES_PROTOCOL

@@ -88,8 +88,8 @@ func attrs(s *tracepb.Span) map[string]string {
 // are exported as the conventions say: a server span named by the route
 // with the operation's attributes, a span per ledger step beneath it, a
 // client span for the upstream call whose traceparent the upstream read;
-// and neither the key, the token, the body nor the upstream's credential
-// is anywhere in the exported bytes.
+// and neither the key, the token, the body, the query nor the upstream's
+// credential is anywhere in the exported bytes.
 func TestTraces(t *testing.T) {
 	rc := newReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rc.srv.URL)
@@ -101,8 +101,8 @@ func TestTraces(t *testing.T) {
 	db := dbtest.SQLiteDB(t)
 	e := newEnvWith(t, db.Open(t), db.DSN, "", nil, server.WithTracing(traces))
 	const key, body = "KEY-SECRET-7f3a", `{"marker":"BODY-MARKER-91c2"}`
-	first := e.do("POST", "/v1/tickets", "agent-token", body, "Idempotency-Key", key)
-	replay := e.do("POST", "/v1/tickets", "agent-token", body, "Idempotency-Key", key)
+	first := e.do("POST", "/v1/tickets?email=QUERY-MARKER-5d1e", "agent-token", body, "Idempotency-Key", key)
+	replay := e.do("POST", "/v1/tickets?email=QUERY-MARKER-5d1e", "agent-token", body, "Idempotency-Key", key)
 	if first.status != 201 || replay.status != 201 || e.up.count("/v1/tickets") != 1 {
 		t.Fatalf("%d, %d, %d effects", first.status, replay.status, e.up.count("/v1/tickets"))
 	}
@@ -112,7 +112,7 @@ func TestTraces(t *testing.T) {
 	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	for _, secret := range []string{key, "agent-token", "BODY-MARKER-91c2", "upstream-secret"} {
+	for _, secret := range []string{key, "agent-token", "BODY-MARKER-91c2", "upstream-secret", "QUERY-MARKER-5d1e"} {
 		if bytes.Contains(rc.raw.Bytes(), []byte(secret)) {
 			t.Errorf("the exported spans hold %q", secret)
 		}
