@@ -74,3 +74,5 @@ bench:
 	go test -run '^$$' -bench Retries -benchtime 3000x -count 5 ./httpidem
 	go test -run '^$$' -bench 'ByHand|Relay' -benchtime 3000x -count 5 ./outbox
 	go test -run '^$$' -bench Reconcile -benchtime 2000x -count 5 ./reconcile
+	go run ./cmd/bench -traces -n 20000 -rounds 10 -c 32
+	go test -run '^$$' -bench Tracing -benchtime 2000x -count 5 ./cmd/internal/server
