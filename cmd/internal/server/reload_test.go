@@ -2,7 +2,10 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -221,5 +224,59 @@ func TestReloadThroughTheControlAPI(t *testing.T) {
 	if r.status != 400 || code(r) != "invalid_request" || !strings.Contains(r.body, "gw.yaml:") ||
 		!strings.Contains(r.body, "the running one is kept") {
 		t.Fatalf("a broken file: %d %s", r.status, r.body)
+	}
+}
+
+// TestReloadEndsTheWebPagesSessions: a session signed in under the old
+// configuration ends with it, so a principal the reload removed is not
+// left signed in; the principals that remain sign in again.
+func TestReloadEndsTheWebPagesSessions(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	at := func(path string) string {
+		resp, err := client.Get(e.gw.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Request.URL.Path
+	}
+	signIn := func(token string) string {
+		resp, err := client.Get(e.gw.URL + "/ui/signin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+		req, _ := http.NewRequest("POST", e.gw.URL+"/ui/signin",
+			strings.NewReader(url.Values{"token": {token}, "csrf": {string(csrf[1])}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", e.gw.URL)
+		if resp, err = client.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Request.URL.Path
+	}
+	if p := signIn("alice-token"); p == "/ui/signin" {
+		t.Fatal("alice could not sign in")
+	}
+	if p := at("/ui/dashboard"); p != "/ui/dashboard" {
+		t.Fatalf("signed in, the dashboard ended at %s", p)
+	}
+	e.rewrite(func(s string) string {
+		return regexp.MustCompile(`(?m)^  - \{name: alice,.*\n`).ReplaceAllString(s, "")
+	})
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := at("/ui/dashboard"); p != "/ui/signin" {
+		t.Fatalf("a removed principal's session outlived the reload: %s", p)
+	}
+	if p := signIn("alice-token"); p != "/ui/signin" {
+		t.Fatalf("a removed principal signed in: %s", p)
 	}
 }
