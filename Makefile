@@ -11,6 +11,7 @@ FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 FUZZ_WEBHOOK ?= 50000x
 FUZZ_CLAIMS ?= 20000x
+FUZZ_CONFIG ?= 50000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -72,6 +73,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzGitHubHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
+	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then
@@ -85,3 +87,5 @@ bench:
 	go test -run '^$$' -bench 'ByHand|Relay' -benchtime 3000x -count 5 ./outbox
 	go test -run '^$$' -bench Reconcile -benchtime 2000x -count 5 ./reconcile
 	go test -run '^$$' -bench Verify -benchtime 20000x -count 5 ./inbox/webhook
+	go run ./cmd/bench -traces -n 20000 -rounds 10 -c 32
+	go test -run '^$$' -bench Tracing -benchtime 2000x -count 5 ./cmd/internal/server

@@ -11,6 +11,7 @@
 package control
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,9 @@ type Options struct {
 	Prefix string
 	// Logger hears what an answer cannot carry (an export cut midway).
 	Logger *slog.Logger
+	// Reload, if set, re-reads the server's configuration for an admin's
+	// POST /config/reload (contract.ReloadPath); nil answers 404.
+	Reload func(ctx context.Context) error
 }
 
 // API is the control API's handler.
@@ -72,6 +76,7 @@ func (a *API) routes() {
 	mux.HandleFunc("GET "+p+"/audit/checkpoint", a.caller(a.auditCheckpoint))
 	mux.HandleFunc("GET "+p+"/audit/export", a.caller(a.auditExport))
 	mux.HandleFunc("POST "+p+"/effects/{id}/resolve", a.caller(a.resolveEffect))
+	mux.HandleFunc("POST "+p+"/config/reload", a.caller(a.reload))
 	mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no such control resource").Write(w)
 	})

@@ -247,6 +247,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("%s: store is required (sqlite:PATH or postgres://…)", c.file)
 	}
 	c.defaults()
+	if err := c.checkEntries(); err != nil {
+		return err
+	}
 	for name, u := range c.Upstreams {
 		if err := c.checkUpstream(name, u); err != nil {
 			return err
@@ -277,6 +280,27 @@ func (c *Config) check() error {
 	for _, r := range c.Routes {
 		if err := c.checkRoute(r, mux); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkEntries refuses an empty entry in a list ("-" alone), which YAML
+// reads as nothing at all.
+func (c *Config) checkEntries() error {
+	for i, p := range c.Principals {
+		if p == nil {
+			return fmt.Errorf("%s: principals: entry %d is empty", c.file, i+1)
+		}
+	}
+	for i, r := range c.Routes {
+		if r == nil {
+			return fmt.Errorf("%s: routes: entry %d is empty", c.file, i+1)
+		}
+	}
+	for i, a := range c.Actions {
+		if a == nil {
+			return fmt.Errorf("%s: actions: entry %d is empty", c.file, i+1)
 		}
 	}
 	return nil

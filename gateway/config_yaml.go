@@ -21,7 +21,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			}
 		case "principals":
 			for j, n := range val.Content {
-				if j < len(cfg.Principals) {
+				if j < len(cfg.Principals) && cfg.Principals[j] != nil {
 					cfg.Principals[j].line = n.Line
 				}
 			}
@@ -51,7 +51,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 			}
 		case "routes":
 			for j, n := range val.Content {
-				if j < len(cfg.Routes) {
+				if j < len(cfg.Routes) && cfg.Routes[j] != nil {
 					cfg.Routes[j].line, cfg.Routes[j].approvalLines = n.Line, keyLines(n, "approval")
 					cfg.Routes[j].webhookLines = keyLines(n, "webhook")
 				}

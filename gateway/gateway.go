@@ -33,6 +33,10 @@ type Deps struct {
 	// Audit records the events that are no transition (replays,
 	// conflicts): the audit batcher, or nil without an audit section.
 	Audit httpidem.Recorder
+	// Transport, if set, wraps each upstream's transport for the calls of
+	// the routes (traces: a client span, and traceparent); probes are
+	// not wrapped.
+	Transport func(http.RoundTripper) http.RoundTripper
 }
 
 // Gateway is one configuration's data plane in front of its upstreams:
@@ -89,7 +93,7 @@ func (g *Gateway) Changed(opID string) { g.m.Changed(opID) }
 func (g *Gateway) build(d Deps) error {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
-		clients[name] = newUpstreamClient(name, u, g.log)
+		clients[name] = newUpstreamClient(name, u, g.log, d.Transport)
 	}
 	var writes []httpidem.Route
 	for _, rc := range g.cfg.Routes {

@@ -32,8 +32,10 @@ type upstreamClient struct {
 	origin *origin // the upstream's own, to recognise it in Location
 }
 
-func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClient {
-	t := &http.Transport{
+// newUpstreamClient builds an upstream's client; wrap, if not nil, wraps
+// its transport (Deps.Transport: traces).
+func newUpstreamClient(name string, u *Upstream, log *slog.Logger, wrap func(http.RoundTripper) http.RoundTripper) *upstreamClient {
+	var t http.RoundTripper = &http.Transport{
 		Proxy:                 nil, // the upstream is addressed directly
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          u.MaxConns,
@@ -43,6 +45,9 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger) *upstreamClie
 		ExpectContinueTimeout: time.Second,
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
+	}
+	if wrap != nil {
+		t = wrap(t)
 	}
 	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.target), client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}

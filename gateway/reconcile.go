@@ -57,14 +57,14 @@ func NewReconciler(cfg *Config, store reconcile.Store, record func(audit.Event),
 		}
 		route := rc.method + " " + rc.pattern
 		probes[route] = rc.probe
-		upstreams[route] = newUpstreamClient(rc.Upstream, cfg.Upstreams[rc.Upstream], log)
+		upstreams[route] = newUpstreamClient(rc.Upstream, cfg.Upstreams[rc.Upstream], log, nil)
 		refs[route], _ = resultref.Compile(rc.ResultRef) // checked when the configuration was loaded
 	}
 	for _, a := range cfg.Actions {
 		if a.probe != nil {
 			route := contract.ActionRoute(a.Name)
 			probes[route] = a.probe
-			upstreams[route] = newUpstreamClient(a.Upstream, cfg.Upstreams[a.Upstream], log)
+			upstreams[route] = newUpstreamClient(a.Upstream, cfg.Upstreams[a.Upstream], log, nil)
 		}
 	}
 	max := int64(cfg.MaxResponse)

@@ -18,7 +18,7 @@ func (m *Middleware) cached(ctx context.Context, w http.ResponseWriter, req *req
 		m.problem(w, contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 		return
 	}
-	req.retry = RetryReplay
+	req.retry, req.replayed = RetryReplay, op.State
 	m.note(req, audit.Replayed, op, "")
 	m.replay(ctx, w, op)
 }

@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,6 +51,11 @@ type Observation struct {
 	// that released its operation (rate_limited, …).
 	Retry    string
 	Duration time.Duration
+	// Context is the request's (traces annotate its span from it), and
+	// State the state of the operation a replay from memory answered
+	// ("" otherwise: the store's steps said it). Neither is a label.
+	Context context.Context
+	State   ledger.State
 }
 
 // A RouteObserver is an Observer that wants the names of the routes it
@@ -116,7 +122,7 @@ func (o *observed) NoteCode(code string) { o.code = code }
 // observe tells the Observer how req ended.
 func (m *Middleware) observe(req *request, w *observed, began time.Time) {
 	o := Observation{Route: req.route.name, Tenant: req.tenant, Retry: req.retry, Created: req.created,
-		Outcome: w.code, Duration: time.Since(began)}
+		Outcome: w.code, Duration: time.Since(began), Context: req.ctx, State: req.replayed}
 	switch h := w.Header(); {
 	case req.executed && req.created:
 		o.Outcome = OutcomeCreated

@@ -3,6 +3,7 @@ package httpidem
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,12 +46,16 @@ type request struct {
 	// operation.
 	retry             string
 	created, executed bool
+	// ctx is the request's, and replayed the state of the operation a
+	// replay from memory answered: for the Observer.
+	ctx      context.Context
+	replayed ledger.State
 }
 
 // readRequest reads and checks everything about r before anything is
 // reserved: a refusal here changes nothing.
 func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contract.Problem) {
-	req := &request{route: rt, header: r.Header}
+	req := &request{route: rt, header: r.Header, ctx: r.Context()}
 	var present bool
 	var err error
 	if rt.keyHeader != "" {

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -103,10 +104,9 @@ const (
 // every face that takes a token (the APIs, the web page's sign-in).
 func (l *Limiter) Failures() *Failures { return l.failures }
 
-// tenant is one tenant's bucket and what it is known to hold.
+// tenant is one tenant's rules and what it is known to hold.
 type tenant struct {
-	policy     Policy
-	bucket     *rate.Limiter // nil: no rate limit
+	rules      atomic.Pointer[rules] // swapped whole by SetPolicy
 	mu         sync.Mutex
 	known      bool
 	base       ledger.Usage // as the store last said
@@ -115,30 +115,65 @@ type tenant struct {
 	refreshing bool
 }
 
+// rules are a tenant's policy and the bucket of its rate.
+type rules struct {
+	policy Policy
+	bucket *rate.Limiter // nil: no rate limit
+}
+
+// rulesFor are the rules of p, keeping the tokens of the bucket a
+// tenant had (old, nil for none): a new rate applies from now on, and
+// what the tenant spent stays spent.
+func rulesFor(p Policy, old *rate.Limiter) *rules {
+	r := &rules{policy: p}
+	switch {
+	case p.Rate <= 0:
+	case old != nil:
+		old.SetLimit(p.Rate)
+		old.SetBurst(max(p.Burst, 1))
+		r.bucket = old
+	default:
+		r.bucket = rate.NewLimiter(p.Rate, max(p.Burst, 1))
+	}
+	return r
+}
+
 func (l *Limiter) tenant(name string) *tenant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenants[name]
 	if t == nil {
-		t = &tenant{policy: l.opts.Policy(name)}
-		if t.policy.Rate > 0 {
-			t.bucket = rate.NewLimiter(t.policy.Rate, max(t.policy.Burst, 1))
-		}
+		t = &tenant{}
+		t.rules.Store(rulesFor(l.opts.Policy(name), nil))
 		l.tenants[name] = t
 	}
 	return t
 }
 
+// SetPolicy replaces every tenant's limits (a configuration reloaded):
+// requests from now on are held to the new ones. What the limiter knows
+// survives: each tenant's bucket keeps its tokens (at the new rate and
+// burst), its usage and what this instance admitted stay counted, and the
+// failed authentications per client stay failed.
+func (l *Limiter) SetPolicy(policy func(tenant string) Policy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.opts.Policy = policy
+	for name, t := range l.tenants {
+		t.rules.Store(rulesFor(policy(name), t.rules.Load().bucket))
+	}
+}
+
 // Request takes one request from the tenant's rate, or says how long to
 // wait for one.
 func (l *Limiter) Request(tenantName string) *Refusal {
-	t := l.tenant(tenantName)
-	if t.bucket == nil || t.bucket.Allow() {
+	ru := l.tenant(tenantName).rules.Load()
+	if ru.bucket == nil || ru.bucket.Allow() {
 		return nil
 	}
-	wait := time.Duration((1 - t.bucket.Tokens()) / float64(t.bucket.Limit()) * float64(time.Second))
+	wait := time.Duration((1 - ru.bucket.Tokens()) / float64(ru.bucket.Limit()) * float64(time.Second))
 	return &Refusal{Reason: fmt.Sprintf("tenant %s is over its request rate (%g/s, burst %d)", tenantName,
-		float64(t.policy.Rate), max(t.policy.Burst, 1)), RetryAfter: max(wait, time.Second)}
+		float64(ru.policy.Rate), max(ru.policy.Burst, 1)), RetryAfter: max(wait, time.Second)}
 }
 
 // NewOperation admits one more operation of the tenant within its budgets,
@@ -150,13 +185,14 @@ func (l *Limiter) Request(tenantName string) *Refusal {
 func (l *Limiter) NewOperation(ctx context.Context, tenantName string, a Admission) (settle func(created, live bool),
 	r *Refusal) {
 	t := l.tenant(tenantName)
-	if !t.policy.budgeted() {
+	p := t.rules.Load().policy
+	if !p.budgeted() {
 		return noSettle, nil
 	}
 	l.refresh(ctx, tenantName, t)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if r := t.over(tenantName, a, max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))); r != nil {
+	if r := p.over(tenantName, t, a, max(time.Second, l.opts.Resync-l.now().Sub(t.readAt))); r != nil {
 		return nil, r
 	}
 	add := ledger.Usage{Live: 1, Stored: a.Bytes}
@@ -181,9 +217,9 @@ func (p Policy) budgeted() bool { return p.MaxLive > 0 || p.MaxStored > 0 || p.M
 
 // over is the refusal of a admitted on top of what the tenant holds, or
 // nil. The caller holds t.mu.
-func (t *tenant) over(name string, a Admission, retry time.Duration) *Refusal {
+func (p Policy) over(name string, t *tenant, a Admission, retry time.Duration) *Refusal {
 	held := plus(t.base, t.added)
-	switch p := t.policy; {
+	switch {
 	case p.MaxLive > 0 && held.Live >= p.MaxLive:
 		return &Refusal{Reason: fmt.Sprintf("tenant %s has %d operations not yet final, its limit", name, held.Live),
 			RetryAfter: retry}
@@ -213,7 +249,7 @@ func noSettle(bool, bool) {}
 // read, not a lock.)
 func (l *Limiter) Ended(tenantName string) {
 	t := l.tenant(tenantName)
-	if !t.policy.budgeted() {
+	if !t.rules.Load().policy.budgeted() {
 		return // NewOperation counted nothing
 	}
 	t.mu.Lock()

@@ -175,3 +175,33 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestSetPolicyKeepsWhatWasSpent: a reloaded configuration's limits apply
+// at once, and a reload is no way to refill a bucket or forget a budget.
+func TestSetPolicyKeepsWhatWasSpent(t *testing.T) {
+	held := ledger.Usage{Live: 5}
+	l, _ := newTest(Policy{Rate: 0.001, Burst: 2, MaxLive: 10}, func(context.Context, string) (ledger.Usage, error) {
+		return held, nil
+	})
+	for range 2 {
+		if r := l.Request("acme"); r != nil {
+			t.Fatalf("within the burst: %v", r)
+		}
+	}
+	if _, r := l.NewOperation(context.Background(), "acme", Admission{}); r != nil {
+		t.Fatalf("within the budget: %v", r)
+	}
+	l.SetPolicy(func(string) Policy { return Policy{Rate: 0.001, Burst: 5, MaxLive: 6} })
+	if r := l.Request("acme"); r == nil {
+		t.Fatal("the burst was spent before the reload: a larger burst is no refill")
+	}
+	if _, r := l.NewOperation(context.Background(), "acme", Admission{}); r == nil {
+		t.Fatal("5 held and 1 admitted before the reload: the new budget of 6 is full")
+	}
+	l.SetPolicy(func(string) Policy { return Policy{} })
+	for range 100 {
+		if r := l.Request("acme"); r != nil {
+			t.Fatalf("no rate any more: %v", r)
+		}
+	}
+}

@@ -30,6 +30,7 @@ type Metrics struct {
 	reconcile                               *prometheus.HistogramVec
 	requests, upstream                      *prometheus.HistogramVec
 
+	reload  *reloadMetrics
 	history *History
 	store   *storeCollector        // nil without a store
 	own     []prometheus.Collector // idemgate's families, for Described
@@ -116,6 +117,7 @@ func New(o Options) *Metrics {
 		m.found.WithLabelValues(t)
 		m.reconcile.WithLabelValues(t)
 	}
+	m.reload = newReloadMetrics(m.reg)
 	m.history = newHistory(m)
 	return m
 }

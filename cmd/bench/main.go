@@ -18,6 +18,10 @@
 // With -jwt, one more gateway with auth.jwt is reached with the static
 // token and with a JWT, in the same rounds (jwt.go).
 //
+// With -traces it measures instead the gateway's cost of OpenTelemetry
+// traces (traces.go): on each store, a build without tracing wiring, one
+// with tracing off, one exporting to a local OTLP receiver.
+//
 // Everything runs in this process on loopback, so every variant shares the
 // same cores with the load generator: compare rows, not absolute numbers.
 // A disk's commit latency drifts from minute to minute (here between 0.3
@@ -52,6 +56,8 @@ func main() {
 	jwt := flag.Bool("jwt", false, "also measure one gateway with auth.jwt, reached with a static token and with a JWT")
 	only := flag.String("only", "", "measure only the targets whose name holds this (e.g. +jwt); all are set up")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
+	traces := flag.Bool("traces", false, "measure the gateways without tracing wiring, with tracing off and on (OTLP to a "+
+		"local receiver), and nothing else")
 	flag.Parse()
 	if *cpuprofile != "" {
 		stop, err := profileCPU(*cpuprofile)
@@ -61,7 +67,11 @@ func main() {
 		}
 		defer stop()
 	}
-	if err := run(*n, *rounds, *conc, *pg, *calls, *jwt, *only); err != nil {
+	do := func() error { return run(*n, *rounds, *conc, *pg, *calls, *jwt, *only) }
+	if *traces {
+		do = func() error { return runTraces(*n, *rounds, *conc, *pg) }
+	}
+	if err := do(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -93,12 +103,7 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string)
 	if err != nil || rounds < 1 || n < rounds {
 		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
 	}
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(201)
-		_, _ = w.Write([]byte(ticketAnswer))
-	}))
+	upstream := newUpstream()
 	defer upstream.Close()
 	env, err := setup(upstream.URL, pgDSN, counting, jwt)
 	defer env.cleanup()
@@ -135,6 +140,17 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string)
 		printCalls(os.Stdout, env, env.calls, concurrencies)
 	}
 	return sealed(os.Stdout, env)
+}
+
+// newUpstream is the trivial upstream every target reaches: it reads the
+// write and answers ticketAnswer.
+func newUpstream() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(ticketAnswer))
+	}))
 }
 
 // modes are the rounds' kinds of writes; action rows are measured in the

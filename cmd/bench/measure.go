@@ -97,6 +97,9 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 	if err, _ := firstErr.Load().(error); err != nil {
 		return round{}, err
 	}
+	if t.flush != nil {
+		t.flush()
+	}
 	elapsed := time.Since(start)
 	slices.Sort(lat)
 	return round{lat: lat, elapsed: elapsed}, nil

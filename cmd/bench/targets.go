@@ -50,6 +50,10 @@ type target struct {
 	url    string
 	action bool
 	token  string // the bearer token its writes send: the bench principal's by default
+	// flush, if set, ends each of the target's rounds, within its time:
+	// the traced gateway exports its round's spans then, so that their
+	// cost is its own and not spread over the next target's round.
+	flush func()
 }
 
 // bearer is the token the target's writes send.
@@ -71,6 +75,10 @@ type benchEnv struct {
 	tallies map[string]*callTally
 	calls   map[row]*callRow
 	closers []func()
+	// opts are the server options of a gateway target, and flush its
+	// rounds' end, by name (-traces).
+	opts  map[string][]server.Option
+	flush map[string]func()
 }
 
 func (e *benchEnv) cleanup() {
@@ -291,7 +299,7 @@ actions:
 		e.tallies[name] = &callTally{}
 		served = countedStore{store, e.tallies[name]}
 	}
-	s, err := server.New(cfg, served, nil)
+	s, err := server.New(cfg, served, nil, e.opts[name]...)
 	if err != nil {
 		return "", err
 	}
@@ -306,7 +314,7 @@ actions:
 	go func() { _ = srv.Serve(ln) }()
 	e.closers = append(e.closers, func() { _ = srv.Close(); stop(); <-background })
 	url := "http://" + ln.Addr().String()
-	e.targets = append(e.targets, target{name: name, url: url, action: hasActions})
+	e.targets = append(e.targets, target{name: name, url: url, action: hasActions, flush: e.flush[name]})
 	return url, nil
 }
 

@@ -17,30 +17,37 @@ import (
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 func newServeCmd() *cobra.Command {
-	var path string
+	var path, pidFile string
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE",
+		Use:   "serve --config FILE [--pid-file FILE]",
 		Short: "Run the gateway: the idempotency contract in front of the configured APIs",
 		Long: `serve reads the YAML configuration (see docs/design.md), migrates the store, and serves
 the configured routes, the control API under /_idem/v1, /healthz and /readyz. On
 SIGTERM or SIGINT it stops accepting requests and lets those in flight finish
 within shutdown_timeout; one cut off stays executing until its lease makes it
-unknown. Logs are JSON lines on stderr, without bodies or tokens.`,
+unknown. On SIGHUP (or idemgate reload) it re-reads the file: routes, actions,
+principals, limits and upstreams change for new requests, those in flight finish
+under the old; an invalid file, or one that changes a setting bound at start-up
+(store, listen, metrics_listen, …), keeps the running configuration and logs why.
+--pid-file writes the process id where idemgate reload finds it. Logs are JSON
+lines on stderr, without bodies or tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			return serve(cmd.Context(), path, log)
+			return serve(cmd.Context(), path, pidFile, log)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (required)")
+	cmd.Flags().StringVar(&pidFile, "pid-file", "", "write the process id here while serving (for idemgate reload)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
-func serve(ctx context.Context, path string, log *slog.Logger) error {
+func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
 	cfg, err := gateway.LoadConfig(path)
 	if err != nil {
 		return err
@@ -54,7 +61,32 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	gs, err := listenGateway(ctx, cfg, log)
+	// SIGHUP is caught before the pid file names this process: a reload
+	// asked for while it starts waits for it, and never ends it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if pidFile != "" {
+		if err := writePidFile(pidFile); err != nil {
+			return err
+		}
+		defer os.Remove(pidFile)
+	}
+	traces, err := tracing.FromEnv(ctx, buildVersion())
+	if err != nil {
+		return fmt.Errorf("traces: %w", err)
+	}
+	if traces != nil {
+		log.Info("exporting traces over OTLP, as the OTEL_* variables say")
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := traces.Shutdown(sctx); err != nil {
+				log.Warn("traces: the last spans were not exported", slog.String("error", err.Error()))
+			}
+		}()
+	}
+	gs, err := listenGateway(ctx, cfg, log, server.WithTracing(traces))
 	if err != nil {
 		return err
 	}
@@ -63,6 +95,7 @@ func serve(ctx context.Context, path string, log *slog.Logger) error {
 	if gs.metricsLn != nil {
 		log.Info("serving metrics", slog.String("addr", gs.metricsLn.Addr().String()))
 	}
+	go reloadOnHangup(ctx, hup, gs.s, log)
 	return gs.run(ctx)
 }
 
@@ -79,7 +112,7 @@ type gatewayServer struct {
 }
 
 // listenGateway opens and migrates the store and binds the listener.
-func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (*gatewayServer, error) {
+func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger, opts ...server.Option) (*gatewayServer, error) {
 	store, err := openStore(ctx, cfg.Store, false)
 	if err != nil {
 		return nil, err
@@ -89,7 +122,7 @@ func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger) (
 		store.Close()
 		return nil, fmt.Errorf("migrate store: %w", err)
 	}
-	if gs.s, err = server.New(cfg, store, log); err == nil {
+	if gs.s, err = server.New(cfg, store, log, opts...); err == nil {
 		gs.ln, err = net.Listen("tcp", cfg.Listen)
 	}
 	if err == nil && cfg.MetricsListen != "" {

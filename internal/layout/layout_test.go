@@ -50,7 +50,7 @@ var (
 	testSupport = []string{"internal/testenv", "internal/dbtest"}
 	// builtOnData is what is built on the data plane: the other planes,
 	// the capabilities, the wiring. Neither a store nor httpidem imports it.
-	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "cmd"}
+	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "tracing", "cmd"}
 )
 
 // wiresStores lists the packages outside cmd/ that may open a store

@@ -35,7 +35,7 @@ type upstream struct {
 	seen    []http.Header
 }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t testing.TB) *upstream {
 	u := &upstream{effects: map[string]int{}, byKey: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tickets", func(w http.ResponseWriter, r *http.Request) {
@@ -153,7 +153,7 @@ func sha(token string) string {
 }
 
 // deadAddress is a local port where nothing listens.
-func deadAddress(t *testing.T) string {
+func deadAddress(t testing.TB) string {
 	// Port 1 (tcpmux) is never served here: connections are refused. A
 	// port picked free and closed could be taken by another test's server
 	// meanwhile, which then answers for the "down" upstream.
@@ -162,7 +162,7 @@ func deadAddress(t *testing.T) string {
 }
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	up    *upstream
 	store ledger.Store
 	gw    *httptest.Server
@@ -240,7 +240,7 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 
 // newEnvWith is newEnv whose upstream "bare" is served by bare, if given:
 // an upstream a test needs to behave as the counting one does not.
-func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare http.Handler) *env {
+func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare http.Handler, opts ...server.Option) *env {
 	up := newUpstream(t)
 	bareURL := up.srv.URL
 	if bare != nil {
@@ -259,7 +259,7 @@ func newEnvWith(t *testing.T, store ledger.Store, dsn, extraRoutes string, bare 
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
-	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)))
+	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func (e *env) do(method, path, token, body string, headers ...string) reply {
 }
 
 // roundTrip sends req and reads its whole answer.
-func roundTrip(t *testing.T, req *http.Request) reply {
+func roundTrip(t testing.TB, req *http.Request) reply {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -15,52 +15,68 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/tracing"
 )
 
-// Server is one configuration's gateway and the planes beside it.
+// Server is the gateway and the planes beside it, serving one
+// configuration at a time. What holds state across reloads lives here:
+// the store, the metrics, the limiter (its buckets, budgets and failed
+// tokens) and the audit batcher. What a configuration decides lives in
+// its snapshot, built whole and swapped atomically by Reload.
 type Server struct {
-	cfg     *gateway.Config
 	store   ledger.Store
 	log     *slog.Logger
-	gw      *gateway.Gateway
-	op      *control.Operator
 	metrics *metrics.Metrics
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
-	handler http.Handler
+	tracing *tracing.Tracing     // nil: off, nothing wrapped
+	cur     atomic.Pointer[snapshot]
+	// reloading serialises reloads: two at once would build from the
+	// same running configuration, and the last to swap would win.
+	reloading sync.Mutex
 }
+
+// Option is a setting of the server that no configuration file holds.
+type Option func(*Server)
+
+// WithTracing traces the server's requests, their ledger steps and their
+// upstream calls (package tracing); nil, or no option, traces nothing.
+func WithTracing(t *tracing.Tracing) Option { return func(s *Server) { s.tracing = t } }
 
 // New builds the server. The store must be migrated; it is the caller's
 // to close, after Close.
-func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, error) {
+func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, store: store, log: log,
+	s := &Server{store: store, log: log,
 		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
+	for _, o := range opts {
+		o(s)
+	}
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}
-	gw, err := gateway.New(cfg, s.deps())
+	s.limits = limits.New(limits.Options{Usage: store.Usage, Policy: cfg.Policy, Resync: cfg.Limits.UsageInterval,
+		OnError: func(tenant string, err error) {
+			s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
+		}})
+	snap, err := s.build(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.gw = gw
-	s.op = &control.Operator{Store: store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
-		Resolved: func(before, after *ledger.Operation, duplicate bool) {
-			s.metrics.Resolved(after.Tenant, after.State, after.UpdatedAt.Sub(before.UpdatedAt), duplicate)
-		}, Actions: s.action, Settled: gw.Settled}
-	if s.handler, err = s.mount(); err != nil {
-		return nil, err
-	}
+	s.cur.Store(snap)
 	return s, nil
 }
 
@@ -77,44 +93,46 @@ func tenants(cfg *gateway.Config) []string {
 // deps are the gateway's collaborators: the metrics observe its requests,
 // the batcher records its events that are no transition, the limiter
 // reads each tenant's usage from the store.
-func (s *Server) deps() gateway.Deps {
-	s.limits = limits.New(limits.Options{Usage: s.store.Usage, Policy: s.cfg.Policy, Resync: s.cfg.Limits.UsageInterval,
-		OnError: func(tenant string, err error) {
-			s.log.Error("read usage", slog.String("tenant", tenant), slog.String("error", err.Error()))
-		}})
-	d := gateway.Deps{Store: s.store, Logger: s.log, Limits: s.limits}
-	if !s.cfg.Unobserved {
-		d.Observer = s.metrics // a nil interface otherwise, not a nil pointer
+func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
+	d := gateway.Deps{Store: s.tracing.Store(s.store), Logger: s.log, Limits: s.limits}
+	if s.tracing != nil {
+		d.Transport = s.tracing.Transport
 	}
+	var m httpidem.Observer
+	if !cfg.Unobserved {
+		m = s.metrics // a nil interface otherwise, not a nil pointer
+	}
+	d.Observer = tracing.Observers(m, s.tracing.Observer())
 	if s.events != nil {
 		d.Audit = s.events
 	}
 	return d
 }
 
-// mount serves every plane on one mux, behind the gateway's front (header
-// hygiene, a log line per request).
-func (s *Server) mount() (http.Handler, error) {
-	api, err := control.New(control.Options{Operator: s.op, Caller: gateway.CallerOf, Logger: s.log})
+// mount serves every plane of a snapshot on one mux, behind the gateway's
+// front (header hygiene, a log line per request).
+func (s *Server) mount(sn *snapshot) (http.Handler, error) {
+	api, err := control.New(control.Options{Operator: sn.op, Caller: gateway.CallerOf, Logger: s.log,
+		Reload: s.Reload})
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.ui()
+	page, err := s.ui(sn)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)
-	if s.cfg.MetricsListen == "" {
-		mux.Handle("GET /metrics", s.gw.Authenticated(s.scrapers(s.metrics.Handler())))
+	if sn.cfg.MetricsListen == "" {
+		mux.Handle("GET /metrics", sn.gw.Authenticated(sn.scrapers(s.metrics.Handler())))
 	}
-	mux.Handle(contract.ControlPrefix+"/", s.gw.Authenticated(api))
-	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
-	mux.Handle(UIPrefix, page)                                   // its own sessions: no bearer token in a browser
-	mux.Handle("GET /favicon.ico", page.Icon())                  // asked for by a browser on any page, signed in or not
-	mux.Handle("/", s.gw.Routes())
-	return s.gw.Front(mux), nil
+	mux.Handle(contract.ControlPrefix+"/", sn.gw.Authenticated(api))
+	mux.Handle("POST "+contract.ActionsPath+"/", sn.gw.Actions()) // the data plane: reserving is a keyed write
+	mux.Handle(UIPrefix, page)                                    // its own sessions: no bearer token in a browser
+	mux.Handle("GET /favicon.ico", page.Icon())                   // asked for by a browser on any page, signed in or not
+	mux.Handle("/", sn.gw.Routes())
+	return sn.gw.Front(mux), nil
 }
 
 // MetricsRole is the role, besides the admin role, that may read /metrics
@@ -125,10 +143,10 @@ const MetricsRole = "metrics"
 // and refuses any other with 403: the metrics name every tenant and route
 // of the gateway, which no tenant's agent needs to learn. A scraper that
 // holds no token reads metrics_listen, meant for a private network.
-func (s *Server) scrapers(h http.Handler) http.Handler {
+func (sn *snapshot) scrapers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := gateway.CallerOf(r)
-		if !slices.Contains(p.Roles, MetricsRole) && !s.op.IsAdmin(control.Of(p)) {
+		if !slices.Contains(p.Roles, MetricsRole) && !sn.op.IsAdmin(control.Of(p)) {
 			contract.NewProblem(contract.CodeForbidden, "/metrics needs the role "+MetricsRole+" or the admin "+
 				"role; metrics_listen serves it without a token").Write(w)
 			return
@@ -138,8 +156,8 @@ func (s *Server) scrapers(h http.Handler) http.Handler {
 }
 
 // action is a configured action's settings for the owner steps.
-func (s *Server) action(name string) (control.Action, bool) {
-	a := s.cfg.Action(name)
+func (sn *snapshot) action(name string) (control.Action, bool) {
+	a := sn.cfg.Action(name)
 	if a == nil {
 		return control.Action{}, false
 	}
@@ -157,12 +175,19 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// Handler is the server's whole HTTP surface.
-func (s *Server) Handler() http.Handler { return s.handler }
+// Handler is the server's whole HTTP surface: each request is served
+// whole by the configuration running when it arrived (a reload swaps it
+// for the requests that follow).
+func (s *Server) Handler() http.Handler {
+	return s.tracing.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.cur.Load().handler.ServeHTTP(w, r)
+	}))
+}
 
 // HTTPServer is the http.Server of the whole surface, with the
-// configuration's limits on slow clients and connections.
-func (s *Server) HTTPServer() *gateway.Server { return s.gw.NewServer(s.handler) }
+// configuration's limits on slow clients and connections (settings a
+// reload may not change).
+func (s *Server) HTTPServer() *gateway.Server { return s.cur.Load().gw.NewServer(s.Handler()) }
 
 // Metrics is the server's metrics: its /metrics handler (served apart
 // when metrics_listen is set), and the dashboard's history.

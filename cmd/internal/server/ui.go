@@ -20,18 +20,18 @@ const UIPrefix = "/ui/"
 // ui builds the web page: sign-in by a principal's token, and every
 // decision and resolution through the control plane's Operator, as the
 // control API makes them.
-func (s *Server) ui() (*webui.UI, error) {
-	c := s.cfg.UI
-	amounts, err := amountsOf(s.cfg)
+func (s *Server) ui(sn *snapshot) (*webui.UI, error) {
+	c := sn.cfg.UI
+	amounts, err := amountsOf(sn.cfg)
 	if err != nil {
 		return nil, err
 	}
-	return webui.New(webui.Options{Store: s.store, Operator: s.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
-		ApproverRoles: s.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
+	return webui.New(webui.Options{Store: s.store, Operator: sn.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
+		ApproverRoles: sn.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
 		Failures: s.limits.Failures(), // one budget per client, shared with the APIs
 		Authenticate: func(r *http.Request, token string) (approval.Principal, time.Time, bool) {
-			p, _ := s.gw.PrincipalFor(r, token)
+			p, _ := sn.gw.PrincipalFor(r, token)
 			if p == nil {
 				return approval.Principal{}, time.Time{}, false
 			}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/testenv"
+)
+
+// startServing starts serve on config with a pid file, as a real process.
+func startServing(t *testing.T, config, pidFile string) *testenv.Process {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "serve", "--config", config, "--pid-file", pidFile)
+	cmd.Env = childEnv()
+	return testenv.StartProcess(t, cmd)
+}
+
+// waitLog waits (10s at most) for the process to log msg n times.
+func waitLog(t *testing.T, p *testenv.Process, msg string, n int) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var seen []string
+		for _, l := range p.Logs() {
+			if strings.Contains(l, `"msg":"`+msg+`"`) {
+				seen = append(seen, l)
+			}
+		}
+		if len(seen) >= n {
+			return seen[n-1]
+		}
+	}
+	t.Fatalf("no %q logged %d times:\n%s", msg, n, strings.Join(p.Logs(), "\n"))
+	return ""
+}
+
+// TestReloadUnderLoad: a real gateway serves a storm of 2000 keyed
+// requests (1000 keys, each sent twice) from 32 workers while its file
+// changes twice, each change applied by idemgate reload (SIGHUP through
+// the pid file): once valid, with a new route and principal, once broken.
+// No request fails because of a reload, every key has exactly one effect,
+// the valid file is served after, and the broken one is refused with its
+// file and line.
+func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T) string{
+		"sqlite": func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "gw.db") },
+		"postgres": func(t *testing.T) string {
+			dsn, _ := testenv.PostgresSchema(t)
+			return dsn
+		},
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			up := newSlowUpstream(t, 0)
+			go func() { // its channel of starts holds 1000
+				for {
+					select {
+					case <-up.started:
+					case <-t.Context().Done():
+						return
+					}
+				}
+			}()
+			config := writeConfig(t, store(t), up.srv.URL, "limits: {default: {rate: 100000/s, burst: 100000}}\n")
+			pidFile := filepath.Join(t.TempDir(), "idemgate.pid")
+			g := startServing(t, config, pidFile)
+			base := mustReadFile(t, config)
+			valid := strings.Replace(base, "principals:\n", "principals:\n  - {name: newbie, tenant: acme, "+
+				"roles: [agent], token_sha256: "+hashOf("newbie-token")+"}\n", 1)
+			valid = strings.Replace(valid, "limits:", "  - {match: POST /v1/new, upstream: app}\nlimits:", 1)
+			broken := strings.Replace(valid, "limits:", "  - {match: POST /v1/broken, upstream: nowhere}\nlimits:", 1)
+			const keys, workers = 1000, 32
+			var done, failed atomic.Int64
+			jobs := make(chan int)
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for i := range jobs {
+						status, body := post(t, g.URL, "/v1/writes", fmt.Sprintf("k-%d", i/2), "Prefer", "wait=10")
+						if status != 201 && failed.Add(1) <= 3 {
+							t.Errorf("key k-%d: %d %s", i/2, status, body)
+						}
+						done.Add(1)
+					}
+				})
+			}
+			reloads := []struct {
+				at   int64
+				text string
+				log  string
+			}{{keys / 2, valid, "configuration reloaded"}, {keys * 6 / 5, broken, "configuration not reloaded: the running one is kept"}}
+			go func() {
+				for _, r := range reloads {
+					for done.Load() < r.at {
+						time.Sleep(time.Millisecond)
+					}
+					if err := os.WriteFile(config, []byte(r.text), 0o600); err != nil {
+						t.Error(err)
+					}
+					if res := run(t, "", "reload", "--pid-file", pidFile); res.code != 0 {
+						t.Errorf("reload: %d %s", res.code, res.stderr)
+					}
+				}
+			}()
+			var refused string
+			for i := range 2 * keys {
+				if i == 2*keys-200 { // the storm goes on after both reloads
+					waitLog(t, g, "configuration reloaded", 1)
+					refused = waitLog(t, g, "configuration not reloaded: the running one is kept", 1)
+				}
+				jobs <- i
+			}
+			close(jobs)
+			wg.Wait()
+			where := fmt.Sprintf("%s:%d", config, strings.Count(broken[:strings.Index(broken, "/v1/broken")], "\n")+1)
+			if !strings.Contains(refused, where+`: route POST /v1/broken: upstream \"nowhere\" is not defined`) {
+				t.Errorf("the refusal does not name %s: %s", where, refused)
+			}
+			if n := up.effects.Load(); n != keys || failed.Load() != 0 {
+				t.Fatalf("%d effects of %d keys; %d requests failed", n, keys, failed.Load())
+			}
+			status, body := post(t, g.URL, "/v1/new", "n-1", "Authorization", "Bearer newbie-token")
+			if status != 201 {
+				t.Fatalf("the valid file's route and principal, after the broken one: %d %s", status, body)
+			}
+		})
+	}
+}
+
+// TestReloadRefusesAStrangersPid: a stale pid file naming a process that
+// is no idemgate is refused; nothing is signalled.
+func TestReloadRefusesAStrangersPid(t *testing.T) {
+	t.Parallel()
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	pidFile := filepath.Join(t.TempDir(), "stale.pid")
+	os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", sleep.Process.Pid), 0o600)
+	r := run(t, "", "reload", "--pid-file", pidFile)
+	if r.code == 0 || !strings.Contains(r.stderr, "is not idemgate") {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	if err := syscall.Kill(sleep.Process.Pid, 0); err != nil {
+		t.Fatalf("the stranger was signalled (SIGHUP ends a sleep): %v", err)
+	}
+}
+
+func mustReadFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
