@@ -37,6 +37,12 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Actions[j].line, cfg.Actions[j].approvalLines = n.Line, keyLines(n, "approval")
 				}
 			}
+		case "consumers":
+			for j, n := range val.Content {
+				if j < len(cfg.Consumers) && cfg.Consumers[j] != nil {
+					cfg.Consumers[j].line = n.Line
+				}
+			}
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {

@@ -46,7 +46,9 @@ type Gateway struct {
 	m       *httpidem.Middleware
 	routes  http.Handler
 	actions http.Handler
-	shapes  *shapes // nil: every refusal is RFC 9457's
+	// consumers are each consumer's keyed path, by name (Deliverer).
+	consumers map[string]http.Handler
+	shapes    *shapes // nil: every refusal is RFC 9457's
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -103,6 +105,9 @@ func (g *Gateway) build(d Deps) error {
 		}
 		writes = append(writes, route)
 	}
+	for _, k := range g.cfg.Consumers {
+		writes = append(writes, consumerRoute(k, clients[k.Deliver.Upstream]))
+	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
@@ -126,6 +131,7 @@ func (g *Gateway) build(d Deps) error {
 	g.routes = mux
 	g.shapes = newShapes(g.cfg, mux)
 	g.actions = g.actionsHandler(m)
+	g.consumers = g.consumerHandlers(m, clients)
 	return nil
 }
 

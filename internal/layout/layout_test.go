@@ -50,7 +50,7 @@ var (
 	testSupport = []string{"internal/testenv", "internal/dbtest"}
 	// builtOnData is what is built on the data plane: the other planes,
 	// the capabilities, the wiring. Neither a store nor httpidem imports it.
-	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "cmd"}
+	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "inbox", "cmd"}
 )
 
 // wiresStores lists the packages outside cmd/ that may open a store
@@ -97,6 +97,12 @@ var rules = []rule{
 	{id: "j", why: "what a library user links for the outbox, the maintenance plane or a client carries no CEL", linked: true,
 		binds:  func(p string) bool { return within(p, "outbox", "maintain", "contract", "control/client", "agent") },
 		forbid: func(_, imp string) bool { return within(imp, celUsers...) }},
+	{id: "k", why: "the inbox reaches the data plane through its Deliverer, and each broker stays in its own package",
+		binds: func(p string) bool { return within(p, "inbox") },
+		forbid: func(p, imp string) bool {
+			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
+				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
+		}},
 }
 
 // celUsers are the packages that link cel-go (and so protobuf and antlr).
@@ -282,6 +288,9 @@ func clean() graph {
 		"control":          {"contract", "ledger", "approval"},
 		"webui":            {"control", "contract", "ledger", "approval"},
 		"outbox":           {"contract", "ledger"},
+		"inbox":            {"contract", "ledger"},
+		"inbox/natsinbox":  {"inbox", "ledger"},
+		"inbox/amqpinbox":  {"inbox"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 	}
@@ -309,6 +318,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"webui", "gateway", "i", "webui", "gateway"},
 		{"maintain", "reconcile", "j", "maintain", "reconcile"},
 		{"contract", "approval", "j", "contract", "approval"},
+		{"inbox", "gateway", "k", "inbox", "gateway"},
+		{"inbox/amqpinbox", "inbox/natsinbox", "k", "inbox/amqpinbox", "inbox/natsinbox"},
+		{"httpidem", "inbox", "f", "httpidem", "inbox"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)

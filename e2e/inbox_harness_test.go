@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// invoices is the consumers' upstream: it counts its effects (one per
+// POST /v1/invoices it applied), in the order it applied them, and can
+// hold each request after applying it, before it answers.
+type invoices struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	seen []invoice
+	// hold, when set, is waited on after an effect is applied and before
+	// the answer; applied hears of each effect first.
+	hold    chan struct{}
+	applied chan invoice
+}
+
+type invoice struct {
+	Key   string // the Idempotency-Key the upstream saw
+	Event string `json:"event_id"`
+	Seq   int    `json:"seq"`
+}
+
+func newInvoices(t *testing.T) *invoices {
+	u := &invoices{applied: make(chan invoice, 100)}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/invoices" {
+			http.NotFound(w, r)
+			return
+		}
+		var in invoice
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &in)
+		in.Key = r.Header.Get("Idempotency-Key")
+		u.mu.Lock()
+		u.seen = append(u.seen, in)
+		n, hold := len(u.seen), u.hold
+		u.mu.Unlock()
+		select {
+		case u.applied <- in:
+		default:
+		}
+		if hold != nil {
+			<-hold
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"id":"INV-%d"}`, n)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// effects are the effects applied so far, in order.
+func (u *invoices) effects() []invoice {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]invoice(nil), u.seen...)
+}
+
+// perEvent counts the effects of each event.
+func (u *invoices) perEvent() map[string]int {
+	out := map[string]int{}
+	for _, in := range u.effects() {
+		out[in.Event]++
+	}
+	return out
+}
+
+// suffix is a name part of the test's own, for streams and queues.
+func suffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToUpper(hex.EncodeToString(b[:]))
+}
+
+// consumerConfig writes a configuration whose only work is one consumer,
+// delivering to the invoices upstream (or upstreamURL, if set).
+func consumerConfig(t *testing.T, dsn, upstreamURL, consumer string) string {
+	path := filepath.Join(t.TempDir(), "consume.yaml")
+	text := fmt.Sprintf(`store: %s
+sweep_interval: 100ms
+upstreams:
+  billing: {url: %s, timeout: 2s, forward_key: true}
+consumers:
+%s
+`, dsn, upstreamURL, consumer)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startConsume runs idemgate consume as a real process on the
+// configuration, ready once its consumer says it is consuming.
+func startConsume(t *testing.T, config string) *testenv.Process {
+	t.Helper()
+	return testenv.StartWorker(t, exec.Command(binary, "consume", "--config", config), "consuming")
+}
+
+// operations are the consumer's operations, read from its store.
+func consumerOps(t *testing.T, db dbtest.DB, consumer string) []*ledger.Operation {
+	t.Helper()
+	store := db.Open(t)
+	page, err := store.List(context.Background(), ledger.ListParams{Tenant: "acme", Limit: ledger.MaxPage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*ledger.Operation
+	for _, op := range page.Operations {
+		if op.Route == "consumer:"+consumer {
+			out = append(out, op)
+		}
+	}
+	return out
+}
