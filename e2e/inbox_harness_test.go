@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -32,6 +33,8 @@ type invoices struct {
 	// the answer; applied hears of each effect first.
 	hold    chan struct{}
 	applied chan invoice
+	// delay is how long each answer takes.
+	delay time.Duration
 }
 
 type invoice struct {
@@ -53,8 +56,9 @@ func newInvoices(t *testing.T) *invoices {
 		in.Key = r.Header.Get("Idempotency-Key")
 		u.mu.Lock()
 		u.seen = append(u.seen, in)
-		n, hold := len(u.seen), u.hold
+		n, hold, delay := len(u.seen), u.hold, u.delay
 		u.mu.Unlock()
+		time.Sleep(delay)
 		select {
 		case u.applied <- in:
 		default:

@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// The consumer process is SIGKILLed while the upstream applies a
+// delivery (the effect is made, the answer never recorded), then started
+// again: the redelivery makes no second effect, and the operation is
+// unknown (its lease lapsed with the effect possibly made) or succeeded.
+func TestNATSConsumerKilledDuringDelivery(t *testing.T) {
+	url := testenv.RequireNATS(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		up, s := newInvoices(t), newJSStream(t, url)
+		up.hold = make(chan struct{})
+		cfg := consumerConfig(t, db.DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    lease: 1s\n"))
+		p := startConsume(t, cfg)
+		s.publish("m-1", `{"event_id":"evt-killed"}`)
+		select {
+		case <-up.applied:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the upstream never received the delivery")
+		}
+		p.Kill()
+		close(up.hold) // the answer goes to a dead consumer
+		startConsume(t, cfg)
+		waitFor(t, "the redelivery acknowledged", s.settled)
+		if n := len(up.effects()); n != 1 {
+			t.Fatalf("%d effects, want 1", n)
+		}
+		ops := consumerOps(t, db, "billing")
+		if len(ops) != 1 || (ops[0].State != ledger.Unknown && ops[0].State != ledger.Succeeded) {
+			t.Fatalf("operations %v, want one unknown or succeeded", ops)
+		}
+	})
+}
+
+// The broker (a nats-server of the test's own, with its own port and
+// data) restarts while the consumer works through a stream: the consumer
+// reconnects by itself, and every message makes its effect once.
+func TestNATSBrokerRestartMidStream(t *testing.T) {
+	srv := testenv.PrivateNATS(t)
+	up, s := newInvoices(t), newJSStream(t, srv.URL)
+	up.delay = 50 * time.Millisecond
+	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    concurrency: 2\n")))
+	const n = 40
+	for i := range n {
+		s.publish("", fmt.Sprintf(`{"event_id":"evt-%d","seq":%d}`, i, i))
+	}
+	waitFor(t, "the consumer under way", func() bool { return len(up.effects()) >= 5 })
+	srv.Stop()
+	if len(up.perEvent()) == n {
+		t.Fatal("the stream was done before the broker stopped: this run proves nothing")
+	}
+	time.Sleep(300 * time.Millisecond)
+	srv.Start()
+	waitFor(t, "every message applied after the restart", func() bool { return len(up.perEvent()) == n })
+	waitFor(t, "every message acknowledged", s.settled)
+	for event, k := range up.perEvent() {
+		if k != 1 {
+			t.Errorf("%s: %d effects, want 1", event, k)
+		}
+	}
+}
