@@ -37,8 +37,11 @@ type Config struct {
 	// Consumers take messages from queues, each an operation delivered
 	// through the data plane (docs/design.md, "Inbox").
 	Consumers []*ConsumerConfig `yaml:"consumers"`
-	Limits    LimitsConfig      `yaml:"limits"`
-	Audit     *AuditConfig      `yaml:"audit"`
+	// Relay names the JetStream server and subjects the outbox's relay
+	// publishes to (effects whose target is nats:SUBJECT).
+	Relay  *RelayConfig `yaml:"relay"`
+	Limits LimitsConfig `yaml:"limits"`
+	Audit  *AuditConfig `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.
@@ -250,6 +253,9 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkConsumers(); err != nil {
+		return err
+	}
+	if err := c.checkRelay(); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()

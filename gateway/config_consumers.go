@@ -182,3 +182,29 @@ func LoadConsumersConfig(path string) (*Config, error) {
 	}
 	return cfg, err
 }
+
+// RelayConfig is what the outbox's relay (idemgate relay) needs beyond the
+// upstreams: the JetStream server and the subjects of the effects whose
+// target is nats:SUBJECT.
+type RelayConfig struct {
+	NATS     string   `yaml:"nats"`
+	Subjects []string `yaml:"subjects"`
+
+	line int
+}
+
+func (c *Config) checkRelay() error {
+	r := c.Relay
+	if r == nil {
+		return nil
+	}
+	if !brokerURL(r.NATS, "nats", "tls") || len(r.Subjects) == 0 {
+		return c.errorf(r.line, "relay: want {nats: nats://host:port, subjects: [SUBJECT, …]}")
+	}
+	for _, s := range r.Subjects {
+		if s == "" || strings.ContainsAny(s, " \t\r\n*>") || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") {
+			return c.errorf(r.line, "relay: subject %q: want a subject without wildcards (billing.out)", s)
+		}
+	}
+	return nil
+}
