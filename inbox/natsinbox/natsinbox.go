@@ -58,7 +58,7 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{src: src, c: c, js: js, sem: make(chan struct{}, src.Concurrency)}
+	r := &runner{src: src, c: c, nc: nc, js: js, sem: make(chan struct{}, src.Concurrency)}
 	for wait := 250 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
 		if err := r.consume(ctx); err != nil && ctx.Err() == nil {
 			src.Logger.Warn("consumer interrupted; trying again", slog.String("consumer", c.Name),
@@ -90,6 +90,7 @@ func (s *Source) defaults() {
 type runner struct {
 	src Source
 	c   *inbox.Consumer
+	nc  *nats.Conn
 	js  jetstream.JetStream
 	sem chan struct{}
 	wg  sync.WaitGroup
@@ -111,6 +112,9 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // consume hands each message to a worker, at most Concurrency at once,
 // until ctx ends or the iterator fails.
 func (r *runner) consume(ctx context.Context) error {
+	if !r.nc.IsConnected() { // the connection retries on its own meanwhile
+		return fmt.Errorf("not connected to %s", r.nc.Opts.Url)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	cons, err := r.consumer(cctx)
 	cancel()

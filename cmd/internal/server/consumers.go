@@ -33,7 +33,7 @@ func (s *Server) RunConsumers(ctx context.Context) {
 }
 
 func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbox.Consumer) error {
-	log := s.log.With(slog.String("consumer", k.Name))
+	log := s.log // the adapters name the consumer in each line
 	if k.Source.NATS != "" {
 		return natsinbox.Run(ctx, natsinbox.Source{URL: k.Source.NATS, Stream: k.Source.Stream,
 			Consumer: k.Source.Consumer, Subject: k.Source.Subject, DeadLetter: k.DeadLetter.Subject,
