@@ -74,3 +74,4 @@ bench:
 	go test -run '^$$' -bench Retries -benchtime 3000x -count 5 ./httpidem
 	go test -run '^$$' -bench 'ByHand|Relay' -benchtime 3000x -count 5 ./outbox
 	go test -run '^$$' -bench Reconcile -benchtime 2000x -count 5 ./reconcile
+	go test -run '^$$' -bench Consumer -benchtime 2000x -count 1 ./cmd/internal/server

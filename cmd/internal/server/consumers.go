@@ -43,3 +43,7 @@ func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbo
 		Exchange: k.DeadLetter.Exchange, RoutingKey: k.DeadLetter.RoutingKey, Concurrency: k.Concurrency,
 		Logger: log}, c)
 }
+
+// Deliverer is consumer name's way through the gateway's keyed path, for
+// a consumer loop run elsewhere (a library user's, or a benchmark's).
+func (s *Server) Deliverer(name string) inbox.Deliverer { return s.gw.Deliverer(name) }
