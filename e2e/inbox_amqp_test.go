@@ -197,3 +197,83 @@ func TestAMQPOrderIsKeptWithConcurrencyOne(t *testing.T) {
 		t.Fatalf("upstream saw %v, want 0..19 in order", seqs)
 	}
 }
+
+// closeConsumerConnection has the broker close the consumer's connection,
+// as a broker restart does: rabbitmqctl finds it by its name.
+func (q *rabbitQueue) closeConsumerConnection() {
+	q.t.Helper()
+	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "pid", "client_properties").Output()
+	if err != nil {
+		q.t.Fatalf("rabbitmqctl: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if pid, _, ok := strings.Cut(line, "\t"); ok && strings.Contains(line, "of "+q.name) {
+			if err := exec.Command("rabbitmqctl", "close_connection", pid, "the test's broker restart").Run(); err != nil {
+				q.t.Fatalf("rabbitmqctl close_connection: %v", err)
+			}
+			return
+		}
+	}
+	q.t.Fatalf("no connection of the consumer of %s in %s", q.name, out)
+}
+
+// The broker drops the consumer's connection mid-stream (the shared
+// RabbitMQ is never restarted; a dropped connection is what a consumer
+// sees of a restart): it reconnects by itself, and every message makes
+// its effect once.
+func TestAMQPConnectionLostMidStream(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	up, q := newInvoices(t), newRabbitQueue(t, url)
+	up.delay = 50 * time.Millisecond
+	p := startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, q.consumerYAML("body:/event_id", "    concurrency: 2\n")))
+	const n = 100
+	for i := range n {
+		q.publish("", fmt.Sprintf(`{"event_id":"evt-%d","seq":%d}`, i, i))
+	}
+	waitFor(t, "the consumer under way", func() bool { return len(up.effects()) >= 5 })
+	q.closeConsumerConnection()
+	if len(up.perEvent()) == n {
+		t.Fatal("the queue was done before the connection dropped: this run proves nothing")
+	}
+	waitFor(t, "every message applied after the reconnection", func() bool { return len(up.perEvent()) == n })
+	waitFor(t, "every message acknowledged", func() bool { return q.pending() == 0 })
+	if !slices.ContainsFunc(p.Logs(), func(l string) bool { return strings.Contains(l, "consumer interrupted") }) {
+		t.Fatalf("the consumer never saw its connection drop: %v", p.Logs())
+	}
+	for event, k := range up.perEvent() {
+		if k != 1 {
+			t.Errorf("%s: %d effects, want 1", event, k)
+		}
+	}
+}
+
+// The consumer process is SIGKILLed while the upstream applies a
+// delivery; the broker requeues the message at once, and the consumer
+// started again makes no second effect: the operation is executing (the
+// copy waits), then unknown once its lease lapses, and acknowledged.
+func TestAMQPConsumerKilledDuringDelivery(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		up, q := newInvoices(t), newRabbitQueue(t, url)
+		up.hold = make(chan struct{})
+		cfg := consumerConfig(t, db.DSN, up.srv.URL, q.consumerYAML("message_id", "    lease: 1s\n"))
+		p := startConsume(t, cfg)
+		q.publish("evt-killed", `{"event_id":"evt-killed"}`)
+		select {
+		case <-up.applied:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the upstream never received the delivery")
+		}
+		p.Kill()
+		close(up.hold)
+		startConsume(t, cfg)
+		waitFor(t, "the redelivery acknowledged", func() bool { return q.pending() == 0 })
+		if n := len(up.effects()); n != 1 {
+			t.Fatalf("%d effects, want 1", n)
+		}
+		ops := consumerOps(t, db, "billing")
+		if len(ops) != 1 || (ops[0].State != ledger.Unknown && ops[0].State != ledger.Succeeded) {
+			t.Fatalf("operations %v, want one unknown or succeeded", ops)
+		}
+	})
+}

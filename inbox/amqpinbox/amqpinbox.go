@@ -66,7 +66,7 @@ type runner struct {
 // ctx ends, then waits for the messages in hand.
 func (r *runner) session(ctx context.Context) error {
 	conn, err := amqp.DialConfig(r.src.URL, amqp.Config{Heartbeat: 5 * time.Second,
-		Properties: amqp.Table{"connection_name": "idemgate consumer " + r.c.Name}})
+		Properties: amqp.Table{"connection_name": "idemgate consumer " + r.c.Name + " of " + r.src.Queue}})
 	if err != nil {
 		return err
 	}
