@@ -30,6 +30,10 @@ func (g *Gateway) consumerHandlers(m *httpidem.Middleware, clients map[string]*u
 		forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s, ok := r.Context().Value(deliveryKey{}).(*deliveryState); ok {
 				s.ran = true
+				if exec := httpidem.Current(r); exec != nil {
+					s.opID = exec.OperationID()
+					g.running.Store(s.opID, s) // recorded hears of its final state
+				}
 			}
 			r.URL.Path, r.URL.RawPath = path, ""
 			wp.ServeHTTP(w, r)
@@ -49,7 +53,7 @@ func (g *Gateway) Deliverer(name string) inbox.Deliverer {
 	for _, k := range g.cfg.Consumers {
 		if k.Name == name {
 			p := &Principal{Name: k.Route(), Tenant: k.Tenant}
-			return &deliverer{h: h, store: g.store, principal: p, method: k.Deliver.Method, path: consumerPattern(name)}
+			return &deliverer{g: g, h: h, principal: p, method: k.Deliver.Method, path: consumerPattern(name)}
 		}
 	}
 	return nil
@@ -57,21 +61,36 @@ func (g *Gateway) Deliverer(name string) inbox.Deliverer {
 
 // deliverer runs a message's operation as an in-process keyed request.
 type deliverer struct {
+	g            *Gateway
 	h            http.Handler
-	store        httpidem.Store
 	principal    *Principal
 	method, path string
 }
 
 type deliveryKey struct{}
 
-// deliveryState is what the forwarding tells the deliverer: that it ran.
-type deliveryState struct{ ran bool }
+// deliveryState is what the forwarding tells the deliverer: that it ran,
+// the operation it ran, and (from Gateway.recorded) the final state its
+// outcome was recorded in.
+type deliveryState struct {
+	ran   bool
+	opID  string
+	state ledger.State
+}
+
+// settled notes a final operation a consumer's delivery ran.
+func (g *Gateway) settled(op *ledger.Operation) {
+	if v, ok := g.running.Load(op.ID); ok {
+		v.(*deliveryState).state = op.State
+	}
+}
 
 // Deliver sends d through the keyed path and reads how it ended. When
-// the upstream was called, the operation's state is read from the store
-// (the answer alone cannot say whether the outcome was recorded);
-// otherwise the middleware's answer says it: a replay, or a problem.
+// the upstream was called, the operation's state is the one its outcome
+// was recorded in (the answer alone cannot say whether it was recorded,
+// and an upstream's headers are its own), read from the store unless the
+// recording was final; otherwise the middleware's answer says it: a
+// replay, or a problem.
 func (d *deliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Outcome, error) {
 	st := &deliveryState{}
 	ctx = context.WithValue(context.WithValue(ctx, principalKey{}, d.principal), deliveryKey{}, st)
@@ -88,12 +107,16 @@ func (d *deliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Outco
 	req.Header.Set("Content-Type", ct)
 	rec := &answer{header: http.Header{}}
 	d.h.ServeHTTP(rec, req)
+	d.g.running.Delete(st.opID)
 	out := inbox.Outcome{OpID: rec.header.Get(contract.HeaderOperation), Code: rec.code,
 		Replayed: rec.header.Get(contract.HeaderReplayed) == "true",
 		State:    ledger.State(rec.header.Get(contract.HeaderState))}
-	if st.ran && out.OpID != "" {
-		out.State = ""
-		op, err := d.store.Get(context.WithoutCancel(ctx), out.OpID)
+	switch {
+	case !st.ran || out.OpID == "":
+	case st.state != "": // recorded final: no read needed
+		out.State = st.state
+	default: // recorded unknown or released, or not recorded: the store says
+		op, err := d.g.store.Get(context.WithoutCancel(ctx), out.OpID)
 		if err != nil {
 			return out, err
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
@@ -46,8 +47,10 @@ type Gateway struct {
 	m       *httpidem.Middleware
 	routes  http.Handler
 	actions http.Handler
-	// consumers are each consumer's keyed path, by name (Deliverer).
+	// consumers are each consumer's keyed path, by name (Deliverer);
+	// running are their deliveries executing, by operation id.
 	consumers map[string]http.Handler
+	running   sync.Map
 	shapes    *shapes // nil: every refusal is RFC 9457's
 }
 
@@ -244,8 +247,10 @@ func (g *Gateway) Settled(op *ledger.Operation) {
 	g.limits.Ended(op.Tenant)
 }
 
-// recorded counts a stored response against its tenant's budget.
+// recorded counts a stored response against its tenant's budget, and
+// tells a consumer's delivery its final state.
 func (g *Gateway) recorded(op *ledger.Operation) {
+	g.settled(op)
 	if op.Response != nil {
 		n := len(op.Response.Body)
 		for k, v := range op.Response.Header {

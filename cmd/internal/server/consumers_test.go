@@ -35,6 +35,8 @@ upstreams:
 consumers:
   - {name: billing, tenant: acme, source: {nats: "nats://127.0.0.1:1", stream: S, consumer: c},
      key_from: body:/event_id, deliver: {upstream: ops, path: /v1/tickets}, dead_letter: {subject: dead}}
+  - {name: lossy, tenant: acme, source: {nats: "nats://127.0.0.1:1", stream: S, consumer: c},
+     deliver: {upstream: ops, path: /v1/lost}, dead_letter: {subject: dead}}
 `, db.DSN, up.srv.URL)
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -73,6 +75,12 @@ consumers:
 		}
 		if h, err := store.History(ctx, op.ID); err != nil || len(h) == 0 {
 			t.Fatalf("history %v %v", h, err)
+		}
+		// Applied, and the answer lost: unknown, which is acknowledged (it
+		// waits for reconciliation in the ledger, not in the queue).
+		lost, err := s.Deliverer("lossy").Deliver(ctx, inbox.Delivery{Key: "pay-1", Body: []byte(`{"amount":1}`)})
+		if err != nil || lost.State != ledger.Unknown || inbox.Decide(lost).Verdict != inbox.Ack {
+			t.Fatalf("a lost answer: %+v %v", lost, err)
 		}
 		rec := httptest.NewRecorder()
 		s.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
