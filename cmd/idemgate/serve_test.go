@@ -369,14 +369,14 @@ func serveInProcess(t *testing.T, cfg *gateway.Config) (addr string, stop func()
 }
 
 // TestServeWaitsForItsBrokers: serve with consumers whose brokers are
-// down serves its routes all the same, says it keeps trying, and stops
-// at once on SIGTERM.
+// down serves its routes all the same, says it keeps trying (never with
+// a broker's password), and stops at once on SIGTERM.
 func TestServeWaitsForItsBrokers(t *testing.T) {
 	t.Parallel()
 	up := newSlowUpstream(t, 0)
 	consumers := `consumers:
-  - {name: events, tenant: acme, source: {nats: "nats://127.0.0.1:1", stream: S, consumer: c}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {subject: dead}}
-  - {name: orders, tenant: acme, source: {amqp: "amqp://guest:guest@127.0.0.1:1/", queue: q}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {routing_key: dead}}
+  - {name: events, tenant: acme, source: {nats: "nats://idemgate:broker-secret@127.0.0.1:1", stream: S, consumer: c}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {subject: dead}}
+  - {name: orders, tenant: acme, source: {amqp: "amqp://guest:broker-secret@127.0.0.1:1/", queue: q}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {routing_key: dead}}
 `
 	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, consumers))
 	if status, body := post(t, g.URL, "/v1/writes", "while-brokers-are-down"); status != 201 {
@@ -394,6 +394,11 @@ func TestServeWaitsForItsBrokers(t *testing.T) {
 	}
 	waitLog("events")
 	waitLog("orders")
+	for _, line := range g.Logs() {
+		if strings.Contains(line, "broker-secret") {
+			t.Fatalf("a broker's password reached the logs: %s", line)
+		}
+	}
 	g.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-g.Done:

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -113,7 +114,7 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // until ctx ends or the iterator fails.
 func (r *runner) consume(ctx context.Context) error {
 	if !r.nc.IsConnected() { // the connection retries on its own meanwhile
-		return fmt.Errorf("not connected to %s", r.nc.Opts.Url)
+		return fmt.Errorf("not connected to %s", redacted(r.nc.Opts.Url))
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	cons, err := r.consumer(cctx)
@@ -213,4 +214,13 @@ func (r *runner) park(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgM
 	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", d.Reason),
 		slog.String("dead_letter", r.src.DeadLetter))
 	return msg.DoubleAck(pctx)
+}
+
+// redacted is a server URL without its password, for the logs.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the server"
+	}
+	return u.Redacted()
 }
