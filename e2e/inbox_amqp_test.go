@@ -255,25 +255,8 @@ func TestAMQPConsumerKilledDuringDelivery(t *testing.T) {
 	url := testenv.RequireAMQP(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		up, q := newInvoices(t), newRabbitQueue(t, url)
-		up.hold = make(chan struct{})
 		cfg := consumerConfig(t, db.DSN, up.srv.URL, q.consumerYAML("message_id", "    lease: 1s\n"))
-		p := startConsume(t, cfg)
-		q.publish("evt-killed", `{"event_id":"evt-killed"}`)
-		select {
-		case <-up.applied:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the upstream never received the delivery")
-		}
-		p.Kill()
-		close(up.hold)
-		startConsume(t, cfg)
-		waitFor(t, "the redelivery acknowledged", func() bool { return q.pending() == 0 })
-		if n := len(up.effects()); n != 1 {
-			t.Fatalf("%d effects, want 1", n)
-		}
-		ops := consumerOps(t, db, "billing")
-		if len(ops) != 1 || (ops[0].State != ledger.Unknown && ops[0].State != ledger.Succeeded) {
-			t.Fatalf("operations %v, want one unknown or succeeded", ops)
-		}
+		killedDuringDelivery(t, db, up, cfg, func() { q.publish("evt-killed", `{"event_id":"evt-killed"}`) },
+			func() bool { return q.pending() == 0 })
 	})
 }

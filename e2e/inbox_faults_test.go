@@ -7,7 +7,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
-	"github.com/idemgate/idemgate/ledger"
 )
 
 // The consumer process is SIGKILLed while the upstream applies a
@@ -18,26 +17,8 @@ func TestNATSConsumerKilledDuringDelivery(t *testing.T) {
 	url := testenv.RequireNATS(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		up, s := newInvoices(t), newJSStream(t, url)
-		up.hold = make(chan struct{})
 		cfg := consumerConfig(t, db.DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    lease: 1s\n"))
-		p := startConsume(t, cfg)
-		s.publish("m-1", `{"event_id":"evt-killed"}`)
-		select {
-		case <-up.applied:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the upstream never received the delivery")
-		}
-		p.Kill()
-		close(up.hold) // the answer goes to a dead consumer
-		startConsume(t, cfg)
-		waitFor(t, "the redelivery acknowledged", s.settled)
-		if n := len(up.effects()); n != 1 {
-			t.Fatalf("%d effects, want 1", n)
-		}
-		ops := consumerOps(t, db, "billing")
-		if len(ops) != 1 || (ops[0].State != ledger.Unknown && ops[0].State != ledger.Succeeded) {
-			t.Fatalf("operations %v, want one unknown or succeeded", ops)
-		}
+		killedDuringDelivery(t, db, up, cfg, func() { s.publish("m-1", `{"event_id":"evt-killed"}`) }, s.settled)
 	})
 }
 

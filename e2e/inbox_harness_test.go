@@ -137,3 +137,34 @@ func consumerOps(t *testing.T, db dbtest.DB, consumer string) []*ledger.Operatio
 	}
 	return out
 }
+
+// killedDuringDelivery is the crash drill of a consumer: idemgate consume
+// on cfg is SIGKILLed while the upstream applies the delivery publish
+// sends (the effect is made, its answer never recorded), then started
+// again; once settled says the broker holds nothing, there must be one
+// effect and one operation, unknown (its lease lapsed with the effect
+// possibly made) or succeeded.
+func killedDuringDelivery(t *testing.T, db dbtest.DB, up *invoices, cfg string, publish func(), settled func() bool) {
+	t.Helper()
+	up.mu.Lock()
+	up.hold = make(chan struct{})
+	up.mu.Unlock()
+	p := startConsume(t, cfg)
+	publish()
+	select {
+	case <-up.applied:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream never received the delivery")
+	}
+	p.Kill()
+	close(up.hold) // the answer goes to a dead consumer
+	startConsume(t, cfg)
+	waitFor(t, "the redelivery acknowledged", settled)
+	if n := len(up.effects()); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	ops := consumerOps(t, db, "billing")
+	if len(ops) != 1 || (ops[0].State != ledger.Unknown && ops[0].State != ledger.Succeeded) {
+		t.Fatalf("operations %v, want one unknown or succeeded", ops)
+	}
+}

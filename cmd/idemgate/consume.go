@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os/signal"
 	"syscall"
@@ -44,14 +43,11 @@ SIGTERM or SIGINT it finishes the messages in hand and exits. Logs are JSON line
 func consume(ctx context.Context, cfg *gateway.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	store, err := openStore(ctx, cfg.Store, false)
+	store, err := openMigrated(ctx, cfg.Store, false)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate store: %w", err)
-	}
 	s, err := server.New(cfg, store, log)
 	if err != nil {
 		return err

@@ -71,14 +71,11 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	store, err := openStore(ctx, cfg.Store, false)
+	store, err := openMigrated(ctx, cfg.Store, false)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate store: %w", err)
-	}
 	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 	targets, err := relayTargets(cfg)
 	if err != nil {

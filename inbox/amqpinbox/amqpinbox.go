@@ -38,18 +38,7 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 		src.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{src: src, c: c, seen: map[[32]byte]int{}}
-	for wait := 250 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
-		if err := r.session(ctx); err != nil && ctx.Err() == nil {
-			src.Logger.Warn("consumer interrupted; trying again", slog.String("consumer", c.Name),
-				slog.String("error", err.Error()), slog.Duration("in", wait))
-		} else {
-			wait = 250 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
+	inbox.Sessions(ctx, c.Name, src.Logger, r.session)
 	return nil
 }
 

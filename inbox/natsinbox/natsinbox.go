@@ -60,18 +60,7 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 		return err
 	}
 	r := &runner{src: src, c: c, nc: nc, js: js, sem: make(chan struct{}, src.Concurrency)}
-	for wait := 250 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
-		if err := r.consume(ctx); err != nil && ctx.Err() == nil {
-			src.Logger.Warn("consumer interrupted; trying again", slog.String("consumer", c.Name),
-				slog.String("error", err.Error()), slog.Duration("in", wait))
-		} else {
-			wait = 250 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
+	inbox.Sessions(ctx, c.Name, src.Logger, r.consume)
 	r.wg.Wait()
 	return nil
 }
