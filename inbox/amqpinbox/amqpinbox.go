@@ -87,6 +87,10 @@ func (r *runner) session(ctx context.Context) error {
 func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch, pub *amqp.Channel, deliveries <-chan amqp.Delivery) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// A retry held for its delay lets go as soon as the session ends: its
+	// message is the broker's again once the connection is gone.
+	sctx, end := context.WithCancel(ctx)
+	defer end()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	for {
 		select {
@@ -103,7 +107,7 @@ func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch, pub *amqp.
 			go func() {
 				defer wg.Done()
 				// Detached: a stopping consumer finishes what it holds.
-				r.handle(context.WithoutCancel(ctx), ctx, pub, d)
+				r.handle(context.WithoutCancel(ctx), sctx, pub, d)
 			}()
 		}
 	}
