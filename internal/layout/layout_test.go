@@ -97,7 +97,7 @@ var rules = []rule{
 	{id: "j", why: "what a library user links for the outbox, the maintenance plane or a client carries no CEL", linked: true,
 		binds:  func(p string) bool { return within(p, "outbox", "maintain", "contract", "control/client", "agent") },
 		forbid: func(_, imp string) bool { return within(imp, celUsers...) }},
-	{id: "k", why: "the inbox reaches the data plane through its Deliverer, and each broker stays in its own package",
+	{id: "l", why: "the inbox reaches the data plane through its Deliverer, and each broker stays in its own package",
 		binds: func(p string) bool { return within(p, "inbox") },
 		forbid: func(p, imp string) bool {
 			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
@@ -318,8 +318,8 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"webui", "gateway", "i", "webui", "gateway"},
 		{"maintain", "reconcile", "j", "maintain", "reconcile"},
 		{"contract", "approval", "j", "contract", "approval"},
-		{"inbox", "gateway", "k", "inbox", "gateway"},
-		{"inbox/amqpinbox", "inbox/natsinbox", "k", "inbox/amqpinbox", "inbox/natsinbox"},
+		{"inbox", "gateway", "l", "inbox", "gateway"},
+		{"inbox/amqpinbox", "inbox/natsinbox", "l", "inbox/amqpinbox", "inbox/natsinbox"},
 		{"httpidem", "inbox", "f", "httpidem", "inbox"},
 	} {
 		g := clean()
