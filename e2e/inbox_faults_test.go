@@ -28,19 +28,21 @@ func TestNATSConsumerKilledDuringDelivery(t *testing.T) {
 func TestNATSBrokerRestartMidStream(t *testing.T) {
 	srv := testenv.PrivateNATS(t)
 	up, s := newInvoices(t), newJSStream(t, srv.URL)
-	up.delay = 50 * time.Millisecond
-	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    concurrency: 2\n")))
+	up.delay = 10 * time.Millisecond
+	// A lease of 1s: a message whose acknowledgement the stopped server
+	// never got is delivered again after AckWait, twice the lease.
+	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("body:/event_id",
+		"    concurrency: 2\n    lease: 1s\n")))
 	const n = 40
+	paused, resume := up.pauseAfter(10)
 	for i := range n {
 		s.publish("", fmt.Sprintf(`{"event_id":"evt-%d","seq":%d}`, i, i))
 	}
-	waitFor(t, "the consumer under way", func() bool { return len(up.effects()) >= 5 })
+	waitFor(t, "two deliveries in flight", paused)
 	srv.Stop()
-	if len(up.perEvent()) == n {
-		t.Fatal("the stream was done before the broker stopped: this run proves nothing")
-	}
 	time.Sleep(300 * time.Millisecond)
 	srv.Start()
+	resume()
 	waitFor(t, "every message applied after the restart", func() bool { return len(up.perEvent()) == n })
 	waitFor(t, "every message acknowledged", s.settled)
 	for event, k := range up.perEvent() {

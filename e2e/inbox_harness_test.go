@@ -35,6 +35,20 @@ type invoices struct {
 	applied chan invoice
 	// delay is how long each answer takes.
 	delay time.Duration
+	// pauseAt, when set, holds every answer from the pauseAt-th effect on
+	// until pause is closed (see pauseAfter).
+	pauseAt int
+	pause   chan struct{}
+}
+
+// pauseAfter holds the answers from the n-th effect on (each effect
+// applied, its answer not sent), until resume: a fault injected then
+// meets deliveries in flight, and the stream cannot be done before it.
+func (u *invoices) pauseAfter(n int) (paused func() bool, resume func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pauseAt, u.pause = n, make(chan struct{})
+	return func() bool { return len(u.effects()) >= n }, func() { close(u.pause) }
 }
 
 type invoice struct {
@@ -57,6 +71,9 @@ func newInvoices(t *testing.T) *invoices {
 		u.mu.Lock()
 		u.seen = append(u.seen, in)
 		n, hold, delay := len(u.seen), u.hold, u.delay
+		if u.pauseAt > 0 && n >= u.pauseAt {
+			hold = u.pause
+		}
 		u.mu.Unlock()
 		time.Sleep(delay)
 		select {
