@@ -222,3 +222,32 @@ func TestNATSOrderIsKeptWithConcurrencyOne(t *testing.T) {
 		t.Fatalf("upstream saw %v, want 0..19 in order", seqs)
 	}
 }
+
+// A copy of a message that arrives while its operation is executing is
+// delayed, not run: it is delivered again, and acknowledged as a copy
+// once the first delivery has ended. One effect.
+func TestNATSCopyWhileExecutingIsDelayed(t *testing.T) {
+	url := testenv.RequireNATS(t)
+	up, s := newInvoices(t), newJSStream(t, url)
+	up.hold = make(chan struct{})
+	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    concurrency: 2\n")))
+	s.publish("first", `{"event_id":"evt-1"}`)
+	<-up.applied
+	s.publish("copy", `{"event_id":"evt-1"}`)
+	waitFor(t, "the copy delivered again", func() bool {
+		c, err := s.js.Consumer(context.Background(), s.name, s.consumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumRedelivered > 0
+	})
+	if n := len(up.effects()); n != 1 {
+		t.Fatalf("%d effects while the first delivery runs, want 1", n)
+	}
+	close(up.hold)
+	waitFor(t, "both acknowledged", s.settled)
+	if n := len(up.effects()); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+}
