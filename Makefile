@@ -12,6 +12,7 @@ FUZZ_SCENARIO ?= 20000x
 FUZZ_WEBHOOK ?= 50000x
 FUZZ_CLAIMS ?= 20000x
 FUZZ_CONFIG ?= 50000x
+FUZZ_KEYFROM ?= 100000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -74,6 +75,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
+	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then
@@ -89,3 +91,4 @@ bench:
 	go test -run '^$$' -bench Verify -benchtime 20000x -count 5 ./inbox/webhook
 	go run ./cmd/bench -traces -n 20000 -rounds 10 -c 32
 	go test -run '^$$' -bench Tracing -benchtime 2000x -count 5 ./cmd/internal/server
+	go test -run '^$$' -bench Consumer -benchtime 2000x -count 1 ./cmd/internal/server

@@ -41,8 +41,14 @@ type Config struct {
 	// Actions are the effects callers perform themselves, reserved and
 	// recorded here (docs/design.md, "Actions").
 	Actions []*ActionConfig `yaml:"actions"`
-	Limits  LimitsConfig    `yaml:"limits"`
-	Audit   *AuditConfig    `yaml:"audit"`
+	// Consumers take messages from queues, each an operation delivered
+	// through the data plane (docs/design.md, "Inbox").
+	Consumers []*ConsumerConfig `yaml:"consumers"`
+	// Relay names the JetStream server and subjects the outbox's relay
+	// publishes to (effects whose target is nats:SUBJECT).
+	Relay  *RelayConfig `yaml:"relay"`
+	Limits LimitsConfig `yaml:"limits"`
+	Audit  *AuditConfig `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.
@@ -270,10 +276,16 @@ func (c *Config) check() error {
 	if err := c.checkAudit(); err != nil {
 		return err
 	}
-	if len(c.Routes) == 0 && len(c.Actions) == 0 && !c.noRoutes {
-		return fmt.Errorf("%s: no routes and no actions: the gateway would refuse everything", c.file)
+	if len(c.Routes) == 0 && len(c.Actions) == 0 && len(c.Consumers) == 0 && !c.noRoutes {
+		return fmt.Errorf("%s: no routes, actions or consumers: the gateway would refuse everything", c.file)
 	}
 	if err := c.checkActions(); err != nil {
+		return err
+	}
+	if err := c.checkConsumers(); err != nil {
+		return err
+	}
+	if err := c.checkRelay(); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()

@@ -50,6 +50,16 @@ var restartSettings = []restartSetting{
 	// without a reload (tls.go), their paths need a restart.
 	{"tls", func(c *Config) string { return tlsPaths(c.TLS) }},
 	{"metrics_tls", func(c *Config) string { return tlsPaths(c.MetricsTLS) }},
+	// Consumers hold their broker connections from the start; what a
+	// message is delivered to (deliver, tenant, lease, retention) may
+	// change.
+	{"consumers", func(c *Config) string {
+		var b strings.Builder
+		for _, k := range c.Consumers {
+			fmt.Fprintf(&b, "%s|%+v|%s|%d|%+v|%d;", k.Name, k.Source, k.KeyFrom, k.MaxDeliveries, k.DeadLetter, k.Concurrency)
+		}
+		return b.String()
+	}},
 }
 
 // tlsPaths is what a reload compares of a TLS setting: its files.

@@ -49,6 +49,16 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Actions[j].line, cfg.Actions[j].approvalLines = n.Line, keyLines(n, "approval")
 				}
 			}
+		case "relay":
+			if cfg.Relay != nil {
+				cfg.Relay.line = doc.Content[i].Line
+			}
+		case "consumers":
+			for j, n := range val.Content {
+				if j < len(cfg.Consumers) && cfg.Consumers[j] != nil {
+					cfg.Consumers[j].line = n.Line
+				}
+			}
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) && cfg.Routes[j] != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
@@ -52,6 +53,10 @@ type Gateway struct {
 	actions http.Handler
 	shapes  *shapes  // nil: every refusal is RFC 9457's
 	jwt     *jwtAuth // nil without auth.jwt
+	// consumers are each consumer's keyed path, by name (Deliverer);
+	// running are their deliveries executing, by operation id.
+	consumers map[string]http.Handler
+	running   sync.Map
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -112,6 +117,9 @@ func (g *Gateway) build(d Deps) error {
 		}
 		writes = append(writes, route)
 	}
+	for _, k := range g.cfg.Consumers {
+		writes = append(writes, consumerRoute(k, clients[k.Deliver.Upstream]))
+	}
 	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
@@ -141,6 +149,7 @@ func (g *Gateway) build(d Deps) error {
 	g.routes = mux
 	g.shapes = newShapes(g.cfg, mux)
 	g.actions = g.actionsHandler(m)
+	g.consumers = g.consumerHandlers(m, clients)
 	return nil
 }
 
@@ -260,8 +269,10 @@ func (g *Gateway) Settled(op *ledger.Operation) {
 	g.limits.Ended(op.Tenant)
 }
 
-// recorded counts a stored response against its tenant's budget.
+// recorded counts a stored response against its tenant's budget, and
+// tells a consumer's delivery its final state.
 func (g *Gateway) recorded(op *ledger.Operation) {
+	g.settled(op)
 	if op.Response != nil {
 		n := len(op.Response.Body)
 		for k, v := range op.Response.Header {

@@ -116,8 +116,12 @@ func (o *observed) Write(b []byte) (int, error) {
 func (o *observed) Unwrap() http.ResponseWriter { return o.ResponseWriter }
 
 // NoteCode keeps the code a problem or an acceptance answers with
-// (contract.CodeNoter).
-func (o *observed) NoteCode(code string) { o.code = code }
+// (contract.CodeNoter), and tells the writer it wraps, which may keep it
+// too (an inbox consumer's in-process answer).
+func (o *observed) NoteCode(code string) {
+	o.code = code
+	contract.NoteCode(o.ResponseWriter, code)
+}
 
 // observe tells the Observer how req ended.
 func (m *Middleware) observe(req *request, w *observed, began time.Time) {

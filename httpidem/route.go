@@ -75,7 +75,11 @@ type Route struct {
 	// and the operation stays executing until the caller's owner steps
 	// (package control) end it; a final one replays its recorded result
 	// (contract.ActionReplay). The method must be POST.
-	Action    string
+	Action string
+	// Name, if set, is the operation's route and the metrics' route label
+	// instead of "METHOD Pattern": an inbox consumer's "consumer:NAME",
+	// whose Pattern is only the middleware's way to find it.
+	Name      string
 	Lease     time.Duration
 	Retention time.Duration
 	MaxBody   int64
@@ -114,6 +118,9 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		c.requireKey = true
 	}
 	c.name = c.Method + " " + c.template
+	if r.Name != "" {
+		c.name = r.Name
+	}
 	if r.Action != "" {
 		if err := c.compileAction(); err != nil {
 			return nil, err

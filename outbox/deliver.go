@@ -27,6 +27,9 @@ const maxAnswer = 1 << 20
 func (t *target) deliver(ctx context.Context, client *http.Client, e *ledger.Effect) ledger.EffectOutcome {
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
+	if t.Sender != nil {
+		return t.Sender.Send(ctx, e, ledger.UpstreamKey(e.Tenant, e.Key))
+	}
 	sent := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), e.Method, t.base+e.Path,

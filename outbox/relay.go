@@ -34,6 +34,18 @@ type Target struct {
 	ResultRef string
 	// KeyHeader is the header the derived key goes in (Idempotency-Key).
 	KeyHeader string
+	// Sender, if set, delivers the effects instead of an HTTP call (URL,
+	// Header, ResultRef and KeyHeader are then unused): a broker, such as
+	// JetStream for a target named nats:SUBJECT (inbox/natsinbox).
+	Sender Sender
+}
+
+// A Sender delivers an effect by other means than HTTP, with its derived
+// key (ledger.UpstreamKey of its tenant and key), and says what came of
+// it as a delivery's outcome: Succeeded once the broker has it, Prepared
+// when nothing was sent, Unknown when it may have been.
+type Sender interface {
+	Send(ctx context.Context, e *ledger.Effect, key string) ledger.EffectOutcome
 }
 
 // Store is what a relay drives: a store's claims of due effects, and
@@ -388,7 +400,7 @@ type target struct {
 
 func compileTarget(name string, t Target, lease time.Duration) (*target, error) {
 	u, err := url.Parse(t.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if t.Sender == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return nil, fmt.Errorf("outbox target %q: url %q: want http(s)://host[:port][/base]", name, t.URL)
 	}
 	ct := &target{Target: t, base: strings.TrimSuffix(t.URL, "/")}

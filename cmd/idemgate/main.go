@@ -22,7 +22,7 @@ nobody knows what happened.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd(), newDemoCmd(), newCallCmd(), newMCPCmd(), newApprovalsCmd(), newAuditCmd(), newReconcileCmd(), newDrillCmd(), newRelayCmd(), newEffectsCmd(), newReloadCmd())
+	root.AddCommand(newCanonicalizeCmd(), newFingerprintCmd(), newMigrateCmd(), newOpsCmd(), newServeCmd(), newOpsAPICmd(), newDemoCmd(), newCallCmd(), newMCPCmd(), newApprovalsCmd(), newAuditCmd(), newReconcileCmd(), newDrillCmd(), newRelayCmd(), newEffectsCmd(), newReloadCmd(), newConsumeCmd())
 	return root
 }
 

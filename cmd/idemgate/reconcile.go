@@ -56,14 +56,11 @@ It purges nothing. It prints how many it settled; logs are JSON lines on stderr.
 func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 	defer cancel()
-	store, err := openStore(ctx, cfg.Store, true)
+	store, err := openMigrated(ctx, cfg.Store, true)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate store: %w", err)
-	}
 	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 	o := maintain.Options{PurgeInterval: -1, Logger: log, Sealer: cfg.Sealer(store, log)}
 	var record func(audit.Event)

@@ -10,9 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/inbox/natsinbox"
 	"github.com/idemgate/idemgate/outbox"
 )
 
@@ -40,6 +42,10 @@ tried again; sent without an answer, or 5xx, is unknown and sent again with the 
 after a backoff: delivery is AT LEAST ONCE, so targets must deduplicate by that key. After
 --max-attempts an effect waits for an operator (idemgate effects resolve).
 
+An effect whose target is nats:SUBJECT, for a subject listed under relay: {nats: URL, subjects: […]},
+is published to JetStream with Nats-Msg-Id set to its derived key, and succeeds once the stream
+acknowledges it: a publish repeated after a crash is dropped by the stream's duplicate window.
+
 Several relays may run beside each other and beside running gateways. With --once it runs
 rounds until none is due and prints what they did; without, it runs until SIGTERM or SIGINT,
 finishing the deliveries in flight. Logs are JSON lines on stderr.`,
@@ -65,16 +71,17 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	store, err := openStore(ctx, cfg.Store, false)
+	store, err := openMigrated(ctx, cfg.Store, false)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate store: %w", err)
-	}
 	log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-	r := &outbox.Relay{Store: store, Targets: relayTargets(cfg), Lease: f.lease, Every: f.every, Concurrency: f.conc, MaxAttempts: f.maxAttempts, Logger: log}
+	targets, err := relayTargets(cfg)
+	if err != nil {
+		return err
+	}
+	r := &outbox.Relay{Store: store, Targets: targets, Lease: f.lease, Every: f.every, Concurrency: f.conc, MaxAttempts: f.maxAttempts, Logger: log}
 	if once {
 		return relayOnce(ctx, cmd, r)
 	}
@@ -87,8 +94,10 @@ func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) 
 	return r.Run(ctx)
 }
 
-// relayTargets are the configuration's upstreams, as the relay's targets.
-func relayTargets(cfg *gateway.Config) map[string]outbox.Target {
+// relayTargets are the configuration's upstreams, as the relay's
+// targets, and its JetStream subjects (relay: {nats, subjects}) as
+// targets nats:SUBJECT.
+func relayTargets(cfg *gateway.Config) (map[string]outbox.Target, error) {
 	out := map[string]outbox.Target{}
 	for name, u := range cfg.Upstreams {
 		h := http.Header{}
@@ -97,7 +106,23 @@ func relayTargets(cfg *gateway.Config) map[string]outbox.Target {
 		}
 		out[name] = outbox.Target{URL: u.URL, Header: h, Timeout: u.Timeout}
 	}
-	return out
+	if cfg.Relay == nil {
+		return out, nil
+	}
+	// Connected in the background, reconnected for ever: a publish while
+	// the server is away is not applied, and due again.
+	nc, err := natsinbox.Connect(cfg.Relay.NATS, "idemgate relay")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	for _, subject := range cfg.Relay.Subjects {
+		out[natsinbox.TargetPrefix+subject] = outbox.Target{Sender: natsinbox.Publisher{JS: js, Subject: subject}}
+	}
+	return out, nil
 }
 
 // relayOnce runs rounds until one claims nothing, and says what they did.

@@ -149,6 +149,7 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 	background := make(chan struct{})
 	go func() { defer close(background); gs.s.RunBackground(bg) }()
 	defer func() { stopBackground(); <-background; gs.s.Close() }()
+	defer gs.consumers(ctx)() // stopped first: they finish what they hold while the store is open
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(gs.ln) }()
 	if gs.metricsLn != nil {
@@ -173,4 +174,13 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 	}
 	_ = srv.Close()
 	return nil // the deferred stop: the background work, then the store
+}
+
+// consumers runs the configured consumers beside the listener; the
+// function it returns stops them and waits for their messages in hand.
+func (gs *gatewayServer) consumers(ctx context.Context) (stop func()) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); gs.s.RunConsumers(cctx) }()
+	return func() { cancel(); <-done }
 }

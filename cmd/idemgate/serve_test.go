@@ -386,3 +386,45 @@ func serveInProcess(t *testing.T, cfg *gateway.Config) (addr string, stop func()
 	go func() { done <- gs.run(ctx) }()
 	return gs.addr(), func() error { cancel(); return <-done }
 }
+
+// TestServeWaitsForItsBrokers: serve with consumers whose brokers are
+// down serves its routes all the same, says it keeps trying (never with
+// a broker's password), and stops at once on SIGTERM.
+func TestServeWaitsForItsBrokers(t *testing.T) {
+	t.Parallel()
+	up := newSlowUpstream(t, 0)
+	consumers := `consumers:
+  - {name: events, tenant: acme, source: {nats: "nats://idemgate:broker-secret@127.0.0.1:1", stream: S, consumer: c}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {subject: dead}}
+  - {name: orders, tenant: acme, source: {amqp: "amqp://guest:broker-secret@127.0.0.1:1/", queue: q}, deliver: {upstream: app, path: /v1/writes}, dead_letter: {routing_key: dead}}
+`
+	g := startGateway(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, consumers))
+	if status, body := post(t, g.URL, "/v1/writes", "while-brokers-are-down"); status != 201 {
+		t.Fatalf("a write while the brokers are down: %d %s", status, body)
+	}
+	waitLog := func(consumer string) {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			for _, line := range g.Logs() {
+				if strings.Contains(line, `"consumer interrupted; trying again"`) && strings.Contains(line, `"consumer":"`+consumer+`"`) {
+					return
+				}
+			}
+		}
+		t.Fatalf("consumer %s never said it keeps trying: %v", consumer, g.Logs())
+	}
+	waitLog("events")
+	waitLog("orders")
+	for _, line := range g.Logs() {
+		if strings.Contains(line, "broker-secret") {
+			t.Fatalf("a broker's password reached the logs: %s", line)
+		}
+	}
+	g.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-g.Done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+}

@@ -62,3 +62,17 @@ func storeFlag(cmd *cobra.Command, dsn *string) {
 	cmd.Flags().StringVar(dsn, "store", os.Getenv("IDEMGATE_STORE"),
 		"store DSN: sqlite:PATH[?durability=strict|relaxed&min_free=SIZE] or postgres://…[?durability=…] (default $IDEMGATE_STORE)")
 }
+
+// openMigrated opens the store at dsn and migrates it; on an error
+// nothing is left open.
+func openMigrated(ctx context.Context, dsn string, readOnly bool) (migratingStore, error) {
+	store, err := openStore(ctx, dsn, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("migrate store: %w", err)
+	}
+	return store, nil
+}

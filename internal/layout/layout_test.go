@@ -50,7 +50,7 @@ var (
 	testSupport = []string{"internal/testenv", "internal/dbtest"}
 	// builtOnData is what is built on the data plane: the other planes,
 	// the capabilities, the wiring. Neither a store nor httpidem imports it.
-	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "tracing", "cmd"}
+	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "tracing", "inbox", "cmd"}
 )
 
 // wiresStores lists the packages outside cmd/ that may open a store
@@ -100,6 +100,12 @@ var rules = []rule{
 	{id: "k", why: "a webhook's verification is a leaf: the gateway calls it before its data plane, the drill to sign",
 		binds:  func(p string) bool { return within(p, "inbox/webhook") },
 		forbid: func(_, imp string) bool { return true }},
+	{id: "l", why: "the inbox reaches the data plane through its Deliverer, and each broker stays in its own package",
+		binds: func(p string) bool { return within(p, "inbox") },
+		forbid: func(p, imp string) bool {
+			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
+				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
+		}},
 }
 
 // celUsers are the packages that link cel-go (and so protobuf and antlr).
@@ -285,6 +291,9 @@ func clean() graph {
 		"control":          {"contract", "ledger", "approval"},
 		"webui":            {"control", "contract", "ledger", "approval"},
 		"outbox":           {"contract", "ledger"},
+		"inbox":            {"contract", "ledger"},
+		"inbox/natsinbox":  {"inbox", "ledger"},
+		"inbox/amqpinbox":  {"inbox"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 		"inbox/webhook":    {},
@@ -314,6 +323,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"maintain", "reconcile", "j", "maintain", "reconcile"},
 		{"contract", "approval", "j", "contract", "approval"},
 		{"inbox/webhook", "contract", "k", "inbox/webhook", "contract"},
+		{"inbox", "gateway", "l", "inbox", "gateway"},
+		{"inbox/amqpinbox", "inbox/natsinbox", "l", "inbox/amqpinbox", "inbox/natsinbox"},
+		{"httpidem", "inbox", "f", "httpidem", "inbox"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)

@@ -155,6 +155,10 @@ func TestReloadRefusesWhatNeedsARestart(t *testing.T) {
 		"listen":         replace("listen: 127.0.0.1:8080", "listen: 127.0.0.1:1"),
 		"metrics_listen": func(s string) string { return "metrics_listen: 127.0.0.1:0\n" + s },
 		"tls":            func(s string) string { return "tls: {cert: " + cert + ", key: " + key + "}\n" + s },
+		"consumers": func(s string) string {
+			return "consumers: [{name: billing, tenant: acme, deliver: {upstream: ops, method: POST, path: /v1/refs},\n" +
+				"  source: {nats: 'nats://127.0.0.1:4222', stream: BILLING, consumer: c, subject: 'billing.>'}, dead_letter: {subject: billing.dead}}]\n" + s
+		},
 	} {
 		e.rewrite(func(string) string { return addRoute("{match: POST /v1/refs, upstream: ops}")(edit(original)) })
 		err := e.g.Reload(context.Background())

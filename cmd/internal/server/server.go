@@ -80,12 +80,15 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 	return s, nil
 }
 
-// tenants are the tenants of the configuration's principals: the only
-// ones that can make operations, so the metrics' series start with them.
+// tenants are the tenants of the configuration's principals and
+// consumers: the only ones that can make operations, so the metrics' series start with them.
 func tenants(cfg *gateway.Config) []string {
-	out := make([]string, 0, len(cfg.Principals))
+	out := make([]string, 0, len(cfg.Principals)+len(cfg.Consumers))
 	for _, p := range cfg.Principals {
 		out = append(out, p.Tenant)
+	}
+	for _, k := range cfg.Consumers {
+		out = append(out, k.Tenant)
 	}
 	return out
 }

@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/cmd/internal/server"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/inbox/natsinbox"
+	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// BenchmarkConsumer measures messages per second through a JetStream
+// consumer, each message an operation through the gateway's keyed path
+// (reserve, forward, record), beside its floor: the same consumer loop
+// whose deliverer calls the same upstream with no ledger. Both stores, at
+// concurrency 1, 16 and 64. b.N messages are published before the clock
+// starts; it stops when the upstream has made b.N effects.
+func BenchmarkConsumer(b *testing.B) {
+	url := testenv.RequireNATS(b)
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		for _, conc := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
+				up := newCountingUpstream(b)
+				benchConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"})
+			})
+			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
+				up := newCountingUpstream(b)
+				benchConsumer(b, url, conc, up, gatewayDeliverer(b, db, up.srv.URL))
+			})
+		}
+	})
+}
+
+// countingUpstream answers every POST with 201, counting them.
+type countingUpstream struct {
+	srv     *httptest.Server
+	effects atomic.Int64
+}
+
+func newCountingUpstream(b *testing.B) *countingUpstream {
+	u := &countingUpstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.effects.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"id":"INV-1"}`))
+	}))
+	b.Cleanup(u.srv.Close)
+	return u
+}
+
+// bareDeliverer is the floor: the upstream called, nothing recorded.
+type bareDeliverer struct{ url string }
+
+var bareClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+func (d bareDeliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Outcome, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(dl.Body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := bareClient.Do(req)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	resp.Body.Close()
+	return inbox.Outcome{State: ledger.Succeeded}, nil
+}
+
+// gatewayDeliverer is a server's consumer deliverer on db (shared by the
+// sub-benchmarks: each run's events are its own).
+func gatewayDeliverer(b *testing.B, db dbtest.DB, upstream string) inbox.Deliverer {
+	path := filepath.Join(b.TempDir(), "gw.yaml")
+	text := fmt.Sprintf(`store: %s
+upstreams:
+  billing: {url: %s, timeout: 5s, forward_key: true, max_conns: 64}
+consumers:
+  - {name: billing, tenant: acme, source: {nats: "nats://127.0.0.1:4222", stream: S, consumer: c},
+     key_from: body:/event_id, deliver: {upstream: billing, path: /v1/invoices}, dead_letter: {subject: dead}}
+`, db.DSN, upstream)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := gateway.LoadConsumersConfig(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := server.New(cfg, db.Open(b), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return s.Deliverer("billing")
+}
+
+func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	name := fmt.Sprintf("BENCH_%d", time.Now().UnixNano())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
+		b.Fatal(err)
+	}
+	defer js.DeleteStream(ctx, name)
+	for i := range b.N {
+		if _, err := js.PublishAsync(name, fmt.Appendf(nil, `{"event_id":"%s-%d","amount":%d}`, name, i, i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	key, _ := inbox.ParseKeyFrom("body:/event_id")
+	c := &inbox.Consumer{Name: "bench", KeyFrom: key, Deliver: d, MaxDeliveries: 5}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	b.ResetTimer()
+	go func() {
+		defer close(done)
+		_ = natsinbox.Run(runCtx, natsinbox.Source{URL: url, Stream: name, Consumer: "bench", DeadLetter: name + ".dead",
+			Concurrency: conc}, c)
+	}()
+	for up.effects.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

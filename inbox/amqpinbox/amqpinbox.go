@@ -1,0 +1,242 @@
+// Package amqpinbox runs an inbox consumer (package inbox) on a RabbitMQ
+// queue (AMQP 0-9-1): manual acknowledgements, a prefetch of the
+// consumer's concurrency, and publisher confirms for the dead letter. It
+// reconnects by itself when the broker restarts.
+package amqpinbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgate/idemgate/inbox"
+)
+
+// Source is a queue consumer's settings.
+type Source struct {
+	URL   string
+	Queue string
+	// Exchange and RoutingKey are where parked messages are published
+	// ("" is the default exchange, whose routing key is a queue's name).
+	Exchange, RoutingKey string
+	Concurrency          int
+	Logger               *slog.Logger
+}
+
+// Run consumes until ctx ends, each message handled by c; the messages in
+// hand are finished before it returns.
+func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
+	if src.Concurrency <= 0 {
+		src.Concurrency = 1
+	}
+	if src.Logger == nil {
+		src.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &runner{src: src, c: c, seen: map[[32]byte]int{}}
+	inbox.Sessions(ctx, c.Name, src.Logger, r.session)
+	return nil
+}
+
+type runner struct {
+	src Source
+	c   *inbox.Consumer
+	mu  sync.Mutex
+	// seen counts the deliveries of messages the broker does not count
+	// (a classic queue says only "redelivered"), for this process's life.
+	seen map[[32]byte]int
+}
+
+// session is one connection: it consumes until the connection fails or
+// ctx ends, then waits for the messages in hand.
+func (r *runner) session(ctx context.Context) error {
+	conn, err := amqp.DialConfig(r.src.URL, amqp.Config{Heartbeat: 5 * time.Second,
+		Properties: amqp.Table{"connection_name": "idemgate consumer " + r.c.Name + " of " + r.src.Queue}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := r.deadLetterExists(conn); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	pub, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(r.src.Concurrency, 0, false); err != nil {
+		return err
+	}
+	if err := pub.Confirm(false); err != nil {
+		return err
+	}
+	deliveries, err := ch.Consume(r.src.Queue, "idemgate-"+r.c.Name, false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	return r.loop(ctx, conn, ch, pub, deliveries)
+}
+
+func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch, pub *amqp.Channel, deliveries <-chan amqp.Delivery) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// A retry held for its delay lets go as soon as the session ends: its
+	// message is the broker's again once the connection is gone.
+	sctx, end := context.WithCancel(ctx)
+	defer end()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	for {
+		select {
+		case <-ctx.Done():
+			_ = ch.Cancel("idemgate-"+r.c.Name, false)
+			return nil
+		case err := <-closed:
+			return fmt.Errorf("connection closed: %v", err)
+		case d, ok := <-deliveries:
+			if !ok {
+				return fmt.Errorf("the broker ended the consumer of %s", r.src.Queue)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Detached: a stopping consumer finishes what it holds.
+				r.handle(context.WithoutCancel(ctx), sctx, pub, d)
+			}()
+		}
+	}
+}
+
+// deadLetterExists checks, on a channel of its own (a missing queue
+// closes it), that a dead letter on the default exchange has its queue: a
+// message published to no queue would be confirmed and lost.
+func (r *runner) deadLetterExists(conn *amqp.Connection) error {
+	if r.src.Exchange != "" {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(r.src.RoutingKey, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("dead letter queue %q: %w", r.src.RoutingKey, err)
+	}
+	return nil
+}
+
+// handle runs one message and tells the broker what became of it. A
+// retry holds the message for its delay (within the prefetch), then
+// returns it to its queue.
+func (r *runner) handle(ctx, stopping context.Context, pub *amqp.Channel, d amqp.Delivery) {
+	m := inbox.Message{Header: headers(d.Headers), MessageID: d.MessageId, ContentType: d.ContentType, Body: d.Body,
+		Deliveries: r.deliveries(d)}
+	dec := r.c.Handle(ctx, m)
+	var err error
+	switch dec.Verdict {
+	case inbox.Ack:
+		r.forget(d)
+		err = d.Ack(false)
+	case inbox.Retry:
+		select {
+		case <-time.After(dec.Delay):
+		case <-stopping.Done():
+		}
+		err = d.Nack(false, true)
+	case inbox.Park:
+		err = r.park(ctx, pub, d, dec)
+	}
+	if err != nil {
+		r.src.Logger.Warn("message left to be delivered again", slog.String("consumer", r.c.Name),
+			slog.String("reason", dec.Reason), slog.String("error", err.Error()))
+	}
+}
+
+// park publishes the message to the dead letter with its reason, waits
+// for the broker's confirm, and only then acknowledges it: a park that
+// fails leaves the message in its queue.
+func (r *runner) park(ctx context.Context, pub *amqp.Channel, d amqp.Delivery, dec inbox.Decision) error {
+	h := amqp.Table{}
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	h[inbox.ReasonHeader], h[inbox.ConsumerHeader] = dec.Reason, r.c.Name
+	if dec.OpID != "" {
+		h[inbox.OperationHeader] = dec.OpID
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conf, err := pub.PublishWithDeferredConfirmWithContext(pctx, r.src.Exchange, r.src.RoutingKey, false, false,
+		amqp.Publishing{Headers: h, MessageId: d.MessageId, ContentType: d.ContentType, Body: d.Body,
+			DeliveryMode: amqp.Persistent, Timestamp: time.Now()})
+	if err == nil {
+		var ok bool
+		if ok, err = conf.WaitContext(pctx); err == nil && !ok {
+			err = fmt.Errorf("the broker refused it")
+		}
+	}
+	if err != nil {
+		_ = d.Nack(false, true)
+		return fmt.Errorf("parking on %q %q: %w", r.src.Exchange, r.src.RoutingKey, err)
+	}
+	r.forget(d)
+	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", dec.Reason),
+		slog.String("dead_letter", r.src.RoutingKey))
+	return d.Ack(false)
+}
+
+// deliveries counts d's deliveries: a quorum queue's x-delivery-count,
+// or else this process's own count of a redelivered message.
+func (r *runner) deliveries(d amqp.Delivery) int {
+	switch n := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return int(n) + 1
+	case int32:
+		return int(n) + 1
+	}
+	if !d.Redelivered {
+		return 1
+	}
+	id := identity(d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seen) > 100_000 {
+		clear(r.seen)
+	}
+	r.seen[id] = max(r.seen[id]+1, 2)
+	return r.seen[id]
+}
+
+func (r *runner) forget(d amqp.Delivery) {
+	if d.Redelivered {
+		r.mu.Lock()
+		delete(r.seen, identity(d))
+		r.mu.Unlock()
+	}
+}
+
+func identity(d amqp.Delivery) [32]byte {
+	return sha256.Sum256(append([]byte(d.MessageId+"\x00"), d.Body...))
+}
+
+// headers are an AMQP table's values as text.
+func headers(t amqp.Table) map[string][]string {
+	out := make(map[string][]string, len(t))
+	for k, v := range t {
+		switch v := v.(type) {
+		case string:
+			out[k] = []string{v}
+		case []byte:
+			out[k] = []string{string(v)}
+		case int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool:
+			out[k] = []string{fmt.Sprint(v)}
+		}
+	}
+	return out
+}
