@@ -34,6 +34,9 @@ type Config struct {
 	// Actions are the effects callers perform themselves, reserved and
 	// recorded here (docs/design.md, "Actions").
 	Actions []*ActionConfig `yaml:"actions"`
+	// MCPServers are the MCP servers proxied at /mcp/{name}, each guarded
+	// tool call an operation (docs/design.md, "MCP proxy").
+	MCPServers []*MCPServerConfig `yaml:"mcp_servers"`
 	Limits  LimitsConfig    `yaml:"limits"`
 	Audit   *AuditConfig    `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
@@ -240,10 +243,13 @@ func (c *Config) check() error {
 	if err := c.checkAudit(); err != nil {
 		return err
 	}
-	if len(c.Routes) == 0 && len(c.Actions) == 0 && !c.noRoutes {
-		return fmt.Errorf("%s: no routes and no actions: the gateway would refuse everything", c.file)
+	if len(c.Routes) == 0 && len(c.Actions) == 0 && len(c.MCPServers) == 0 && !c.noRoutes {
+		return fmt.Errorf("%s: no routes, no actions and no mcp_servers: the gateway would refuse everything", c.file)
 	}
 	if err := c.checkActions(); err != nil {
+		return err
+	}
+	if err := c.checkMCPServers(); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()

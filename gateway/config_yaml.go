@@ -37,6 +37,8 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Actions[j].line, cfg.Actions[j].approvalLines = n.Line, keyLines(n, "approval")
 				}
 			}
+		case "mcp_servers":
+			mcpLines(val, cfg.MCPServers)
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) {

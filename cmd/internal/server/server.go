@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
+	"github.com/idemgate/idemgate/mcpproxy"
 	"github.com/idemgate/idemgate/metrics"
 )
 
@@ -35,6 +36,7 @@ type Server struct {
 	metrics *metrics.Metrics
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
+	mcp     *mcpproxy.Proxy      // nil without mcp_servers
 	handler http.Handler
 }
 
@@ -58,7 +60,11 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger) (*Server, er
 		Resolved: func(before, after *ledger.Operation, duplicate bool) {
 			s.metrics.Resolved(after.Tenant, after.State, after.UpdatedAt.Sub(before.UpdatedAt), duplicate)
 		}, Actions: s.action, Settled: gw.Settled}
+	if s.mcp, err = s.mcpProxy(); err != nil {
+		return nil, err
+	}
 	if s.handler, err = s.mount(); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -113,6 +119,7 @@ func (s *Server) mount() (http.Handler, error) {
 	mux.Handle("POST "+contract.ActionsPath+"/", s.gw.Actions()) // the data plane: reserving is a keyed write
 	mux.Handle(UIPrefix, page)                                   // its own sessions: no bearer token in a browser
 	mux.Handle("GET /favicon.ico", page.Icon())                  // asked for by a browser on any page, signed in or not
+	s.mountMCP(mux)
 	mux.Handle("/", s.gw.Routes())
 	return s.gw.Front(mux), nil
 }
@@ -173,6 +180,9 @@ func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 // the final seal; without RunBackground, call it once the HTTP server
 // has stopped, before the store closes.
 func (s *Server) Close() {
+	if s.mcp != nil {
+		s.mcp.Close()
+	}
 	if s.events != nil {
 		s.events.Close()
 	}
