@@ -9,6 +9,8 @@ FUZZ_CONTEXT ?= 10000x
 FUZZ_EVENT ?= 50000x
 FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
+FUZZ_MCP_CALL ?= 20000x
+FUZZ_MCP_SCHEMA ?= 20000x
 
 .PHONY: test lint vet race fuzz bench python
 
@@ -60,6 +62,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZ_SCENARIO) -fuzzminimizetime 1000x ./drill
+	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then

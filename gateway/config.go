@@ -37,8 +37,8 @@ type Config struct {
 	// MCPServers are the MCP servers proxied at /mcp/{name}, each guarded
 	// tool call an operation (docs/design.md, "MCP proxy").
 	MCPServers []*MCPServerConfig `yaml:"mcp_servers"`
-	Limits  LimitsConfig    `yaml:"limits"`
-	Audit   *AuditConfig    `yaml:"audit"`
+	Limits     LimitsConfig       `yaml:"limits"`
+	Audit      *AuditConfig       `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.

@@ -78,8 +78,8 @@ type Route struct {
 	// POST.
 	MCPServer, MCPTool string
 	Lease              time.Duration
-	Retention time.Duration
-	MaxBody   int64
+	Retention          time.Duration
+	MaxBody            int64
 }
 
 // route is a Route ready to serve.

@@ -50,7 +50,7 @@ var (
 	testSupport = []string{"internal/testenv", "internal/dbtest"}
 	// builtOnData is what is built on the data plane: the other planes,
 	// the capabilities, the wiring. Neither a store nor httpidem imports it.
-	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "cmd"}
+	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "mcpproxy", "cmd"}
 )
 
 // wiresStores lists the packages outside cmd/ that may open a store
@@ -97,6 +97,11 @@ var rules = []rule{
 	{id: "j", why: "what a library user links for the outbox, the maintenance plane or a client carries no CEL", linked: true,
 		binds:  func(p string) bool { return within(p, "outbox", "maintain", "contract", "control/client", "agent") },
 		forbid: func(_, imp string) bool { return within(imp, celUsers...) }},
+	{id: "k", why: "the MCP proxy takes tool calls through the keyed write path; only cmd/ wires it to the gateway",
+		binds: func(p string) bool { return within(p, "mcpproxy") },
+		forbid: func(_, imp string) bool {
+			return within(imp, "gateway", "control", "webui", "maintain", "outbox", "store")
+		}},
 }
 
 // celUsers are the packages that link cel-go (and so protobuf and antlr).
@@ -284,6 +289,7 @@ func clean() graph {
 		"outbox":           {"contract", "ledger"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
+		"mcpproxy":         {"httpidem", "approval", "contract", "fingerprint", "ledger"},
 	}
 }
 
@@ -309,6 +315,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"webui", "gateway", "i", "webui", "gateway"},
 		{"maintain", "reconcile", "j", "maintain", "reconcile"},
 		{"contract", "approval", "j", "contract", "approval"},
+		{"mcpproxy", "gateway", "k", "mcpproxy", "gateway"},
+		{"mcpproxy", "store/sqlite", "k", "mcpproxy", "store/sqlite"},
+		{"httpidem", "mcpproxy", "f", "httpidem", "mcpproxy"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)
