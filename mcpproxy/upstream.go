@@ -60,7 +60,9 @@ func (u *upstream) run(ctx context.Context) {
 			continue
 		}
 		wait = 50 * time.Millisecond
-		_ = s.Wait() // the process exited, or the session ended
+		stop := context.AfterFunc(ctx, func() { _ = s.Close() }) // a proxy closing ends an HTTP session too
+		_ = s.Wait()                                             // the process exited, or the session ended
+		stop()
 		u.lost(s)
 		if ctx.Err() == nil {
 			u.log.Warn("mcp server: session ended; reconnecting")

@@ -64,6 +64,7 @@ const mcpServersTemplate = `mcp_servers:
 func newMCPEnv(t *testing.T, db dbtest.DB, more string) *mcpEnv {
 	effects := filepath.Join(t.TempDir(), "effects.jsonl")
 	e := newEnv(t, db.Open(t), db.DSN, fmt.Sprintf(mcpServersTemplate, counterBinary(t), effects, more))
+	t.Cleanup(e.g.Close) // stops the servers the proxy started
 	return &mcpEnv{env: e, effects: effects}
 }
 

@@ -94,7 +94,7 @@ func TestMCPStreamableHTTPUpstream(t *testing.T) {
 
 // startHTTPCounter runs mcpcounter over Streamable HTTP with a token, and
 // returns its address.
-func startHTTPCounter(t *testing.T, effects, token string) string {
+func startHTTPCounter(t testing.TB, effects, token string) string {
 	t.Helper()
 	cmd := exec.Command(counterBinary(t), "-effects", effects, "-http", "127.0.0.1:0", "-token", token)
 	out, err := cmd.StdoutPipe()
