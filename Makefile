@@ -11,6 +11,7 @@ FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 FUZZ_MCP_CALL ?= 20000x
 FUZZ_MCP_SCHEMA ?= 20000x
+FUZZ_MCP_SCENARIO ?= 10000x
 
 .PHONY: test lint vet race fuzz bench python
 
@@ -64,6 +65,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseScenario$$' -fuzztime $(FUZZ_SCENARIO) -fuzzminimizetime 1000x ./drill
 	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
 	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzParseMCPScenario$$' -fuzztime $(FUZZ_MCP_SCENARIO) -fuzzminimizetime 1000x ./drill
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then
