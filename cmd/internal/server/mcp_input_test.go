@@ -39,6 +39,15 @@ func TestMCPBadInputChangesNothing(t *testing.T) {
 			}
 		}
 		s := e.session("agent-token", "tickets", nil)
+		// A session is its opener's: another principal's token on it is refused.
+		call := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"count_effects","arguments":{}}}`
+		onSession := append(mcpHeaders, "Mcp-Session-Id", s.ID(), "Mcp-Protocol-Version", s.InitializeResult().ProtocolVersion)
+		if r := e.do("POST", "/mcp/tickets", "agent-token", call, onSession...); r.status != 200 {
+			t.Errorf("its opener on the session: %d %s", r.status, r.body)
+		}
+		if r := e.do("POST", "/mcp/tickets", "globex-token", call, onSession...); r.status != 403 && r.status != 404 {
+			t.Errorf("another principal on agent's session: %d %s", r.status, r.body)
+		}
 		for _, c := range []struct {
 			name string
 			args map[string]any
