@@ -151,3 +151,18 @@ func TestMCPOperationStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestMCPBusinessKey: a tool's business key makes two intents for one
+// source event one action: the second is answered with the first's
+// result, nothing forwarded.
+func TestMCPBusinessKey(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		s := e.session("agent-token", "tickets", nil)
+		first := callTool(t, s, "create_ticket", map[string]any{"intent": "alert 1", "title": "disk", "source_event_id": "ev-9"})
+		second := callTool(t, s, "create_ticket", map[string]any{"intent": "alert 1 again", "title": "disk", "source_event_id": "ev-9"})
+		if first.IsError || second.IsError || structured(t, second)["id"] != "T-1" || e.effectCount() != 1 {
+			t.Fatalf("one source event, two intents: %+v %+v, %d effects", first, second, e.effectCount())
+		}
+	})
+}
