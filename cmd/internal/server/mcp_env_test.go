@@ -59,6 +59,7 @@ const mcpServersTemplate = `mcp_servers:
       create_ticket: {business_key: /source_event_id}
       deploy: {concurrency_key: /environment, approval: {when: 'args.environment == "production"', approvers: [admin], summary: 'Deploy {{.args.artifact}}'}}
       trace: {guard: true}
+      slow_ticket: {concurrency_key: /title}
 %[3]s`
 
 func newMCPEnv(t *testing.T, db dbtest.DB, more string) *mcpEnv {

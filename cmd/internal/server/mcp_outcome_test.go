@@ -166,3 +166,40 @@ func TestMCPBusinessKey(t *testing.T) {
 		}
 	})
 }
+
+// TestMCPConcurrencyGroup: while one action of a tool's concurrency group
+// runs, another intent of the same group is refused, nothing forwarded;
+// once it ends, the other runs.
+func TestMCPConcurrencyGroup(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		done := make(chan *mcp.CallToolResult, 1)
+		first := e.session("agent-token", "tickets", nil)
+		go func() {
+			res, err := first.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_ticket",
+				Arguments: map[string]any{"intent": "first", "title": "group", "ms": 800}})
+			if err != nil {
+				res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+			}
+			done <- res
+		}()
+		s := e.session("agent-token", "tickets", nil)
+		eventually(t, "the first holds the group", func() bool {
+			op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/slow_ticket/agent/first")
+			return err == nil && op.State == ledger.Executing
+		})
+		locked := callTool(t, s, "slow_ticket", map[string]any{"intent": "second", "title": "group", "ms": 0})
+		if codeOf(locked) != contract.CodeConcurrencyLocked {
+			t.Fatalf("a second action of the group: %+v %s", locked, textOf(locked))
+		}
+		if first := <-done; first.IsError {
+			t.Fatalf("the first: %s", textOf(first))
+		}
+		if res := callTool(t, s, "slow_ticket", map[string]any{"intent": "second", "title": "group", "ms": 0}); res.IsError {
+			t.Fatalf("the second, after the first: %s", textOf(res))
+		}
+		if n := e.effectCount(); n != 2 {
+			t.Fatalf("%d effects, want 2", n)
+		}
+	})
+}
