@@ -13,6 +13,9 @@ FUZZ_WEBHOOK ?= 50000x
 FUZZ_CLAIMS ?= 20000x
 FUZZ_CONFIG ?= 50000x
 FUZZ_KEYFROM ?= 100000x
+FUZZ_MCP_CALL ?= 20000x
+FUZZ_MCP_SCHEMA ?= 20000x
+FUZZ_MCP_SCENARIO ?= 10000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -76,6 +79,9 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
+	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzParseMCPScenario$$' -fuzztime $(FUZZ_MCP_SCENARIO) -fuzzminimizetime 1000x ./drill
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the
 # gateway against its two-commit floors and the plain reverse proxy, then

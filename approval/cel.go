@@ -34,6 +34,8 @@ func newEnv() (*cel.Env, error) {
 		cel.Variable("params", cel.MapType(cel.StringType, cel.StringType)),
 		cel.Variable("query", cel.MapType(cel.StringType, cel.ListType(cel.StringType))),
 		cel.Variable("body", cel.DynType),
+		// args is the body by its MCP name: a tool call's arguments.
+		cel.Variable("args", cel.DynType),
 		cel.Variable("headers", cel.MapType(cel.StringType, cel.StringType)),
 		cel.Variable("principal", cel.ObjectType(principalType)),
 		cel.CrossTypeNumericComparisons(true),
@@ -87,7 +89,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.in.Params, true
 	case "query":
 		return a.in.Query, true
-	case "body":
+	case "body", "args":
 		return a.in.Body, true
 	case "headers":
 		return a.in.Headers, true

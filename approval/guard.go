@@ -76,7 +76,7 @@ func bodyPath(e celast.Expr) ([]string, bool) {
 	for {
 		switch e.Kind() {
 		case celast.IdentKind:
-			if e.AsIdent() != "body" || len(rev) == 0 {
+			if id := e.AsIdent(); id != "body" && id != "args" || len(rev) == 0 {
 				return nil, false
 			}
 			path := make([]string, len(rev))

@@ -62,7 +62,8 @@ type Input struct {
 	// Query is the query string (nil = none).
 	Query map[string][]string
 	// Body is the validated command: map[string]any, []any, string, bool,
-	// nil, and json.Number for every number (never float64).
+	// nil, and json.Number for every number (never float64). `when` and
+	// `summary` read it as body, or as args (a tool call's arguments).
 	Body any
 	// Headers are the route's fingerprinted headers (nil = none).
 	Headers map[string]string
@@ -199,6 +200,7 @@ func (p *Policy) Summary(in Input) (string, error) {
 		"params":  in.Params,
 		"query":   in.Query,
 		"body":    in.Body,
+		"args":    in.Body, // a tool call's arguments, by their MCP name
 		"headers": in.Headers,
 		"principal": map[string]any{
 			"name":   in.Principal.Name,

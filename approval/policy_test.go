@@ -416,3 +416,19 @@ func parseBody(t *testing.T, s string) any {
 	}
 	return v
 }
+
+// TestArgsIsTheBody: an MCP tool's policy reads the call's arguments as
+// args, in `when` (with the guards against type confusion) and in the
+// summary, as a route's reads its body.
+func TestArgsIsTheBody(t *testing.T) {
+	p := mustCompile(t, Config{When: `args.environment == "production"`, Summary: "Deploy {{.args.artifact}}"})
+	if req, err := p.Required(request()); err != nil || !req {
+		t.Fatalf("args.environment over a production deploy: %v %v", req, err)
+	}
+	if s, err := p.Summary(request()); err != nil || s != "Deploy api:1.4.2" {
+		t.Fatalf("summary %q, %v", s, err)
+	}
+	if _, err := p.Required(Input{Body: parseBody(t, `{"environment":["production"]}`)}); err == nil {
+		t.Fatal("a list environment passed args' guard")
+	}
+}

@@ -127,3 +127,20 @@ func OfAction(action, tenant string, command any) (string, error) {
 	sum := sha256.Sum256(canon)
 	return Prefix + hex.EncodeToString(sum[:]), nil
 }
+
+// OfMCP returns the fingerprint of a guarded MCP tool call (docs/design.md,
+// "MCP proxy"): "sha256:" and the hex SHA-256 of the RFC 8785 canonical
+// JSON of {"mcp","tool","tenant","arguments"}, the arguments without the
+// caller's intent (which is the key, not what the call does). A tool call
+// has no method, path or query: its server and tool are what it does.
+func OfMCP(server, tool, tenant string, arguments any) (string, error) {
+	if server == "" || tool == "" || tenant == "" {
+		return "", errors.New("fingerprint: server, tool and tenant are required")
+	}
+	canon, err := Canonical(map[string]any{"mcp": server, "tool": tool, "tenant": tenant, "arguments": arguments})
+	if err != nil {
+		return "", fmt.Errorf("fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return Prefix + hex.EncodeToString(sum[:]), nil
+}

@@ -46,9 +46,12 @@ type Config struct {
 	Consumers []*ConsumerConfig `yaml:"consumers"`
 	// Relay names the JetStream server and subjects the outbox's relay
 	// publishes to (effects whose target is nats:SUBJECT).
-	Relay  *RelayConfig `yaml:"relay"`
-	Limits LimitsConfig `yaml:"limits"`
-	Audit  *AuditConfig `yaml:"audit"`
+	Relay *RelayConfig `yaml:"relay"`
+	// MCPServers are the MCP servers proxied at /mcp/{name}, each guarded
+	// tool call an operation (docs/design.md, "MCP proxy").
+	MCPServers []*MCPServerConfig `yaml:"mcp_servers"`
+	Limits     LimitsConfig       `yaml:"limits"`
+	Audit      *AuditConfig       `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.
@@ -276,13 +279,16 @@ func (c *Config) check() error {
 	if err := c.checkAudit(); err != nil {
 		return err
 	}
-	if len(c.Routes) == 0 && len(c.Actions) == 0 && len(c.Consumers) == 0 && !c.noRoutes {
-		return fmt.Errorf("%s: no routes, actions or consumers: the gateway would refuse everything", c.file)
+	if len(c.Routes) == 0 && len(c.Actions) == 0 && len(c.Consumers) == 0 && len(c.MCPServers) == 0 && !c.noRoutes {
+		return fmt.Errorf("%s: no routes, actions, consumers or mcp_servers: the gateway would refuse everything", c.file)
 	}
 	if err := c.checkActions(); err != nil {
 		return err
 	}
 	if err := c.checkConsumers(); err != nil {
+		return err
+	}
+	if err := c.checkMCPServers(); err != nil {
 		return err
 	}
 	if err := c.checkRelay(); err != nil {

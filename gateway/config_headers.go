@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -16,17 +17,23 @@ import (
 // differ only in case are refused too, as only one of them, at random,
 // would be sent. A value is never quoted: it is usually a secret.
 func (c *Config) checkHeaders(name string, u *Upstream) error {
+	return c.checkHeaderSet(fmt.Sprintf("upstream %q", name), u.Headers, u.headerLines, u.line)
+}
+
+// checkHeaderSet is checkHeaders for what's headers (an upstream's, an
+// MCP server's), each at its line in lines or else at line.
+func (c *Config) checkHeaderSet(what string, headers map[string]string, lines map[string]int, line0 int) error {
 	seen := map[string]string{}
-	for _, k := range slices.Sorted(maps.Keys(u.Headers)) {
-		line, canon := cmp.Or(u.headerLines[k], u.line), http.CanonicalHeaderKey(k)
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		line, canon := cmp.Or(lines[k], line0), http.CanonicalHeaderKey(k)
 		switch {
 		case !httpguts.ValidHeaderFieldName(k):
-			return c.errorf(line, "upstream %q: header name %q is not a valid HTTP field name", name, k)
-		case !httpguts.ValidHeaderFieldValue(u.Headers[k]):
-			return c.errorf(line, "upstream %q: header %s: the value is not a valid HTTP field value "+
-				"(CR, LF, NUL or another control character; check the environment variables it uses)", name, k)
+			return c.errorf(line, "%s: header name %q is not a valid HTTP field name", what, k)
+		case !httpguts.ValidHeaderFieldValue(headers[k]):
+			return c.errorf(line, "%s: header %s: the value is not a valid HTTP field value "+
+				"(CR, LF, NUL or another control character; check the environment variables it uses)", what, k)
 		case seen[canon] != "":
-			return c.errorf(line, "upstream %q: header %s is given twice (%q and %q)", name, canon, seen[canon], k)
+			return c.errorf(line, "%s: header %s is given twice (%q and %q)", what, canon, seen[canon], k)
 		}
 		seen[canon] = k
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -50,6 +51,8 @@ var restartSettings = []restartSetting{
 	// without a reload (tls.go), their paths need a restart.
 	{"tls", func(c *Config) string { return tlsPaths(c.TLS) }},
 	{"metrics_tls", func(c *Config) string { return tlsPaths(c.MetricsTLS) }},
+	// The MCP proxy holds its upstreams' processes and sessions.
+	{"mcp_servers", func(c *Config) string { return mcpServersOf(c) }},
 	// Consumers hold their broker connections from the start; what a
 	// message is delivered to (deliver, tenant, lease, retention) may
 	// change.
@@ -89,3 +92,14 @@ func (c *Config) Reloadable(next *Config) error {
 
 // File is the configuration's file, as it was loaded.
 func (c *Config) File() string { return c.file }
+
+// mcpServersOf is what a reload compares of mcp_servers: their settings
+// as JSON (pointers followed, maps sorted), so that the same file read
+// twice compares equal.
+func mcpServersOf(c *Config) string {
+	b, err := json.Marshal(c.MCPServers)
+	if err != nil {
+		return "unreadable: " + err.Error() // never equal to a readable one
+	}
+	return string(b)
+}

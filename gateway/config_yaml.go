@@ -59,6 +59,8 @@ func recordLines(root *yaml.Node, cfg *Config) {
 					cfg.Consumers[j].line = n.Line
 				}
 			}
+		case "mcp_servers":
+			mcpLines(val, cfg.MCPServers)
 		case "routes":
 			for j, n := range val.Content {
 				if j < len(cfg.Routes) && cfg.Routes[j] != nil {

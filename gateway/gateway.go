@@ -53,6 +53,7 @@ type Gateway struct {
 	actions http.Handler
 	shapes  *shapes  // nil: every refusal is RFC 9457's
 	jwt     *jwtAuth // nil without auth.jwt
+	plane   httpidem.Options
 	// consumers are each consumer's keyed path, by name (Deliverer);
 	// running are their deliveries executing, by operation id.
 	consumers map[string]http.Handler
@@ -120,10 +121,13 @@ func (g *Gateway) build(d Deps) error {
 	for _, k := range g.cfg.Consumers {
 		writes = append(writes, consumerRoute(k, clients[k.Deliver.Upstream]))
 	}
-	m, err := httpidem.New(httpidem.Options{Store: g.store, Routes: writes, Tenant: tenantOf, Principal: principalOf,
+	g.plane = httpidem.Options{Store: g.store, Tenant: tenantOf, Principal: principalOf,
 		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
 		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
-		Observer: d.Observer})
+		Observer: d.Observer}
+	opts := g.plane
+	opts.Routes = writes
+	m, err := httpidem.New(opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
@@ -237,6 +241,16 @@ func tenantOf(r *http.Request) (string, error) {
 	}
 	return "", errors.New("no principal")
 }
+
+// DataPlane is the keyed write path's options the gateway's routes are
+// built with (its store, the tenants' budgets, the audit log, the
+// metrics), without routes: a capability whose writes are not HTTP routes
+// (the MCP proxy) builds its own middleware from them, so that its
+// operations are kept, counted and limited as any route's.
+func (g *Gateway) DataPlane() httpidem.Options { return g.plane }
+
+// Limited applies the tenant's request rate to h, behind Authenticated.
+func (g *Gateway) Limited(h http.Handler) http.Handler { return g.limited(h) }
 
 // limited applies the tenant's request rate to every proxied request,
 // reads included: 429 rate_limited with Retry-After, nothing reserved.

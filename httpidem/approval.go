@@ -45,7 +45,7 @@ func (m *Middleware) approvalRequest(req *request, in approval.Input) (*ledger.A
 		return nil, contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 	}
 	target := in.Method + " " + in.Path
-	if req.route.Action != "" {
+	if req.route.named() {
 		target = req.target
 	}
 	if req.rawQuery != "" {

@@ -106,9 +106,12 @@ func (req *request) fingerprintOf(r *http.Request) *contract.Problem {
 		return contract.NewProblem(contract.CodeInvalidRequest, err.Error())
 	}
 	req.params, req.query, req.rawQuery, req.headers = params, query, r.URL.RawQuery, fingerprintHeaders(r, rt.Headers)
-	if rt.Action != "" {
-		req.query, req.rawQuery = nil, "" // an action's name is all it does: no query
+	if rt.named() {
+		req.query, req.rawQuery = nil, "" // an action's or a tool's name is all it does: no query
 		req.fingerprint, err = fingerprint.OfAction(rt.Action, req.tenant, req.command)
+		if rt.MCPServer != "" {
+			req.fingerprint, err = fingerprint.OfMCP(rt.MCPServer, rt.MCPTool, req.tenant, req.command)
+		}
 		if err != nil {
 			return contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 		}
@@ -153,7 +156,7 @@ func (req *request) parseCommand(r *http.Request) *contract.Problem {
 		return contract.NewProblem(contract.CodeInvalidRequest, "two Content-Type headers; send one")
 	}
 	contentType := r.Header.Get("Content-Type")
-	if rt.Action != "" {
+	if rt.named() {
 		contentType = "application/json" // an action's command is JSON, whatever a no-code tool says
 	}
 	cmd, err := fingerprint.ParseBody(contentType, req.body,
@@ -279,8 +282,11 @@ func (m *Middleware) context(r *http.Request, req *request) *contract.Problem {
 		return p
 	}
 	req.trace, req.target = traceOf(r), req.route.Method+" "+r.URL.Path
-	if req.route.Action != "" {
+	switch {
+	case req.route.Action != "":
 		req.target = contract.ActionTarget(req.route.Action)
+	case req.route.MCPServer != "":
+		req.target = contract.MCPTarget(req.route.MCPServer, req.route.MCPTool)
 	}
 	if m.opts.Principal == nil {
 		return nil

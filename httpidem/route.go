@@ -79,10 +79,17 @@ type Route struct {
 	// Name, if set, is the operation's route and the metrics' route label
 	// instead of "METHOD Pattern": an inbox consumer's "consumer:NAME",
 	// whose Pattern is only the middleware's way to find it.
-	Name      string
-	Lease     time.Duration
-	Retention time.Duration
-	MaxBody   int64
+	Name string
+	// MCPServer and MCPTool, if set, make the route a guarded MCP tool
+	// call's (docs/design.md, "MCP proxy"): the body is the call's
+	// arguments, read as JSON and fingerprinted with the server, the tool
+	// and the tenant only (fingerprint.OfMCP); the operation's route is
+	// contract.MCPRoute. The handler forwards the call. The method must be
+	// POST.
+	MCPServer, MCPTool string
+	Lease              time.Duration
+	Retention          time.Duration
+	MaxBody            int64
 }
 
 // route is a Route ready to serve.
@@ -123,6 +130,11 @@ func compileRoute(r Route, o *Options) (*route, error) {
 	}
 	if r.Action != "" {
 		if err := c.compileAction(); err != nil {
+			return nil, err
+		}
+	}
+	if r.MCPServer != "" || r.MCPTool != "" {
+		if err := c.compileMCP(); err != nil {
 			return nil, err
 		}
 	}
@@ -167,6 +179,23 @@ func (c *route) compileAction() error {
 	c.name, c.requireKey = contract.ActionRoute(c.Action), true
 	return nil
 }
+
+// compileMCP checks a tool call's route: a POST keyed by its
+// Idempotency-Key, whose body is the call's JSON arguments.
+func (c *route) compileMCP() error {
+	if c.MCPServer == "" || c.MCPTool == "" || c.Action != "" || c.Method != http.MethodPost || c.KeyFrom != "" ||
+		c.Opaque || len(c.Headers) > 0 || (c.RequireKey != nil && !*c.RequireKey) {
+		return fmt.Errorf("tool %s/%s: a POST keyed by %s, naming its server and tool, with JSON arguments",
+			c.MCPServer, c.MCPTool, contract.HeaderKey)
+	}
+	c.name, c.requireKey = contract.MCPRoute(c.MCPServer, c.MCPTool), true
+	return nil
+}
+
+// named reports whether the route's target is its name (an action, a
+// tool call) rather than a method and path: its body is JSON whatever its
+// media type says, and it has no query.
+func (c *route) named() bool { return c.Action != "" || c.MCPServer != "" }
 
 func (c *route) compileKeyFrom() error {
 	switch kind, ref, _ := strings.Cut(c.KeyFrom, ":"); kind {

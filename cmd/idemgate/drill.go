@@ -33,9 +33,17 @@ judged by the effects the target performed, counted by the scenario's GET and CE
 expression, not by the HTTP answers. A check that cannot apply is reported as not
 applicable, with the reason; it is never passed. It prints a table (or, with --json, one
 JSON object), writes JUnit XML with --junit, and exits 1 when a check failed: a duplicate
-effect, a lost answer, a silent replay of a changed payload, or another finding.`,
+effect, a lost answer, a silent replay of a changed payload, or another finding.
+
+A scenario whose top level is mcp: drills an MCP server's write tool instead (straight to the
+server, or through idemgate's MCP proxy at /mcp/{name}): a lost response then a retry,
+concurrent copies of one call, arguments changed under one intent, and an agent restarted
+between attempts, each judged by the effects a read-only tool or a GET counts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if data, err := os.ReadFile(scenario); err == nil && drill.IsMCPScenario(data) {
+				return runMCPDrill(cmd, scenario, target, asJSON, junit)
+			}
 			s, err := drill.LoadScenario(scenario)
 			if err != nil {
 				return err
@@ -43,7 +51,8 @@ effect, a lost answer, a silent replay of a changed payload, or another finding.
 			if target != "" {
 				s.Target = target
 			}
-			return runDrill(cmd, &drill.Runner{Scenario: s, Only: only}, asJSON, junit)
+			r := &drill.Runner{Scenario: s, Only: only}
+			return runDrill(cmd, r.Run, s.Target, asJSON, junit)
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "", "the scenario file (required)")
@@ -55,22 +64,37 @@ effect, a lost answer, a silent replay of a changed payload, or another finding.
 	return cmd
 }
 
-func runDrill(cmd *cobra.Command, r *drill.Runner, asJSON bool, junit string) error {
+// runMCPDrill runs an MCP scenario (its file's top level has mcp:): an
+// agent's retries of a tool call, straight to an MCP server or through
+// the proxy.
+func runMCPDrill(cmd *cobra.Command, path, target string, asJSON bool, junit string) error {
+	s, err := drill.LoadMCPScenario(path)
+	if err != nil {
+		return err
+	}
+	if target != "" {
+		s.Target = target
+	}
+	r := &drill.MCPRunner{Scenario: s}
+	return runDrill(cmd, r.Run, s.Target, asJSON, junit)
+}
+
+func runDrill(cmd *cobra.Command, run func(context.Context) ([]drill.Result, error), target string, asJSON bool,
+	junit string) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
 	defer cancel()
-	s := r.Scenario
-	results, err := r.Run(ctx)
+	results, err := run(ctx)
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	if asJSON {
-		err = drill.WriteJSON(out, s.Target, results)
+		err = drill.WriteJSON(out, target, results)
 	} else {
 		err = drill.WriteTable(out, results)
 	}
 	if err == nil && junit != "" {
-		err = writeJUnit(junit, s.Target, results)
+		err = writeJUnit(junit, target, results)
 	}
 	if err != nil {
 		return err

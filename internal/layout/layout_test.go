@@ -50,7 +50,7 @@ var (
 	testSupport = []string{"internal/testenv", "internal/dbtest"}
 	// builtOnData is what is built on the data plane: the other planes,
 	// the capabilities, the wiring. Neither a store nor httpidem imports it.
-	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "tracing", "inbox", "cmd"}
+	builtOnData = []string{"gateway", "control", "webui", "maintain", "outbox", "reconcile", "metrics", "tracing", "inbox", "mcpproxy", "cmd"}
 )
 
 // wiresStores lists the packages outside cmd/ that may open a store
@@ -105,6 +105,11 @@ var rules = []rule{
 		forbid: func(p, imp string) bool {
 			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
 				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
+		}},
+	{id: "m", why: "the MCP proxy takes tool calls through the keyed write path; only cmd/ wires it to the gateway",
+		binds: func(p string) bool { return within(p, "mcpproxy") },
+		forbid: func(_, imp string) bool {
+			return within(imp, "gateway", "control", "webui", "maintain", "outbox", "store")
 		}},
 }
 
@@ -297,6 +302,7 @@ func clean() graph {
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 		"inbox/webhook":    {},
+		"mcpproxy":         {"httpidem", "approval", "contract", "fingerprint", "ledger"},
 	}
 }
 
@@ -326,6 +332,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"inbox", "gateway", "l", "inbox", "gateway"},
 		{"inbox/amqpinbox", "inbox/natsinbox", "l", "inbox/amqpinbox", "inbox/natsinbox"},
 		{"httpidem", "inbox", "f", "httpidem", "inbox"},
+		{"mcpproxy", "gateway", "m", "mcpproxy", "gateway"},
+		{"mcpproxy", "store/sqlite", "m", "mcpproxy", "store/sqlite"},
+		{"httpidem", "mcpproxy", "f", "httpidem", "mcpproxy"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)

@@ -155,6 +155,9 @@ func TestReloadRefusesWhatNeedsARestart(t *testing.T) {
 		"listen":         replace("listen: 127.0.0.1:8080", "listen: 127.0.0.1:1"),
 		"metrics_listen": func(s string) string { return "metrics_listen: 127.0.0.1:0\n" + s },
 		"tls":            func(s string) string { return "tls: {cert: " + cert + ", key: " + key + "}\n" + s },
+		"mcp_servers": func(s string) string {
+			return "mcp_servers: [{name: tickets, url: 'http://127.0.0.1:1/mcp'}]\n" + s
+		},
 		"consumers": func(s string) string {
 			return "consumers: [{name: billing, tenant: acme, deliver: {upstream: ops, method: POST, path: /v1/refs},\n" +
 				"  source: {nats: 'nats://127.0.0.1:4222', stream: BILLING, consumer: c, subject: 'billing.>'}, dead_letter: {subject: billing.dead}}]\n" + s

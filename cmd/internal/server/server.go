@@ -25,6 +25,7 @@ import (
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
+	"github.com/idemgate/idemgate/mcpproxy"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/tracing"
 )
@@ -41,7 +42,11 @@ type Server struct {
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
 	tracing *tracing.Tracing     // nil: off, nothing wrapped
-	cur     atomic.Pointer[snapshot]
+	// mcp is the MCP proxy (nil without mcp_servers), built at start: it
+	// holds its upstreams' processes and sessions, so mcp_servers need a
+	// restart; each snapshot authenticates its callers.
+	mcp *mcpproxy.Proxy
+	cur atomic.Pointer[snapshot]
 	// reloading serialises reloads: two at once would build from the
 	// same running configuration, and the last to swap would win.
 	reloading sync.Mutex
@@ -74,6 +79,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 		}})
 	snap, err := s.build(cfg)
 	if err != nil {
+		s.Close() // the MCP proxy's upstreams, if it started them
 		return nil, err
 	}
 	s.cur.Store(snap)
@@ -134,6 +140,7 @@ func (s *Server) mount(sn *snapshot) (http.Handler, error) {
 	mux.Handle("POST "+contract.ActionsPath+"/", sn.gw.Actions()) // the data plane: reserving is a keyed write
 	mux.Handle(UIPrefix, page)                                    // its own sessions: no bearer token in a browser
 	mux.Handle("GET /favicon.ico", page.Icon())                   // asked for by a browser on any page, signed in or not
+	s.mountMCP(sn, mux)
 	mux.Handle("/", sn.gw.Routes())
 	return sn.gw.Front(mux), nil
 }
@@ -201,6 +208,9 @@ func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 // the final seal; without RunBackground, call it once the HTTP server
 // has stopped, before the store closes.
 func (s *Server) Close() {
+	if s.mcp != nil {
+		s.mcp.Close()
+	}
 	if s.events != nil {
 		s.events.Close()
 	}

@@ -1,0 +1,46 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/mcpproxy"
+)
+
+// mcpProxy builds the MCP proxy of the configured mcp_servers (nil for
+// none): its tool calls take the gateway's own keyed write path, with its
+// limits, audit log and metrics.
+func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
+	if len(sn.cfg.MCPServers) == 0 {
+		return nil, nil
+	}
+	servers := make([]mcpproxy.Server, 0, len(sn.cfg.MCPServers))
+	for _, c := range sn.cfg.MCPServers {
+		servers = append(servers, mcpServer(c))
+	}
+	return mcpproxy.New(mcpproxy.Options{Servers: servers, DataPlane: sn.gw.DataPlane(), Caller: gateway.CallerOf,
+		Store: s.store, Logger: s.log, ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
+}
+
+// mcpServer is one configured server as the proxy takes it.
+func mcpServer(c *gateway.MCPServerConfig) mcpproxy.Server {
+	tools := make(map[string]mcpproxy.Tool, len(c.Tools))
+	for name, t := range c.Tools {
+		tools[name] = mcpproxy.Tool{Guard: t.Guard, BusinessKey: t.BusinessKey, ConcurrencyKey: t.ConcurrencyKey,
+			Retention: t.Retention, Lease: t.Lease, Approval: t.Policy}
+	}
+	return mcpproxy.Server{Name: c.Name, Command: c.Command, URL: c.URL, Headers: c.Headers, Timeout: c.Timeout,
+		Tools: tools}
+}
+
+// mountMCP serves the proxy at /mcp/{name}, behind the snapshot's bearer
+// authentication and the tenant's request rate.
+func (s *Server) mountMCP(sn *snapshot, mux *http.ServeMux) {
+	if s.mcp != nil {
+		mux.Handle(contract.MCPPath+"/", sn.gw.Authenticated(sn.gw.Limited(s.mcp.Handler())))
+	}
+}
+
+// MCP is the MCP proxy, nil without mcp_servers.
+func (s *Server) MCP() *mcpproxy.Proxy { return s.mcp }

@@ -1,0 +1,157 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/fingerprint"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// TestMCPToolsList: each guarded tool gains a required intent argument
+// (_intent where the tool has its own intent), a read-only tool is listed
+// as the server lists it, and the proxy adds operation_status.
+func TestMCPToolsList(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		s := e.session("agent-token", "tickets", nil)
+		res, err := s.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools := map[string]map[string]any{}
+		for _, tl := range res.Tools {
+			b, _ := json.Marshal(tl.InputSchema)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			tools[tl.Name] = m
+		}
+		intentOf := func(name string) (string, bool) {
+			props, _ := tools[name]["properties"].(map[string]any)
+			req, _ := tools[name]["required"].([]any)
+			for _, n := range []string{"_intent", "intent"} {
+				if p, ok := props[n].(map[string]any); ok && p["maxLength"] == float64(128) && slices.Contains(req, any(n)) {
+					if n == "intent" || props["intent"] != nil {
+						return n, true
+					}
+				}
+			}
+			return "", false
+		}
+		if n, ok := intentOf("create_ticket"); !ok || n != "intent" {
+			t.Errorf("create_ticket: %v", tools["create_ticket"])
+		}
+		if n, ok := intentOf("note"); !ok || n != "_intent" {
+			t.Errorf("note, whose own argument is intent: %v", tools["note"])
+		}
+		if _, ok := intentOf("count_effects"); ok {
+			t.Errorf("the read-only count_effects was given an intent: %v", tools["count_effects"])
+		}
+		if tools["operation_status"] == nil {
+			t.Error("no operation_status")
+		}
+	})
+}
+
+// TestMCPReplayAndChangedArguments: a guarded call is forwarded once
+// (without its intent), recorded as an operation of the caller's tenant
+// with docs/design.md's key and fingerprint, replayed with its marks, and
+// refused when the intent comes back with other arguments.
+func TestMCPReplayAndChangedArguments(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		s := e.session("agent-token", "tickets", nil)
+		args := map[string]any{"intent": "ticket for order 42", "title": "refund order 42"}
+		first := callTool(t, s, "create_ticket", args)
+		opID, _ := first.Meta[contract.MetaOperation].(string)
+		if first.IsError || opID == "" || structured(t, first)["id"] != "T-1" || first.Meta[contract.MetaReplayed] != nil {
+			t.Fatalf("first call: %+v %s", first, textOf(first))
+		}
+		again := callTool(t, s, "create_ticket", args)
+		if again.Meta[contract.MetaReplayed] != true || again.Meta[contract.MetaOperation] != opID ||
+			structured(t, again)["id"] != "T-1" {
+			t.Fatalf("the retry: %+v", again)
+		}
+		changed := callTool(t, s, "create_ticket", map[string]any{"intent": "ticket for order 42", "title": "other"})
+		if !changed.IsError || codeOf(changed) != contract.CodeFingerprintMismatch || !strings.Contains(textOf(changed), "new intent") {
+			t.Fatalf("changed arguments: %+v %s", changed, textOf(changed))
+		}
+		if n := e.effectCount(); n != 1 {
+			t.Fatalf("%d effects, want 1", n)
+		}
+		op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/create_ticket/agent/ticket for order 42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp, _ := fingerprint.OfMCP("tickets", "create_ticket", "acme", map[string]any{"title": "refund order 42"})
+		if op.ID != opID || op.State != ledger.Succeeded || op.Route != "mcp:tickets/create_ticket" || op.Fingerprint != fp {
+			t.Fatalf("the operation: %+v", op)
+		}
+	})
+}
+
+// TestMCPStormOfOneIntent: twenty sessions calling the same intent at
+// once make one effect; every answer is the result or "in progress".
+func TestMCPStormOfOneIntent(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		sessions := make([]*mcp.ClientSession, 20)
+		for i := range sessions {
+			sessions[i] = e.session("agent-token", "tickets", nil)
+		}
+		var wg sync.WaitGroup
+		codes := make([]string, len(sessions))
+		for i, s := range sessions {
+			wg.Go(func() {
+				res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_ticket",
+					Arguments: map[string]any{"intent": "storm", "title": "t", "ms": 200}})
+				switch {
+				case err != nil:
+					codes[i] = err.Error()
+				case res.IsError:
+					codes[i] = codeOf(res)
+				default:
+					codes[i] = "ok"
+				}
+			})
+		}
+		wg.Wait()
+		for _, c := range codes {
+			if c != "ok" && c != contract.CodeInProgress {
+				t.Fatalf("answers %v", codes)
+			}
+		}
+		if n := e.effectCount(); n != 1 {
+			t.Fatalf("%d effects of one intent, want 1 (%v)", n, codes)
+		}
+	})
+}
+
+// TestMCPPrincipalsAndTenants: the same intent name used by two
+// principals of one tenant and by another tenant's is three actions.
+func TestMCPPrincipalsAndTenants(t *testing.T) {
+	t.Parallel()
+	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
+		args := map[string]any{"intent": "daily report", "title": "report"}
+		for _, token := range []string{"agent-token", "alice-token", "globex-token", "agent-token"} {
+			if res := callTool(t, e.session(token, "tickets", nil), "create_ticket", args); res.IsError {
+				t.Fatalf("%s: %s", token, textOf(res))
+			}
+		}
+		if n := e.effectCount(); n != 3 {
+			t.Fatalf("%d effects, want 3: one per principal", n)
+		}
+		for _, k := range [][2]string{{"acme", "agent"}, {"acme", "alice"}, {"globex", "other"}} {
+			if _, err := e.store.GetByKey(context.Background(), k[0], "mcp/tickets/create_ticket/"+k[1]+"/daily report"); err != nil {
+				t.Errorf("%v: %v", k, err)
+			}
+		}
+	})
+}

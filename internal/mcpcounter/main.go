@@ -1,0 +1,177 @@
+// Command mcpcounter is the reference MCP server of idemgate's MCP proxy
+// tests, drills and benchmarks: its write tools append each effect they
+// make to a file, so that a test counts effects, not answers, across the
+// server's restarts, and count_effects (read-only) says how many there
+// are. It serves stdio by default, or Streamable HTTP with -http, where a
+// bearer token (-token) is required.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	effects := flag.String("effects", os.Getenv("MCPCOUNTER_EFFECTS"), "the file effects are appended to")
+	addr := flag.String("http", "", "serve Streamable HTTP at this address (/mcp) instead of stdio")
+	token := flag.String("token", "", "with -http, the bearer token required")
+	flag.Parse()
+	if *effects == "" {
+		log.Fatal("mcpcounter: -effects FILE (or MCPCOUNTER_EFFECTS) is required")
+	}
+	srv := newServer(&ledger{path: *effects})
+	if *addr == "" {
+		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("listening", ln.Addr())
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if *token != "" && r.Header.Get("Authorization") != "Bearer "+*token {
+			http.Error(w, "bad token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})))
+}
+
+// ledger is the effects file.
+type ledger struct {
+	mu   sync.Mutex
+	path string
+}
+
+// effect appends one effect and returns how many there are now.
+func (l *ledger) effect(tool string, args any) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line, _ := json.Marshal(map[string]any{"tool": tool, "args": args})
+	f, err := os.OpenFile(l.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, err
+	}
+	f.Close()
+	return l.countLocked()
+}
+
+func (l *ledger) count() (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.countLocked()
+}
+
+func (l *ledger) countLocked() (int, error) {
+	b, err := os.ReadFile(l.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	return strings.Count(string(b), "\n"), err
+}
+
+type ticket struct {
+	Title         string `json:"title"`
+	SourceEventID string `json:"source_event_id,omitempty"`
+}
+
+type slow struct {
+	Title string `json:"title"`
+	MS    int    `json:"ms"`
+}
+
+type deploy struct {
+	Environment string `json:"environment"`
+	Artifact    string `json:"artifact"`
+}
+
+type note struct {
+	Intent string `json:"intent"`
+	Text   string `json:"text"`
+}
+
+type created struct {
+	ID    string `json:"id"`
+	Count int    `json:"count"`
+}
+
+type none struct{}
+
+func newServer(l *ledger) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcpcounter", Version: "1"}, nil)
+	write := func(tool string) func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, created, error) {
+		return func(_ context.Context, _ *mcp.CallToolRequest, args any) (*mcp.CallToolResult, created, error) {
+			n, err := l.effect(tool, args)
+			return nil, created{ID: fmt.Sprintf("T-%d", n), Count: n}, err
+		}
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "create_ticket", Description: "Create a ticket (a write)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in ticket) (*mcp.CallToolResult, created, error) {
+			return write("create_ticket")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "deploy", Description: "Deploy an artifact (a write)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in deploy) (*mcp.CallToolResult, created, error) {
+			return write("deploy")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "note", Description: "Write a note (a write whose own argument is intent)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in note) (*mcp.CallToolResult, created, error) {
+			return write("note")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_ticket", Description: "Create a ticket after ms milliseconds, even if the caller left."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in slow) (*mcp.CallToolResult, created, error) {
+			time.Sleep(time.Duration(in.MS) * time.Millisecond)
+			return write("slow_ticket")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "die", Description: "Create a ticket, then exit before answering."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in ticket) (*mcp.CallToolResult, created, error) {
+			_, _ = l.effect("die", in)
+			os.Exit(3)
+			return nil, created{}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "Refuse, with isError: nothing is created."},
+		func(context.Context, *mcp.CallToolRequest, ticket) (*mcp.CallToolResult, created, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "refused"}}}, created{}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "rpc_error", Description: "Answer a JSON-RPC error.", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: -32010, Message: "the server refused"}
+		})
+	s.AddTool(&mcp.Tool{Name: "trace", Description: "Say the traceparent the call carried.", InputSchema: map[string]any{"type": "object"}},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			tp, _ := r.Params.Meta["traceparent"].(string)
+			args := string(r.Params.Arguments)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tp + " " + args}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "count_effects", Description: "How many effects there are (read-only).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, none) (*mcp.CallToolResult, created, error) {
+			n, err := l.count()
+			return nil, created{Count: n}, err
+		})
+	return s
+}

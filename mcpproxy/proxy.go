@@ -1,0 +1,194 @@
+// Package mcpproxy is idemgate in front of MCP servers (docs/design.md,
+// "MCP proxy"): each configured server is served at /mcp/{name} over
+// Streamable HTTP, and each guarded tool call is an operation of the
+// caller's tenant, taken through the keyed write path of package
+// httpidem exactly as a keyed HTTP write is: reserved under the key its
+// intent names, fingerprinted by its arguments, forwarded once, recorded,
+// replayed, refused when changed, in progress, unknown or waiting for a
+// human. Both sides speak through the official MCP Go SDK.
+//
+// proxy.go is the wiring, upstream.go the connection to each server
+// (started again when it dies), tools.go what the proxy lists and checks
+// of a tool, call.go a guarded call through the keyed write path,
+// answer.go the answer a model reads, status.go operation_status.
+package mcpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// Server is one MCP server behind the proxy: a stdio server the proxy
+// starts (Command, with Env added to its environment), or a Streamable
+// HTTP server (URL, sent Headers, which no client ever sees).
+type Server struct {
+	Name    string
+	Command []string
+	Env     []string
+	URL     string
+	Headers map[string]string
+	// Timeout bounds a call: one unanswered past it is unknown (30s).
+	Timeout time.Duration
+	// Tools are the tools' own settings, by name.
+	Tools map[string]Tool
+}
+
+// Tool is a tool's settings. Guard, if set, decides whether it is
+// guarded; otherwise it is unless the server says readOnlyHint. The rest
+// are its operations' policies, as a route's.
+type Tool struct {
+	Guard                       *bool
+	BusinessKey, ConcurrencyKey string
+	Retention, Lease            time.Duration
+	Approval                    *approval.Policy
+}
+
+// Store is what the proxy reads itself: an operation by its key, for
+// operation_status. Every step of a call goes through httpidem.
+type Store interface {
+	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
+}
+
+// Options configure the proxy. Servers, DataPlane, Caller and Store are
+// required.
+type Options struct {
+	Servers []Server
+	// DataPlane is the keyed write path's options (its store, the tenant's
+	// limits, the audit log, the metrics), as the gateway's routes are
+	// built with: the tools' routes and the caller are the proxy's own.
+	DataPlane httpidem.Options
+	// Caller is the principal the listener's authentication found.
+	Caller func(r *http.Request) (approval.Principal, bool)
+	Store  Store
+	// ApprovalURL is where a human decides an approval: the web page.
+	ApprovalURL func(id string) string
+	Logger      *slog.Logger
+}
+
+// Proxy serves the configured MCP servers.
+type Proxy struct {
+	opts    Options
+	servers map[string]*proxied
+	handler http.Handler
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New starts a connection to every server and waits, up to each one's
+// timeout, for its tools: a client that connects at once sees them. A
+// server that is not up by then is connected to in the background.
+func New(opts Options) (*Proxy, error) {
+	if opts.Caller == nil || opts.Store == nil || opts.DataPlane.Store == nil {
+		return nil, errors.New("mcpproxy: Caller, Store and DataPlane.Store are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ApprovalURL == nil {
+		opts.ApprovalURL = func(id string) string { return "/ui/approvals/" + id }
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	p := &Proxy{opts: opts, servers: map[string]*proxied{}, stop: stop}
+	for _, s := range opts.Servers {
+		if s.Timeout <= 0 {
+			s.Timeout = 30 * time.Second
+		}
+		if _, dup := p.servers[s.Name]; dup || s.Name == "" {
+			stop()
+			return nil, fmt.Errorf("mcpproxy: server %q is unnamed or named twice", s.Name)
+		}
+		p.servers[s.Name] = newProxied(p, s)
+	}
+	for _, ps := range p.servers {
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); ps.up.run(ctx) }()
+	}
+	for _, ps := range p.servers {
+		_, _ = ps.up.current(ctx, ps.cfg.Timeout)
+	}
+	p.handler = p.mux()
+	return p, nil
+}
+
+// Handler serves contract.MCPPath + "/{name}"; the caller puts it behind
+// authentication. An unknown name is 404.
+func (p *Proxy) Handler() http.Handler { return p.handler }
+
+// Close stops every server the proxy started, and closes every session.
+func (p *Proxy) Close() {
+	p.stop()
+	p.wg.Wait()
+}
+
+// Started is how many sessions server has had (its stdio processes):
+// more than one means it was restarted.
+func (p *Proxy) Started(server string) int {
+	if ps := p.servers[server]; ps != nil {
+		return ps.up.Started()
+	}
+	return 0
+}
+
+func (p *Proxy) mux() http.Handler {
+	mux := http.NewServeMux()
+	for name, ps := range p.servers {
+		mux.Handle(contract.MCPPath+"/"+name, p.caller(ps.http))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		contract.NewProblem(contract.CodeNotFound, "no MCP server at "+r.URL.EscapedPath()).Write(w)
+	})
+	return mux
+}
+
+// proxied is one server as the proxy serves it: its upstream, the MCP
+// server its clients talk to, and the keyed write path of its tools.
+type proxied struct {
+	p    *Proxy
+	cfg  Server
+	up   *upstream
+	srv  *mcp.Server
+	http http.Handler
+
+	mu    sync.Mutex
+	tools map[string]*tool
+	m     *httpidem.Middleware
+}
+
+func newProxied(p *Proxy, s Server) *proxied {
+	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}}
+	ps.srv = mcp.NewServer(&mcp.Implementation{Name: "idemgate/" + s.Name, Version: "1"}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		Logger:       p.opts.Logger,
+	})
+	ps.srv.AddTool(statusTool(), ps.status)
+	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
+	ps.up.connected = ps.list
+	ps.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ps.srv },
+		&mcp.StreamableHTTPOptions{Logger: p.opts.Logger})
+	return ps
+}
+
+// refresh lists the tools again after the server said they changed.
+func (ps *proxied) refresh() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ps.cfg.Timeout)
+		defer cancel()
+		if s, err := ps.up.current(ctx, 0); err == nil {
+			if err := ps.list(ctx, s); err != nil {
+				ps.p.opts.Logger.Warn("mcp server: listing its tools", slog.String("error", err.Error()))
+			}
+		}
+	}()
+}

@@ -1,0 +1,212 @@
+package mcpproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemgate/idemgate/httpidem"
+)
+
+// MaxIntent bounds an intent, in characters.
+const MaxIntent = 128
+
+// intentDescription is what a model reads of the intent argument.
+const intentDescription = "Your name for this intended action: the same name when you retry it, a new name for a " +
+	"new action. 1 to 128 printable ASCII characters."
+
+// tool is one of the upstream's tools as the proxy serves it.
+type tool struct {
+	name    string
+	guarded bool
+	intent  string // the argument that carries the intent: "intent", or "_intent"
+	path    string // its route in the keyed write path
+}
+
+// guarded decides whether a tool is guarded: by its setting if it has
+// one, else unless the server says it only reads. An annotation is the
+// server's hint, never enough on its own to relax a configured guard.
+func guarded(setting *bool, t *mcp.Tool) bool {
+	if setting != nil {
+		return *setting
+	}
+	return t.Annotations == nil || !t.Annotations.ReadOnlyHint
+}
+
+// list reads the server's tools, and serves them: each guarded tool with
+// its intent argument, behind a keyed write path rebuilt for the list.
+func (ps *proxied) list(ctx context.Context, s *mcp.ClientSession) error {
+	var ups []*mcp.Tool
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return err
+		}
+		ups = append(ups, t)
+	}
+	slices.SortFunc(ups, func(a, b *mcp.Tool) int { return cmpString(a.Name, b.Name) })
+	tools := map[string]*tool{}
+	var routes []httpidem.Route
+	served := make([]*mcp.Tool, 0, len(ups))
+	for i, up := range ups {
+		if up.Name == statusToolName {
+			ps.p.opts.Logger.Warn("mcp server: a tool named " + statusToolName + " is hidden by the proxy's own")
+			continue
+		}
+		t := &tool{name: up.Name, guarded: guarded(ps.cfg.Tools[up.Name].Guard, up),
+			path: "/mcp/" + ps.cfg.Name + "/tools/" + strconv.Itoa(i)}
+		shown := up
+		if t.guarded {
+			route, schema, err := ps.route(t, up)
+			if err != nil {
+				ps.p.opts.Logger.Warn("mcp server: tool left out", "tool", up.Name, "error", err.Error())
+				continue
+			}
+			routes, shown = append(routes, route), schema
+		}
+		tools[up.Name], served = t, append(served, shown)
+	}
+	opts := ps.p.opts.DataPlane
+	opts.Routes, opts.Tenant, opts.Principal = routes, tenantOf, principalOf
+	m, err := httpidem.New(opts)
+	if err != nil {
+		return err
+	}
+	ps.publish(tools, m, served)
+	return nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// publish swaps in a new list of tools and their keyed write path, and
+// tells the proxy's clients (the SDK sends tools/list_changed).
+func (ps *proxied) publish(tools map[string]*tool, m *httpidem.Middleware, served []*mcp.Tool) {
+	ps.mu.Lock()
+	old := ps.tools
+	ps.tools, ps.m = tools, m
+	ps.mu.Unlock()
+	var gone []string
+	for name := range old {
+		if _, ok := tools[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		ps.srv.RemoveTools(gone...)
+	}
+	for _, t := range served {
+		ps.srv.AddTool(t, ps.handle(t.Name))
+	}
+}
+
+// route is a guarded tool's route, and the tool as its clients see it:
+// its input schema with the intent argument, required.
+func (ps *proxied) route(t *tool, up *mcp.Tool) (httpidem.Route, *mcp.Tool, error) {
+	raw, err := json.Marshal(up.InputSchema)
+	if err != nil {
+		return httpidem.Route{}, nil, err
+	}
+	validate, err := validator(raw)
+	if err != nil {
+		return httpidem.Route{}, nil, fmt.Errorf("its input schema: %w", err)
+	}
+	schema, intent, err := withIntent(raw)
+	if err != nil {
+		return httpidem.Route{}, nil, err
+	}
+	t.intent = intent
+	shown := *up
+	shown.InputSchema = schema
+	c := ps.cfg.Tools[up.Name]
+	return httpidem.Route{Method: http.MethodPost, Pattern: t.path, MCPServer: ps.cfg.Name, MCPTool: up.Name,
+		Validate: validate, BusinessKey: c.BusinessKey, ConcurrencyKey: c.ConcurrencyKey, Lease: c.Lease,
+		Retention: c.Retention, Approval: c.Approval}, &shown, nil
+}
+
+// withIntent adds the intent argument to an object schema, required: it
+// is "intent", or "_intent" when the tool has an argument "intent".
+func withIntent(raw []byte) (map[string]any, string, error) {
+	var s map[string]any
+	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
+		return nil, "", errors.New("its input schema is not a JSON object")
+	}
+	props, _ := s["properties"].(map[string]any)
+	props = maps.Clone(props)
+	if props == nil {
+		props = map[string]any{}
+	}
+	name := "intent"
+	if _, taken := props[name]; taken {
+		name = "_intent"
+	}
+	if _, taken := props[name]; taken {
+		return nil, "", errors.New("it has arguments intent and _intent: the proxy has no name left for the intent")
+	}
+	props[name] = map[string]any{"type": "string", "minLength": 1, "maxLength": MaxIntent,
+		"pattern": "^[\\x20-\\x7e]+$", "description": intentDescription}
+	required, _ := s["required"].([]any)
+	s["properties"], s["required"] = props, append(slices.Clone(required), name)
+	s["type"] = "object"
+	return s, name, nil
+}
+
+// validator checks a call's arguments (the intent removed) against the
+// tool's own input schema; a schema the validator cannot compile leaves
+// the tool out rather than its calls unchecked. Remote references are
+// never fetched.
+func validator(raw []byte) (func(any) (any, error), error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	if err := c.AddResource("tool.json", doc); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile("tool.json")
+	if err != nil {
+		return nil, err
+	}
+	return func(args any) (any, error) {
+		if args == nil {
+			args = map[string]any{}
+		}
+		if err := sch.Validate(args); err != nil {
+			return nil, fmt.Errorf("the arguments do not match the tool's input schema: %v", err)
+		}
+		return args, nil
+	}, nil
+}
+
+// noLoader refuses every remote reference of a server's schema.
+type noLoader struct{}
+
+// Load implements jsonschema.URLLoader.
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s: the proxy loads no schema from elsewhere", url)
+}
+
+// lookup is the tool named name and the keyed write path now served.
+func (ps *proxied) lookup(name string) (*tool, *httpidem.Middleware) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.tools[name], ps.m
+}

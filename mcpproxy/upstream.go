@@ -1,0 +1,191 @@
+package mcpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// errNotSent is a call that never left the proxy: no upstream session
+// could be had. Nothing happened, so the operation is released.
+var errNotSent = errors.New("the MCP server is not connected")
+
+// upstream is one MCP server's connection, kept up: a stdio server is
+// started, and started again whenever it exits; a Streamable HTTP server
+// is connected to again whenever its session ends.
+type upstream struct {
+	cfg    Server
+	log    *slog.Logger
+	client *mcp.Client
+	// connected hears each new session, before any call uses it (the
+	// proxy lists its tools then).
+	connected func(ctx context.Context, s *mcp.ClientSession) error
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	ready   chan struct{} // closed once session is set; replaced when it ends
+	starts  int           // sessions opened so far
+}
+
+func newUpstream(cfg Server, log *slog.Logger, listChanged func()) *upstream {
+	u := &upstream{cfg: cfg, log: log.With(slog.String("mcp_server", cfg.Name)), ready: make(chan struct{})}
+	u.client = mcp.NewClient(&mcp.Implementation{Name: "idemgate-mcp-proxy", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
+	})
+	return u
+}
+
+// run keeps a session open until ctx ends, with a backoff between tries.
+func (u *upstream) run(ctx context.Context) {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		s, err := u.connect(ctx)
+		if err != nil {
+			u.log.Warn("mcp server: connect", slog.String("error", err.Error()))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(wait*2, 5*time.Second)
+			continue
+		}
+		wait = 50 * time.Millisecond
+		stop := context.AfterFunc(ctx, func() { _ = s.Close() }) // a proxy closing ends an HTTP session too
+		_ = s.Wait()                                             // the process exited, or the session ended
+		stop()
+		u.lost(s)
+		if ctx.Err() == nil {
+			u.log.Warn("mcp server: session ended; reconnecting")
+		}
+	}
+}
+
+// connect opens a session and publishes it once its tools are known.
+func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
+	defer cancel()
+	s, err := u.client.Connect(cctx, u.transport(ctx), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.connected(cctx, s); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("listing its tools: %w", err)
+	}
+	u.mu.Lock()
+	u.session = s
+	u.starts++
+	close(u.ready)
+	u.mu.Unlock()
+	return s, nil
+}
+
+// lost forgets a session that ended: calls wait for the next one.
+func (u *upstream) lost(s *mcp.ClientSession) {
+	_ = s.Close()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == s {
+		u.session, u.ready = nil, make(chan struct{})
+	}
+}
+
+// transport is a new connection's: the command, started anew (its
+// process lives as long as ctx), or the URL with the configured headers.
+func (u *upstream) transport(ctx context.Context) mcp.Transport {
+	if len(u.cfg.Command) > 0 {
+		cmd := exec.CommandContext(ctx, u.cfg.Command[0], u.cfg.Command[1:]...)
+		cmd.Env = append(os.Environ(), u.cfg.Env...)
+		cmd.Stderr = os.Stderr
+		return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
+	}
+	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true,
+		HTTPClient: &http.Client{Transport: withHeaders{headers: u.cfg.Headers, next: http.DefaultTransport}}}
+}
+
+// current is the open session, waiting at most wait for one.
+func (u *upstream) current(ctx context.Context, wait time.Duration) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	s, ready := u.session, u.ready
+	u.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return u.current(ctx, 0)
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, errNotSent
+}
+
+// Started is how many sessions the upstream has had: a stdio server's
+// processes, counted for tests of its restarts.
+func (u *upstream) Started() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.starts
+}
+
+// call sends a tools/call. Its error is errNotSent when nothing was sent,
+// a *jsonrpc.Error when the server answered with one, and anything else
+// when the call was sent and no answer came (a timeout, a lost
+// connection): nobody knows whether it took effect.
+func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	s, err := u.current(ctx, u.cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.CallTool(ctx, p)
+	if err != nil && !answered(err) {
+		return nil, fmt.Errorf("%w (%v)", errNoAnswer, err)
+	}
+	return res, err
+}
+
+// errNoAnswer is a call sent that got no answer.
+var errNoAnswer = errors.New("no answer from the MCP server")
+
+// answered reports whether err is the server's own JSON-RPC error, not
+// one the SDK makes when the connection closes.
+func answered(err error) bool {
+	var werr *jsonrpc.Error
+	if !errors.As(err, &werr) {
+		return false
+	}
+	switch werr.Code {
+	case -32003, -32004, -32005: // client closing, server closing, rejected by transport
+		return false
+	}
+	return true
+}
+
+// withHeaders adds an HTTP MCP server's configured headers (its
+// credentials) to every request the proxy sends it; they never reach the
+// proxy's own clients.
+type withHeaders struct {
+	headers map[string]string
+	next    http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t withHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	return t.next.RoundTrip(r)
+}
