@@ -50,8 +50,10 @@ func (ps *proxied) handle(name string) mcp.ToolHandler {
 func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, ps.cfg.Timeout)
 	defer cancel()
-	p := &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments, Meta: forwardedMeta(req.Params.Meta)}
+	ctx, span, meta := ps.toolSpan(ctx, req.Params.Name, "", forwardedMeta(req.Params.Meta))
+	p := &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments, Meta: meta}
 	res, err := ps.up.call(ctx, p)
+	endToolSpan(span, res, err)
 	if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 		return refusal(contract.CodeUpstreamUnavailable, err.Error(), nil), nil
 	}
@@ -184,7 +186,9 @@ func (ps *proxied) send(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ps.cfg.Timeout)
 	defer cancel()
-	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(body), Meta: c.meta})
+	ctx, span, meta := ps.toolSpan(ctx, c.tool.name, exec.OperationID(), c.meta)
+	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(body), Meta: meta})
+	endToolSpan(span, res, err)
 	var rpc *jsonrpc.Error
 	switch {
 	case errors.Is(err, errNotSent):

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -75,6 +76,10 @@ type Options struct {
 	// ApprovalURL is where a human decides an approval: the web page.
 	ApprovalURL func(id string) string
 	Logger      *slog.Logger
+	// Tracer, if set, traces each call sent upstream (a client span,
+	// "tools/call TOOL") and hands its trace context on in the call's
+	// _meta; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // Proxy serves the configured MCP servers.

@@ -113,6 +113,15 @@ func New(tp *sdktrace.TracerProvider) *Tracing {
 	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/idemgate/idemgate"), prop: propagation.TraceContext{}}
 }
 
+// Tracer is the tracer of spans beside the HTTP ones (the MCP proxy's
+// tool calls); nil when tracing is off.
+func (t *Tracing) Tracer() trace.Tracer {
+	if t == nil {
+		return nil
+	}
+	return t.tracer
+}
+
 // Flush exports the spans queued so far, and returns once they are.
 func (t *Tracing) Flush(ctx context.Context) error {
 	if t == nil {

@@ -20,7 +20,7 @@ func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
 		servers = append(servers, mcpServer(c))
 	}
 	return mcpproxy.New(mcpproxy.Options{Servers: servers, DataPlane: sn.gw.DataPlane(), Caller: gateway.CallerOf,
-		Store: s.store, Logger: s.log, ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
+		Store: s.store, Logger: s.log, Tracer: s.tracing.Tracer(), ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
 }
 
 // mcpServer is one configured server as the proxy takes it.
