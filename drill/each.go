@@ -83,10 +83,8 @@ func (r *Runner) longPause(ctx context.Context) Result {
 	a := r.next()
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
 		_ = r.proxy.Next(Fault{Kind: Delay, Delay: time.Second})
-		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		r.send(short, a) // the client gives up; the target applies it later
-		cancel()
-		time.Sleep(1500 * time.Millisecond) // a long pause: past a short lease
+		r.giveUpInFlight(ctx, a, 300*time.Millisecond) // the target applies it later
+		time.Sleep(1500 * time.Millisecond)            // a long pause: past a short lease
 		n, last := r.retry(ctx, a, 5)
 		return 1 + n, last
 	})
@@ -165,4 +163,31 @@ func (r *Runner) restarted(ctx context.Context) Result {
 		return 1 + n, last
 	})
 	return lostAnswer(res, last)
+}
+
+// giveUpInFlight sends a and gives up after it has reached the proxy
+// and waited there patience, as a client whose timeout ends while the
+// request is on its way. Counting from the moment it was sent instead
+// would, on a loaded machine, give up before it reached the proxy: the
+// delay queued for it would then fall on the retry, and a naive target
+// would seem to pass.
+func (r *Runner) giveUpInFlight(ctx context.Context, a action, patience time.Duration) {
+	before := r.proxy.Counts().Requests
+	short, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.send(short, a) }()
+	for deadline := time.Now().Add(10 * time.Second); r.proxy.Counts().Requests == before && time.Now().Before(deadline); {
+		select {
+		case <-done:
+			return // answered (or refused) before the proxy saw it: nothing to give up
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(patience):
+	}
+	cancel()
+	<-done
 }
