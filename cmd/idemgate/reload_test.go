@@ -164,3 +164,25 @@ func mustReadFile(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// TestReloadRefusesAStrangerNamingIdemgate: a stale pid file whose number
+// another program took, one that merely mentions idemgate in its
+// arguments (a shell, a pager on idemgate's log), is refused: SIGHUP
+// would end it. Only an idemgate serve is signalled.
+func TestReloadRefusesAStrangerNamingIdemgate(t *testing.T) {
+	t.Parallel()
+	stranger := exec.Command("sh", "-c", "sleep 30; :", "/var/log/idemgate/serve.log")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	pidFile := filepath.Join(t.TempDir(), "stale.pid")
+	os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", stranger.Process.Pid), 0o600)
+	r := run(t, "", "reload", "--pid-file", pidFile)
+	if r.code == 0 || !strings.Contains(r.stderr, "is not idemgate") {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	if err := syscall.Kill(stranger.Process.Pid, 0); err != nil {
+		t.Fatalf("the stranger was signalled (SIGHUP ends a shell): %v", err)
+	}
+}
