@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +215,41 @@ func TestTLSConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.text, err, c.want)
 		}
+	}
+}
+
+// TestClientCARotationEndsResumedSessions: once client_ca no longer
+// holds the CA that issued a client's certificate, that client cannot
+// go on by resuming a TLS session (a ticket) it got before: its new
+// connections fail, as a full handshake would, and nothing is reserved.
+func TestClientCARotationEndsResumedSessions(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", `
+  - {name: bot, tenant: acme, roles: [agent], cert_subject: "CN=bot,O=acme"}`)
+	bot := g.ca.ClientPair(t, pkix.Name{CommonName: "bot", Organization: []string{"acme"}})
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: g.ca.Pool(), Certificates: []tls.Certificate{bot},
+			ClientSessionCache: tls.NewLRUClientSessionCache(8)}}}
+	var resumed atomic.Bool
+	c.Transport.(*http.Transport).TLSClientConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+		resumed.Store(cs.DidResume)
+		return nil
+	}
+	for _, key := range []string{"before-1", "before-2"} {
+		if r, err := g.post(c, "", key); err != nil || r.status != 201 {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+	}
+	if !resumed.Load() {
+		t.Fatal("the second connection did not resume the first's session: the test proves nothing")
+	}
+	// The operator withdraws the CA: client_ca now names another one.
+	testenv.WriteFile(t, g.dir, "ca.pem", testenv.NewCA(t, "new client CA").PEM)
+	time.Sleep(1100 * time.Millisecond) // past the check's second
+	if r, err := g.post(c, "", "after"); err == nil {
+		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
+	}
+	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
+		t.Fatal("refused, yet an operation was reserved")
 	}
 }
