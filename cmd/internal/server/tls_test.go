@@ -197,11 +197,18 @@ func TestTLSConfigErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := testenv.NewCA(t, "test CA")
-	c1, _ := ca.Server(t, "a")
+	c1, k1 := ca.Server(t, "a")
 	_, k2 := ca.Server(t, "b")
 	cert := testenv.WriteFile(t, dir, "c1.pem", c1)
 	other := testenv.WriteFile(t, dir, "k2.pem", k2)
 	base := "store: sqlite:x.db\nupstreams: {ops: {url: http://127.0.0.1:1}}\nroutes: [{match: POST /a, upstream: ops}]\n"
+	withCA := "tls: {cert: " + cert + ", key: " + testenv.WriteFile(t, dir, "k1.pem", k1) + ", client_ca: " + cert + "}\n"
+	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=ops+OU=eu,O=acme,C=FR", `CN=a\,b,O=acme`, "1.2.3.4=#0c0178,CN=x"} {
+		text := base + withCA + fmt.Sprintf("principals: [{name: x, tenant: t, cert_subject: %q}]\n", subject)
+		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
+			t.Errorf("%s, as Go writes it: %v", subject, err)
+		}
+	}
 	for _, c := range []struct{ text, want string }{
 		{"tls: {cert: " + cert + "}\n", "gw.yaml:4: tls: cert and key are both required"},
 		{"tls: {cert: " + cert + ", key: /nonexistent.pem}\n", "gw.yaml:4: tls:"},
@@ -210,6 +217,12 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
 		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
 		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
+		// A subject in another order or spelling would never match the
+		// one Go writes: refused, with the form to write.
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "O=acme,CN=bot"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot, O=acme"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "cn=bot,o=acme"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops,OU=eu"}]` + "\n", `write "CN=bot,OU=ops+OU=eu"`},
 	} {
 		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
