@@ -80,3 +80,17 @@ func TestWebhookEdges(t *testing.T) {
 		}
 	})
 }
+
+// TestZeroLeeway: leeway: 0s, written, is no leeway (not the default
+// 30s): a token a second past its exp is refused, and reserves nothing.
+func TestZeroLeeway(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, ", leeway: 0s")
+	late := sign(t, p, "k1", claims(p, map[string]any{"exp": time.Now().Add(-time.Second).Unix()}))
+	if r := e.do("POST", "/v1/tickets", late, `{"title":"a"}`, "Idempotency-Key", "late"); r.status != 401 {
+		t.Fatalf("a token past its exp, leeway 0s: %+v", r)
+	}
+	if len(e.operations()) != 0 || e.up.count("/v1/tickets") != 0 {
+		t.Fatal("reserved or forwarded")
+	}
+}
