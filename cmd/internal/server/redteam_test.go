@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,5 +93,35 @@ func TestZeroLeeway(t *testing.T) {
 	}
 	if len(e.operations()) != 0 || e.up.count("/v1/tickets") != 0 {
 		t.Fatal("reserved or forwarded")
+	}
+}
+
+// TestSignedButUnusableWebhooks: a delivery whose signature is good but
+// whose body is not JSON, or (stripe) without its /id, is refused
+// with nothing reserved or forwarded; the sender is told why.
+func TestSignedButUnusableWebhooks(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, webhookRoutes)
+	now := time.Now()
+	for _, h := range hooks("unusable") {
+		// (An empty body, signed, is a keyed POST without a body, as on
+		// any route; stripe's has no /id.)
+		bodies := []string{"not json", `{"id":`}
+		if h.scheme == webhook.Stripe {
+			bodies = append(bodies, "", `{"object":"event"}`, `{"id":""}`, `{"id":{"x":1}}`)
+		}
+		for i, body := range bodies {
+			r := e.deliver(h, fmt.Sprint(h.id, "-", i), body, now)
+			if r.status < 400 || r.status >= 500 {
+				t.Errorf("%s, body %q: %d %s", h.route, body, r.status, r.body)
+			}
+		}
+		if n := e.up.count(h.path()); n != 0 {
+			t.Errorf("%s: %d effects", h.route, n)
+		}
+	}
+	if ops := e.operations(); len(ops) != 0 {
+		t.Fatalf("%d operations reserved, the first %+v", len(ops), ops[0])
 	}
 }
