@@ -115,10 +115,11 @@ func signalReload(pidFile string, cmd *cobra.Command) error {
 }
 
 // isServe reports whether a /proc cmdline (arguments separated by NULs)
-// is an idemgate serve: its program is named idemgate (idemgate.test in
-// tests) and serve is among its arguments. A program that merely mentions
-// idemgate (a shell, a pager on its log) is not one: SIGHUP would end it.
+// is an idemgate serve: its program's path names idemgate (idemgate.test
+// in tests, /opt/idemgate/bin/gw) and serve is among its arguments. A
+// program that merely mentions idemgate in its arguments (a shell, a pager
+// on its log) is not one: SIGHUP would end it.
 func isServe(cmdline []byte) bool {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	return strings.HasPrefix(filepath.Base(args[0]), "idemgate") && slices.Contains(args[1:], "serve")
+	return strings.Contains(args[0], "idemgate") && slices.Contains(args[1:], "serve")
 }
