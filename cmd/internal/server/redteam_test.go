@@ -10,6 +10,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/inbox/webhook"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/idp"
 )
 
 // TestReloadRemovingJWTRefusesTokens: a JWT admin may reload through the
@@ -123,5 +124,34 @@ func TestSignedButUnusableWebhooks(t *testing.T) {
 	}
 	if ops := e.operations(); len(ops) != 0 {
 		t.Fatalf("%d operations reserved, the first %+v", len(ops), ops[0])
+	}
+}
+
+// TestKidlessToken: a token without a kid is verified against every key
+// of the JWKS (the second of two here), and one signed by no key of it is
+// refused, without a fetch per token.
+func TestKidlessToken(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, ", min_refresh: 1h")
+	k2, err := p.AddKey("k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := idp.SignWith(k2, "", claims(p, nil))
+	if r := e.do("POST", "/v1/tickets", tok, `{"title":"a"}`, "Idempotency-Key", "kidless"); r.status != 201 {
+		t.Fatalf("a kid-less token of a published key: %+v", r)
+	}
+	stranger, _ := idp.NewKey()
+	for i := range 5 {
+		forged, _ := idp.SignWith(stranger, "", claims(p, map[string]any{"jti": i}))
+		if r := e.do("POST", "/v1/tickets", forged, `{}`, "Idempotency-Key", fmt.Sprint("forged-", i)); r.status != 401 {
+			t.Fatalf("a kid-less token of no published key: %+v", r)
+		}
+	}
+	if n := p.Fetches(); n != 1 {
+		t.Fatalf("%d fetches", n)
+	}
+	if e.up.count("/v1/tickets") != 1 {
+		t.Fatalf("%d effects", e.up.count("/v1/tickets"))
 	}
 }
