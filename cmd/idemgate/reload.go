@@ -114,6 +114,16 @@ func signalReload(pidFile string, cmd *cobra.Command) error {
 	return nil
 }
 
+// removePidFile removes the pid file if it still names this process: a
+// serve started after this one on the same file (a deploy that starts the
+// new one, then stops the old) keeps its file, and its reloads.
+func removePidFile(path string) {
+	data, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(os.Getpid()) {
+		_ = os.Remove(path)
+	}
+}
+
 // isServe reports whether a /proc cmdline (arguments separated by NULs)
 // is an idemgate serve: its program's path names idemgate (idemgate.test
 // in tests, /opt/idemgate/bin/gw) and serve is among its arguments. A
