@@ -11,6 +11,7 @@ FUZZ_CHECKPOINT ?= 20000x
 FUZZ_SCENARIO ?= 20000x
 FUZZ_WEBHOOK ?= 50000x
 FUZZ_CLAIMS ?= 20000x
+FUZZ_SUBJECT ?= 50000x
 FUZZ_CONFIG ?= 50000x
 FUZZ_KEYFROM ?= 100000x
 FUZZ_MCP_CALL ?= 20000x
@@ -76,6 +77,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzStripeHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzGitHubHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
+	go test -run '^$$' -fuzz '^FuzzCanonicalSubject$$' -fuzztime $(FUZZ_SUBJECT) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox

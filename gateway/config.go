@@ -433,6 +433,10 @@ func (c *Config) checkPrincipal(p *Principal) error {
 	case p.CertSubject != "" && !strings.Contains(p.CertSubject, "="):
 		return c.errorf(p.line, "principal %q: cert_subject %q: want a distinguished name, CN=…,O=…", p.Name,
 			p.CertSubject)
+	case p.CertSubject != "" && !isCanonicalSubject(p.CertSubject):
+		canon, _ := canonicalSubject(p.CertSubject)
+		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared as Go writes a "+
+			"certificate's subject (RFC 2253, most specific first, no spaces): write %q", p.Name, p.CertSubject, canon)
 	case p.TokenSHA256 == "" && p.CertSubject != "":
 		return nil // the certificate alone
 	}

@@ -29,7 +29,8 @@ type JWTConfig struct {
 	TenantClaim string `yaml:"tenant_claim"`
 	RolesClaim  string `yaml:"roles_claim"`
 	NameClaim   string `yaml:"name_claim"`
-	// Leeway is the clock skew allowed on exp and nbf (30s).
+	// Leeway is the clock skew allowed on exp and nbf (30s when not
+	// written; leeway: 0s, written, is none).
 	Leeway time.Duration `yaml:"leeway"`
 	// MinRefresh is the shortest time between two fetches of the JWKS
 	// (10s): an unknown kid makes one fetch at most that often, so that
@@ -45,6 +46,7 @@ type JWTConfig struct {
 	Algorithms []string `yaml:"algorithms"`
 
 	line int
+	keys map[string]int // the lines of the keys written, to tell 0s from unset
 }
 
 // JWTPrefix begins the name of every principal a JWT authenticates
@@ -91,7 +93,7 @@ func (j *JWTConfig) defaults() {
 	if j.NameClaim == "" {
 		j.NameClaim = "sub"
 	}
-	if j.Leeway == 0 {
+	if _, written := j.keys["leeway"]; j.Leeway == 0 && !written {
 		j.Leeway = 30 * time.Second
 	}
 	if j.MinRefresh == 0 {

@@ -28,6 +28,7 @@ func recordLines(root *yaml.Node, cfg *Config) {
 		case "auth":
 			if cfg.Auth.JWT != nil {
 				cfg.Auth.JWT.line = keyLine(val, "jwt", doc.Content[i].Line)
+				cfg.Auth.JWT.keys = keyLines(val, "jwt")
 			}
 		case "tls":
 			if cfg.TLS != nil {

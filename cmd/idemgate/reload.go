@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,8 +101,7 @@ func signalReload(pidFile string, cmd *cobra.Command) error {
 	if err != nil || pid <= 1 {
 		return fmt.Errorf("pid file %s: %q is no process id", pidFile, bytes.TrimSpace(data))
 	}
-	if args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil &&
-		!bytes.Contains(args, []byte("idemgate")) {
+	if args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && !isServe(args) {
 		return fmt.Errorf("pid file %s: process %d is not idemgate (a stale pid file?)", pidFile, pid)
 	}
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
@@ -112,4 +112,24 @@ func signalReload(pidFile string, cmd *cobra.Command) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "sent SIGHUP to %d: the gateway's log says whether the file was applied\n", pid)
 	return nil
+}
+
+// removePidFile removes the pid file if it still names this process: a
+// serve started after this one on the same file (a deploy that starts the
+// new one, then stops the old) keeps its file, and its reloads.
+func removePidFile(path string) {
+	data, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(os.Getpid()) {
+		_ = os.Remove(path)
+	}
+}
+
+// isServe reports whether a /proc cmdline (arguments separated by NULs)
+// is an idemgate serve: its program's path names idemgate (idemgate.test
+// in tests, /opt/idemgate/bin/gw) and serve is among its arguments. A
+// program that merely mentions idemgate in its arguments (a shell, a pager
+// on its log) is not one: SIGHUP would end it.
+func isServe(cmdline []byte) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	return strings.Contains(args[0], "idemgate") && slices.Contains(args[1:], "serve")
 }

@@ -164,3 +164,65 @@ func mustReadFile(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// TestReloadRefusesAStrangerNamingIdemgate: a stale pid file whose number
+// another program took, one that merely mentions idemgate in its
+// arguments (a shell, a pager on idemgate's log), is refused: SIGHUP
+// would end it. Only an idemgate serve is signalled.
+func TestReloadRefusesAStrangerNamingIdemgate(t *testing.T) {
+	t.Parallel()
+	stranger := exec.Command("sh", "-c", "sleep 30; :", "/var/log/idemgate/serve.log")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	pidFile := filepath.Join(t.TempDir(), "stale.pid")
+	os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", stranger.Process.Pid), 0o600)
+	r := run(t, "", "reload", "--pid-file", pidFile)
+	if r.code == 0 || !strings.Contains(r.stderr, "is not idemgate") {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	if err := syscall.Kill(stranger.Process.Pid, 0); err != nil {
+		t.Fatalf("the stranger was signalled (SIGHUP ends a shell): %v", err)
+	}
+}
+
+// TestPidFileOfTheNextServeSurvives: a serve that stops removes the pid
+// file only while it still names it; a serve started after it on the same
+// pid file (a deploy starting the new one, then stopping the old) keeps
+// its file, and can still be reloaded through it.
+func TestPidFileOfTheNextServeSurvives(t *testing.T) {
+	t.Parallel()
+	up := newSlowUpstream(t, 0)
+	pidFile := filepath.Join(t.TempDir(), "idemgate.pid")
+	names := func(p *testenv.Process) bool {
+		data, _ := os.ReadFile(pidFile)
+		return strings.TrimSpace(string(data)) == fmt.Sprint(p.Cmd.Process.Pid)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited for %s", what)
+			}
+		}
+	}
+	old := startServing(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "a.db"), up.srv.URL, ""), pidFile)
+	waitFor("the old serve's pid file", func() bool { return names(old) })
+	next := startServing(t, writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "b.db"), up.srv.URL, ""), pidFile)
+	waitFor("the next serve's pid file", func() bool { return names(next) })
+	old.Cmd.Process.Signal(syscall.SIGTERM)
+	<-old.Done
+	if !names(next) {
+		t.Fatal("the old serve, stopping, removed the next one's pid file")
+	}
+	if r := run(t, "", "reload", "--pid-file", pidFile); r.code != 0 {
+		t.Fatalf("reload of the next serve: %d %s", r.code, r.stderr)
+	}
+	waitLog(t, next, "configuration reloaded", 1)
+	next.Cmd.Process.Signal(syscall.SIGTERM)
+	<-next.Done
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("the last serve left its pid file: %v", err)
+	}
+}

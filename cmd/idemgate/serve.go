@@ -70,7 +70,7 @@ func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
 		if err := writePidFile(pidFile); err != nil {
 			return err
 		}
-		defer os.Remove(pidFile)
+		defer removePidFile(pidFile)
 	}
 	traces, err := tracing.FromEnv(ctx, buildVersion())
 	if err != nil {

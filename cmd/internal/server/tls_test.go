@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,11 +197,18 @@ func TestTLSConfigErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := testenv.NewCA(t, "test CA")
-	c1, _ := ca.Server(t, "a")
+	c1, k1 := ca.Server(t, "a")
 	_, k2 := ca.Server(t, "b")
 	cert := testenv.WriteFile(t, dir, "c1.pem", c1)
 	other := testenv.WriteFile(t, dir, "k2.pem", k2)
 	base := "store: sqlite:x.db\nupstreams: {ops: {url: http://127.0.0.1:1}}\nroutes: [{match: POST /a, upstream: ops}]\n"
+	withCA := "tls: {cert: " + cert + ", key: " + testenv.WriteFile(t, dir, "k1.pem", k1) + ", client_ca: " + cert + "}\n"
+	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=ops+OU=eu,O=acme,C=FR", `CN=a\,b,O=acme`, "1.2.3.4=#0c0178,CN=x"} {
+		text := base + withCA + fmt.Sprintf("principals: [{name: x, tenant: t, cert_subject: %q}]\n", subject)
+		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
+			t.Errorf("%s, as Go writes it: %v", subject, err)
+		}
+	}
 	for _, c := range []struct{ text, want string }{
 		{"tls: {cert: " + cert + "}\n", "gw.yaml:4: tls: cert and key are both required"},
 		{"tls: {cert: " + cert + ", key: /nonexistent.pem}\n", "gw.yaml:4: tls:"},
@@ -209,10 +217,52 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
 		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
 		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
+		// A subject in another order or spelling would never match the
+		// one Go writes: refused, with the form to write.
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "O=acme,CN=bot"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot, O=acme"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "cn=bot,o=acme"}]` + "\n", `write "CN=bot,O=acme"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops,OU=eu"}]` + "\n", `write "CN=bot,OU=ops+OU=eu"`},
 	} {
 		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.text, err, c.want)
 		}
+	}
+}
+
+// TestClientCARotationEndsResumedSessions: once client_ca no longer
+// holds the CA that issued a client's certificate, that client cannot
+// go on by resuming a TLS session (a ticket) it got before: its new
+// connections fail, as a full handshake would, and nothing is reserved.
+func TestClientCARotationEndsResumedSessions(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", `
+  - {name: bot, tenant: acme, roles: [agent], cert_subject: "CN=bot,O=acme"}`)
+	bot := g.ca.ClientPair(t, pkix.Name{CommonName: "bot", Organization: []string{"acme"}})
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: g.ca.Pool(), Certificates: []tls.Certificate{bot},
+			ClientSessionCache: tls.NewLRUClientSessionCache(8)}}}
+	var resumed atomic.Bool
+	c.Transport.(*http.Transport).TLSClientConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+		resumed.Store(cs.DidResume)
+		return nil
+	}
+	for _, key := range []string{"before-1", "before-2"} {
+		if r, err := g.post(c, "", key); err != nil || r.status != 201 {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+	}
+	if !resumed.Load() {
+		t.Fatal("the second connection did not resume the first's session: the test proves nothing")
+	}
+	// The operator withdraws the CA: client_ca now names another one.
+	testenv.WriteFile(t, g.dir, "ca.pem", testenv.NewCA(t, "new client CA").PEM)
+	time.Sleep(1100 * time.Millisecond) // past the check's second
+	if r, err := g.post(c, "", "after"); err == nil {
+		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
+	}
+	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
+		t.Fatal("refused, yet an operation was reserved")
 	}
 }
