@@ -100,19 +100,23 @@ func TestAuthConfig(t *testing.T) {
 		t.Fatalf("defaults: %+v", j)
 	}
 	for extra, want := range map[string]string{
-		", issuer: ''":          "gw.yaml:21: auth.jwt: issuer",
-		", audience: ''":        "audience is required",
-		", jwks_url: file:///x": "jwks_url",
-		", tenant_claim: ''":    "tenant_claim is required",
-		", algorithms: [HS256]": `algorithm "HS256"`,
-		", algorithms: [none]":  `algorithm "none"`,
-		", leeway: -1s":         "must be positive",
-		", surprise: 1":         `unknown key "surprise"`,
-		", min_refresh: -1s":    "must be positive",
-		", algorithms: [RS256]": "",
-		", roles_claim: a.b.c":  "",
-		", name_claim: email":   "",
-		", max_age: 5m":         "",
+		", issuer: ''":                          "gw.yaml:21: auth.jwt: issuer",
+		", audience: ''":                        "audience is required",
+		", jwks_url: file:///x":                 "jwks_url",
+		", jwks_url: 'http://idp.example/jwks'": "want https (plain http only to a loopback address)",
+		", jwks_url: 'http://127.0.0.1:9/jwks'": "",
+		", jwks_url: 'http://[::1]:9/jwks'":     "",
+		", jwks_url: 'http://localhost:9/jwks'": "",
+		", tenant_claim: ''":                    "tenant_claim is required",
+		", algorithms: [HS256]":                 `algorithm "HS256"`,
+		", algorithms: [none]":                  `algorithm "none"`,
+		", leeway: -1s":                         "must be positive",
+		", surprise: 1":                         `unknown key "surprise"`,
+		", min_refresh: -1s":                    "must be positive",
+		", algorithms: [RS256]":                 "",
+		", roles_claim: a.b.c":                  "",
+		", name_claim: email":                   "",
+		", max_age: 5m":                         "",
 	} {
 		text := goodConfig + fmt.Sprintf(good, extra)
 		if key, _, _ := strings.Cut(strings.TrimPrefix(extra, ", "), ":"); strings.Contains(good, key+": ") {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -71,7 +72,11 @@ func (c *Config) checkAuth() error {
 	case j.Audience == "":
 		return c.errorf(j.line, "auth.jwt: audience is required (one of the tokens' aud)")
 	case !isHTTPURL(j.JWKSURL):
-		return c.errorf(j.line, "auth.jwt: jwks_url %q: want http(s)://host/path", j.JWKSURL)
+		return c.errorf(j.line, "auth.jwt: jwks_url %q: want https://host/path", j.JWKSURL)
+	case !secureOrLoopback(j.JWKSURL):
+		// Keys fetched in clear can be swapped on the way: whoever does it
+		// signs tokens for any tenant.
+		return c.errorf(j.line, "auth.jwt: jwks_url %q: want https (plain http only to a loopback address)", j.JWKSURL)
 	case strings.TrimSpace(j.TenantClaim) == "":
 		return c.errorf(j.line, "auth.jwt: tenant_claim is required (the claim that names the caller's tenant)")
 	case j.Leeway < 0 || j.MinRefresh < 0 || j.MaxAge < 0:
@@ -105,6 +110,24 @@ func (j *JWTConfig) defaults() {
 	if len(j.Algorithms) == 0 {
 		j.Algorithms = asymmetric
 	}
+}
+
+// secureOrLoopback reports whether a URL is https, or http to a loopback
+// address (an identity provider's sidecar, a test's).
+func secureOrLoopback(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	if u.Scheme == "https" {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func isHTTPURL(s string) bool {
