@@ -166,3 +166,18 @@ func BenchmarkAuthenticate(b *testing.B) {
 		})
 	}
 }
+
+// TestReservedPrincipalNames: a configured principal may not take a name
+// idemgate gives its own principals (a JWT's, a webhook route's, a
+// consumer's), or it would be one of them for approvals, intents and the
+// audit log.
+func TestReservedPrincipalNames(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_OPS_TOKEN", "s3cret")
+	for _, name := range []string{"jwt:alice", "webhook:/hooks/stripe", "consumer:billing"} {
+		text := strings.Replace(goodConfig, "{name: support-agent,", "{name: '"+name+"',", 1)
+		_, err := ParseConfig("gw.yaml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), "gw.yaml:10: principal \""+name+"\": names beginning with") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -417,13 +417,31 @@ func (c *Config) checkPrincipals() error {
 	return nil
 }
 
+// reservedNames are the prefixes of the principals idemgate names itself,
+// with whose they are: a configured principal taking one would share its
+// approvals' "never the requester" rule, its MCP intents and its audit
+// lines with them.
+var reservedNames = map[string]string{JWTPrefix: "JWTs' own", "webhook:": "webhook routes' own",
+	"consumer:": "consumers' own"}
+
+// reservedName is the reserved prefix name begins with, or "".
+func reservedName(name string) string {
+	for prefix := range reservedNames {
+		if strings.HasPrefix(name, prefix) {
+			return prefix
+		}
+	}
+	return ""
+}
+
 // checkPrincipal checks one principal and keeps its token's hash.
 func (c *Config) checkPrincipal(p *Principal) error {
 	switch {
 	case p.Name == "" || p.Tenant == "":
 		return c.errorf(p.line, "principal needs a name and a tenant")
-	case strings.HasPrefix(p.Name, JWTPrefix):
-		return c.errorf(p.line, "principal %q: names beginning with %q are JWTs' own", p.Name, JWTPrefix)
+	case reservedName(p.Name) != "":
+		return c.errorf(p.line, "principal %q: names beginning with %q are %s", p.Name, reservedName(p.Name),
+			reservedNames[reservedName(p.Name)])
 	case strings.Contains(p.Tenant, ":"):
 		// The upstream sees "<tenant>:<key>" (UpstreamKey): a colon in a
 		// tenant would let tenant "a:b" and key "c" meet tenant "a", key "b:c".
