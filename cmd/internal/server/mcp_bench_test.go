@@ -18,6 +18,8 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // BenchmarkMCPProxy measures a guarded tools/call through the proxy
@@ -27,7 +29,8 @@ import (
 // the floor the target is stated in, one ledger commit (a reservation);
 // and the floor a guarded call cannot go under, the two durable commits
 // the design asks of it (its reservation before it is sent, its outcome
-// before it is answered). Read ns/op side by side, from one run:
+// before it is answered); and the last two again under
+// durability=relaxed. Read ns/op side by side, from one run:
 //
 //	go test -run '^$' -bench BenchmarkMCPProxy -benchtime 300x -count 3 ./cmd/internal/server
 func BenchmarkMCPProxy(b *testing.B) {
@@ -42,6 +45,12 @@ func BenchmarkMCPProxy(b *testing.B) {
 		b.Run("replay/c=1", func(b *testing.B) { benchReplays(b, proxyURL) })
 		b.Run("commit/c=1", func(b *testing.B) { benchCommit(b, store, false) })
 		b.Run("commits/c=1", func(b *testing.B) { benchCommit(b, store, true) })
+		// The same with durability=relaxed, the store's opt-in: a
+		// completion acknowledged before it reaches the disk.
+		relaxed := db.Open(b, dbtest.Options{SQLite: sqlite.Options{Relaxed: true}, Postgres: postgres.Options{Relaxed: true}})
+		relaxedURL := benchProxy(b, relaxed, db.DSN, upstream)
+		b.Run("proxy-relaxed/c=1", func(b *testing.B) { benchCalls(b, relaxedURL, 1, true) })
+		b.Run("commits-relaxed/c=1", func(b *testing.B) { benchCommit(b, relaxed, true) })
 	})
 }
 
