@@ -180,8 +180,14 @@ func newProxied(p *Proxy, s Server) *proxied {
 	ps.srv.AddTool(statusTool(), ps.status)
 	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
 	ps.up.connected = ps.list
+	// JSONResponse: a call is answered with one application/json body
+	// rather than an SSE stream of one event, which every Streamable HTTP
+	// client accepts and costs a replay about a tenth less. What is not an
+	// answer (an approval's URL elicitation) goes on the session's
+	// standalone stream, which clients open by default; without it the
+	// refusal's text still carries the URL.
 	ps.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ps.srv },
-		&mcp.StreamableHTTPOptions{Logger: p.opts.Logger})
+		&mcp.StreamableHTTPOptions{Logger: p.opts.Logger, JSONResponse: true})
 	return ps
 }
 

@@ -26,6 +26,9 @@ type upstream struct {
 	cfg    Server
 	log    *slog.Logger
 	client *mcp.Client
+	// hc is the HTTP client of a Streamable HTTP server, kept across its
+	// sessions.
+	hc *http.Client
 	// connected hears each new session, before any call uses it (the
 	// proxy lists its tools then).
 	connected func(ctx context.Context, s *mcp.ClientSession) error
@@ -37,7 +40,8 @@ type upstream struct {
 }
 
 func newUpstream(cfg Server, log *slog.Logger, listChanged func()) *upstream {
-	u := &upstream{cfg: cfg, log: log.With(slog.String("mcp_server", cfg.Name)), ready: make(chan struct{})}
+	u := &upstream{cfg: cfg, log: log.With(slog.String("mcp_server", cfg.Name)), ready: make(chan struct{}),
+		hc: &http.Client{Transport: withHeaders{headers: cfg.Headers, next: pooled()}}}
 	u.client = mcp.NewClient(&mcp.Implementation{Name: "idemgate-mcp-proxy", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
 	})
@@ -109,8 +113,21 @@ func (u *upstream) transport(ctx context.Context) mcp.Transport {
 		cmd.Stderr = os.Stderr
 		return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
 	}
-	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true,
-		HTTPClient: &http.Client{Transport: withHeaders{headers: u.cfg.Headers, next: http.DefaultTransport}}}
+	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true, HTTPClient: u.hc}
+}
+
+// maxIdlePerServer is how many idle connections to one HTTP MCP server
+// are kept: each call in flight is a POST of its own, and the default
+// transport keeps 2, so more concurrent calls than that would each dial
+// a new connection.
+const maxIdlePerServer = 64
+
+// pooled is a transport of the proxy's own, keeping maxIdlePerServer idle
+// connections to the server.
+func pooled() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = maxIdlePerServer
+	return t
 }
 
 // current is the open session, waiting at most wait for one.

@@ -18,14 +18,19 @@ import (
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/sqlite"
 )
 
 // BenchmarkMCPProxy measures a guarded tools/call through the proxy
 // beside the same call made straight to the upstream (mcpcounter over
 // Streamable HTTP, which appends and syncs each effect), at 1 and 16
 // concurrent sessions, on both stores; a replay beside the upstream call;
-// and the floor the target is stated in, one ledger commit (a
-// reservation). Read ns/op side by side, from one run:
+// the floor the target is stated in, one ledger commit (a reservation);
+// and the floor a guarded call cannot go under, the two durable commits
+// the design asks of it (its reservation before it is sent, its outcome
+// before it is answered); and the last two again under
+// durability=relaxed. Read ns/op side by side, from one run:
 //
 //	go test -run '^$' -bench BenchmarkMCPProxy -benchtime 300x -count 3 ./cmd/internal/server
 func BenchmarkMCPProxy(b *testing.B) {
@@ -38,7 +43,14 @@ func BenchmarkMCPProxy(b *testing.B) {
 			b.Run(fmt.Sprintf("proxy/c=%d", c), func(b *testing.B) { benchCalls(b, proxyURL, c, true) })
 		}
 		b.Run("replay/c=1", func(b *testing.B) { benchReplays(b, proxyURL) })
-		b.Run("commit/c=1", func(b *testing.B) { benchCommit(b, store) })
+		b.Run("commit/c=1", func(b *testing.B) { benchCommit(b, store, false) })
+		b.Run("commits/c=1", func(b *testing.B) { benchCommit(b, store, true) })
+		// The same with durability=relaxed, the store's opt-in: a
+		// completion acknowledged before it reaches the disk.
+		relaxed := db.Open(b, dbtest.Options{SQLite: sqlite.Options{Relaxed: true}, Postgres: postgres.Options{Relaxed: true}})
+		relaxedURL := benchProxy(b, relaxed, db.DSN, upstream)
+		b.Run("proxy-relaxed/c=1", func(b *testing.B) { benchCalls(b, relaxedURL, 1, true) })
+		b.Run("commits-relaxed/c=1", func(b *testing.B) { benchCommit(b, relaxed, true) })
 	})
 }
 
@@ -129,14 +141,23 @@ func benchReplays(b *testing.B, url string) {
 	}
 }
 
-// benchCommit is one ledger commit: a reservation.
-func benchCommit(b *testing.B, store ledger.Store) {
+// benchCommit is one ledger commit, a reservation, or with complete the
+// two a guarded call makes: the reservation, then its outcome recorded.
+func benchCommit(b *testing.B, store ledger.Store, complete bool) {
+	prefix := ledger.NewID() + "-" // each run its own keys: b.N restarts at 0
 	for i := range b.N {
-		_, err := store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "floor", Key: "k-" + strconv.Itoa(i),
+		res, err := store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "floor", Key: prefix + strconv.Itoa(i),
 			Route: "POST /floor", Fingerprint: "sha256:00", Lease: 30e9, Retention: 3600e9, ID: ledger.NewID(), Token: ledger.NewToken(),
 			Actor: "bench"})
 		if err != nil {
 			b.Fatal(err)
+		}
+		if complete {
+			_, err = store.Complete(context.Background(), *res.Lease, ledger.Outcome{State: ledger.Succeeded,
+				Response: &ledger.Response{Status: 200, Body: []byte(`{"result":{"content":[]}}`)}})
+			if err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }
