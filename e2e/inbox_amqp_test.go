@@ -259,3 +259,28 @@ func TestAMQPConsumerKilledDuringDelivery(t *testing.T) {
 			func() bool { return q.pending() == 0 })
 	})
 }
+
+// A dead letter on an exchange that routes the reason nowhere: the broker
+// returns the park, so the conflicting message stays in its queue (never
+// acknowledged, never lost) and makes no effect.
+func TestAMQPParkRoutedNowhereIsKept(t *testing.T) {
+	url := testenv.RequireAMQP(t)
+	up, q := newInvoices(t), newRabbitQueue(t, url)
+	exchange := q.name + ".dlx"
+	if err := q.ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.ch.ExchangeDelete(exchange, false, false) })
+	yaml := strings.Replace(q.consumerYAML("message_id", ""), `exchange: ""`, fmt.Sprintf("exchange: %q", exchange), 1)
+	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, yaml))
+	q.publish("evt-1", `{"event_id":"evt-1","amount":100}`)
+	waitFor(t, "the first message acknowledged", func() bool { return q.pending() == 0 })
+	q.publish("evt-1", `{"event_id":"evt-1","amount":999}`)
+	time.Sleep(3 * time.Second)
+	if n := q.pending(); n != 1 {
+		t.Fatalf("%d messages left in the queue, want the conflicting one kept", n)
+	}
+	if got := up.perEvent(); len(got) != 1 || got["evt-1"] != 1 {
+		t.Fatalf("effects %v, want evt-1 once", got)
+	}
+}

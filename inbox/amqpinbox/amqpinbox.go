@@ -49,6 +49,9 @@ type runner struct {
 	// seen counts the deliveries of messages the broker does not count
 	// (a classic queue says only "redelivered"), for this process's life.
 	seen map[[32]byte]int
+	// parking serialises the parks of a session so that a basic.return
+	// found after a confirm can only be the park's own.
+	parking sync.Mutex
 }
 
 // session is one connection: it consumes until the connection fails or
@@ -77,14 +80,17 @@ func (r *runner) session(ctx context.Context) error {
 	if err := pub.Confirm(false); err != nil {
 		return err
 	}
+	// Buffered: the client hands a return over before it dispatches the
+	// confirm that follows it, so a park sees its own return once confirmed.
+	returns := pub.NotifyReturn(make(chan amqp.Return, 1))
 	deliveries, err := ch.Consume(r.src.Queue, "idemgate-"+r.c.Name, false, false, false, false, nil)
 	if err != nil {
 		return err
 	}
-	return r.loop(ctx, conn, ch, pub, deliveries)
+	return r.loop(ctx, conn, ch, &publisher{pub, returns}, deliveries)
 }
 
-func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch, pub *amqp.Channel, deliveries <-chan amqp.Delivery) error {
+func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel, pub *publisher, deliveries <-chan amqp.Delivery) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// A retry held for its delay lets go as soon as the session ends: its
@@ -113,18 +119,29 @@ func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch, pub *amqp.
 	}
 }
 
-// deadLetterExists checks, on a channel of its own (a missing queue
-// closes it), that a dead letter on the default exchange has its queue: a
-// message published to no queue would be confirmed and lost.
+// publisher is the session's confirming channel for parks, with the
+// messages the broker returns as routed to no queue.
+type publisher struct {
+	ch      *amqp.Channel
+	returns <-chan amqp.Return
+}
+
+// deadLetterExists checks, on a channel of its own (a missing queue or
+// exchange closes it), that the dead letter's exchange exists and, on the
+// default exchange, its queue. A park routed to no queue is still caught
+// at publish time (mandatory, then returned), this only fails early.
 func (r *runner) deadLetterExists(conn *amqp.Connection) error {
-	if r.src.Exchange != "" {
-		return nil
-	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
+	if r.src.Exchange != "" {
+		if err := ch.ExchangeDeclarePassive(r.src.Exchange, "direct", true, false, false, false, nil); err != nil {
+			return fmt.Errorf("dead letter exchange %q: %w", r.src.Exchange, err)
+		}
+		return nil
+	}
 	if _, err := ch.QueueDeclarePassive(r.src.RoutingKey, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("dead letter queue %q: %w", r.src.RoutingKey, err)
 	}
@@ -134,7 +151,7 @@ func (r *runner) deadLetterExists(conn *amqp.Connection) error {
 // handle runs one message and tells the broker what became of it. A
 // retry holds the message for its delay (within the prefetch), then
 // returns it to its queue.
-func (r *runner) handle(ctx, stopping context.Context, pub *amqp.Channel, d amqp.Delivery) {
+func (r *runner) handle(ctx, stopping context.Context, pub *publisher, d amqp.Delivery) {
 	m := inbox.Message{Header: headers(d.Headers), MessageID: d.MessageId, ContentType: d.ContentType, Body: d.Body,
 		Deliveries: r.deliveries(d)}
 	dec := r.c.Handle(ctx, m)
@@ -161,7 +178,7 @@ func (r *runner) handle(ctx, stopping context.Context, pub *amqp.Channel, d amqp
 // park publishes the message to the dead letter with its reason, waits
 // for the broker's confirm, and only then acknowledges it: a park that
 // fails leaves the message in its queue.
-func (r *runner) park(ctx context.Context, pub *amqp.Channel, d amqp.Delivery, dec inbox.Decision) error {
+func (r *runner) park(ctx context.Context, pub *publisher, d amqp.Delivery, dec inbox.Decision) error {
 	h := amqp.Table{}
 	for k, v := range d.Headers {
 		h[k] = v
@@ -170,18 +187,13 @@ func (r *runner) park(ctx context.Context, pub *amqp.Channel, d amqp.Delivery, d
 	if dec.OpID != "" {
 		h[inbox.OperationHeader] = dec.OpID
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conf, err := pub.PublishWithDeferredConfirmWithContext(pctx, r.src.Exchange, r.src.RoutingKey, false, false,
-		amqp.Publishing{Headers: h, MessageId: d.MessageId, ContentType: d.ContentType, Body: d.Body,
-			DeliveryMode: amqp.Persistent, Timestamp: time.Now()})
-	if err == nil {
-		var ok bool
-		if ok, err = conf.WaitContext(pctx); err == nil && !ok {
-			err = fmt.Errorf("the broker refused it")
-		}
-	}
-	if err != nil {
+	if err := r.publish(ctx, pub, amqp.Publishing{Headers: h, MessageId: d.MessageId, ContentType: d.ContentType,
+		Body: d.Body, DeliveryMode: amqp.Persistent, Timestamp: time.Now()}); err != nil {
+		r.src.Logger.Error("park failed, message kept in its queue", slog.String("consumer", r.c.Name),
+			slog.String("reason", dec.Reason), slog.String("error", err.Error()))
+		// A short pause: a dead letter that routes nowhere must not turn
+		// the queue into a hot loop while an operator fixes the binding.
+		time.Sleep(parkBackoff)
 		_ = d.Nack(false, true)
 		return fmt.Errorf("parking on %q %q: %w", r.src.Exchange, r.src.RoutingKey, err)
 	}
@@ -189,6 +201,39 @@ func (r *runner) park(ctx context.Context, pub *amqp.Channel, d amqp.Delivery, d
 	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", dec.Reason),
 		slog.String("dead_letter", r.src.RoutingKey))
 	return d.Ack(false)
+}
+
+// parkBackoff is how long a message whose park failed waits before it
+// goes back to its queue.
+const parkBackoff = time.Second
+
+// publish sends m to the dead letter as mandatory and waits for the
+// broker's confirm: a nack, or a return (no queue took it), is an error.
+func (r *runner) publish(ctx context.Context, pub *publisher, m amqp.Publishing) error {
+	r.parking.Lock()
+	defer r.parking.Unlock()
+	for len(pub.returns) > 0 { // a return left by a park that timed out
+		<-pub.returns
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conf, err := pub.ch.PublishWithDeferredConfirmWithContext(pctx, r.src.Exchange, r.src.RoutingKey, true, false, m)
+	if err != nil {
+		return err
+	}
+	ok, err := conf.WaitContext(pctx)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("the broker refused it")
+	}
+	select {
+	case ret := <-pub.returns:
+		return fmt.Errorf("the broker routed it to no queue: %d %s", ret.ReplyCode, ret.ReplyText)
+	default:
+		return nil
+	}
 }
 
 // deliveries counts d's deliveries: a quorum queue's x-delivery-count,
