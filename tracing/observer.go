@@ -31,10 +31,11 @@ func (observer) Request(o httpidem.Observation) {
 		return
 	}
 	span.SetName(o.Route)
-	span.SetAttributes(AttrRoute.String(routeOf(o.Route)), AttrTenant.String(o.Tenant))
-	if o.State != "" {
-		span.SetAttributes(AttrState.String(string(o.State)))
+	if o.State == "" { // one SetAttributes call: each takes the span's lock and may grow its slice
+		span.SetAttributes(AttrRoute.String(routeOf(o.Route)), AttrTenant.String(o.Tenant))
+		return
 	}
+	span.SetAttributes(AttrRoute.String(routeOf(o.Route)), AttrTenant.String(o.Tenant), AttrState.String(string(o.State)))
 }
 
 // Upstream implements httpidem.Observer: the client span says it.
