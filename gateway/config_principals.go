@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// Principal is a caller: a bearer token (stored as its SHA-256) mapped to a
+// name, a tenant and roles. CertSubject binds it to a client certificate
+// (tls.client_ca): with a token, the token is accepted only over a
+// connection that presented a certificate of that subject; without one,
+// the certificate alone authenticates it.
+type Principal struct {
+	Name        string   `yaml:"name"`
+	Tenant      string   `yaml:"tenant"`
+	Roles       []string `yaml:"roles"`
+	TokenSHA256 string   `yaml:"token_sha256"`
+	CertSubject string   `yaml:"cert_subject"`
+
+	line    int
+	hash    []byte
+	expires time.Time // a JWT's exp and leeway; zero for a configured principal
+}
+
+// Expires is when the token that authenticated the principal ends (a
+// JWT's exp, with the leeway); zero for a configured principal, whose
+// token has no end of its own.
+func (p *Principal) Expires() time.Time { return p.expires }
+
+// checkPrincipals checks each principal, and that no two share a token
+// (or, without one, a certificate subject).
+func (c *Config) checkPrincipals() error {
+	seen := map[string]bool{}
+	for _, p := range c.Principals {
+		if err := c.checkPrincipal(p); err != nil {
+			return err
+		}
+		key := p.TokenSHA256
+		if p.hash == nil {
+			key = "cert:" + p.CertSubject
+		}
+		if seen[key] {
+			return c.errorf(p.line, "principal %q: the same token or cert_subject as another principal", p.Name)
+		}
+		seen[key] = true
+	}
+	return nil
+}
+
+// reservedNames are the prefixes of the principals idemgate names itself,
+// with whose they are: a configured principal taking one would share its
+// approvals' "never the requester" rule, its MCP intents and its audit
+// lines with them.
+var reservedNames = map[string]string{JWTPrefix: "JWTs' own", "webhook:": "webhook routes' own",
+	"consumer:": "consumers' own"}
+
+// reservedName is the reserved prefix name begins with, or "".
+func reservedName(name string) string {
+	for prefix := range reservedNames {
+		if strings.HasPrefix(name, prefix) {
+			return prefix
+		}
+	}
+	return ""
+}
+
+// checkPrincipal checks one principal and keeps its token's hash.
+func (c *Config) checkPrincipal(p *Principal) error {
+	switch {
+	case p.Name == "" || p.Tenant == "":
+		return c.errorf(p.line, "principal needs a name and a tenant")
+	case reservedName(p.Name) != "":
+		return c.errorf(p.line, "principal %q: names beginning with %q are %s", p.Name, reservedName(p.Name),
+			reservedNames[reservedName(p.Name)])
+	case strings.Contains(p.Tenant, ":"):
+		// The upstream sees "<tenant>:<key>" (UpstreamKey): a colon in a
+		// tenant would let tenant "a:b" and key "c" meet tenant "a", key "b:c".
+		return c.errorf(p.line, "principal %q: tenant %q may not contain ':'", p.Name, p.Tenant)
+	case p.CertSubject != "" && (c.TLS == nil || c.TLS.ClientCA == ""):
+		return c.errorf(p.line, "principal %q: cert_subject needs tls.client_ca (client certificates)", p.Name)
+	case p.CertSubject != "" && !strings.Contains(p.CertSubject, "="):
+		return c.errorf(p.line, "principal %q: cert_subject %q: want a distinguished name, CN=…,O=…", p.Name,
+			p.CertSubject)
+	case p.CertSubject != "" && !isCanonicalSubject(p.CertSubject):
+		canon, _ := canonicalSubject(p.CertSubject)
+		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared as Go writes a "+
+			"certificate's subject (RFC 2253, most specific first, no spaces): write %q", p.Name, p.CertSubject, canon)
+	case p.TokenSHA256 == "" && p.CertSubject != "":
+		return nil // the certificate alone
+	}
+	h, err := hex.DecodeString(p.TokenSHA256)
+	if err != nil || len(h) != 32 {
+		return c.errorf(p.line, "principal %q: token_sha256 must be 64 hex digits (sha256 of the token)", p.Name)
+	}
+	p.hash = h
+	return nil
+}
