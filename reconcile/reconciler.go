@@ -191,6 +191,13 @@ func (r *Reconciler) Probing() bool { return len(r.Probes) > 0 }
 
 // Run reconciles every interval until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, every time.Duration) {
+	Every(ctx, every, r.Once, func(err error) { r.log(ctx, slog.LevelError, "reconcile", "", err) })
+}
+
+// Every runs once every interval until ctx ends, handing failed rounds
+// to failed: Run's loop, for a caller whose reconciler changes between
+// rounds (a server that reloads its configuration).
+func Every(ctx context.Context, every time.Duration, once func(context.Context) (int, error), failed func(error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -198,8 +205,8 @@ func (r *Reconciler) Run(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := r.Once(ctx); err != nil && ctx.Err() == nil {
-				r.log(ctx, slog.LevelError, "reconcile", "", err)
+			if _, err := once(ctx); err != nil && ctx.Err() == nil {
+				failed(err)
 			}
 		}
 	}

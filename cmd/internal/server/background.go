@@ -67,16 +67,5 @@ func (r running) Probing() bool { return true }
 
 // Run implements maintain.Reconciler, as reconcile.Reconciler.Run does.
 func (r running) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := r.Once(ctx); err != nil && ctx.Err() == nil {
-				r.s.log.Error("reconcile", slog.String("error", err.Error()))
-			}
-		}
-	}
+	reconcile.Every(ctx, every, r.Once, func(err error) { r.s.log.Error("reconcile", slog.String("error", err.Error())) })
 }
