@@ -69,7 +69,7 @@ python:
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZ_CANONICAL) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 1000x ./fingerprint
-	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./httpidem
+	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./contract
 	go test -run '^$$' -fuzz '^FuzzRequestContext$$' -fuzztime $(FUZZ_CONTEXT) -fuzzminimizetime 1000x ./httpidem
 	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
