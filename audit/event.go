@@ -61,6 +61,7 @@ type Event struct {
 	Seq            int64     // position in the tenant's log, from 0
 	At             time.Time // microseconds, UTC
 	Tenant         string
+	Namespace      string // INTERIM
 	OperationID    string
 	Kind           Kind
 	Principal      string

@@ -22,6 +22,9 @@ type ConsumerConfig struct {
 	// default header:Nats-Msg-Id for NATS and message_id for AMQP.
 	KeyFrom string        `yaml:"key_from"`
 	Deliver DeliverConfig `yaml:"deliver"`
+	// Outcomes are the upstream's statuses known to mean not applied or
+	// final, as a route's.
+	Outcomes Outcomes `yaml:"outcomes"`
 	// Lease and Retention are a route's (30s, 24h).
 	Lease     time.Duration `yaml:"lease"`
 	Retention time.Duration `yaml:"retention"`
@@ -70,10 +73,6 @@ func (c *ConsumerConfig) KeyOf() inbox.KeyFrom { return c.keyFrom }
 // Route is the operations' route, and the metrics' route label.
 func (c *ConsumerConfig) Route() string { return "consumer:" + c.Name }
 
-// consumerPattern is the middleware's private path for a consumer's
-// deliveries: never mounted on the listener, so no request reaches it.
-func consumerPattern(name string) string { return "/_idem/consumers/" + name }
-
 // checkConsumers validates every consumer, and fills its defaults.
 func (c *Config) checkConsumers() error {
 	seen := map[string]bool{}
@@ -100,6 +99,9 @@ func (c *Config) checkConsumer(k *ConsumerConfig) error {
 		return fmt.Errorf("tenant %q: required, without ':'", k.Tenant)
 	case k.Lease < 0 || k.Retention < 0 || k.MaxDeliveries < 0 || k.Concurrency < 0 || k.Concurrency > 1024:
 		return fmt.Errorf("lease, retention, max_deliveries must be positive, concurrency within 1..1024")
+	}
+	if err := k.Outcomes.check(); err != nil {
+		return err
 	}
 	if err := checkSource(k); err != nil {
 		return err

@@ -77,13 +77,13 @@ func NewEffectID() string { return "eff_" + ulid.Make().String() }
 func EffectKey(operationKey, name string) string { return operationKey + "/" + name }
 
 // UpstreamKey is the Idempotency-Key an upstream (or an effect's target)
-// sees for a tenant's key: "acme:task-42/create-ticket". It sees one
-// caller, the sender's credentials, for every tenant: the bare key would
-// let one tenant's request be deduplicated against, and answered with,
-// another's. Past MaxKeyLen it is "sha256:" and the hex digest of that
-// string, as unique and as stable.
-func UpstreamKey(tenant, key string) string {
+// sees for a tenant's key in namespace. INTERIM (i30-exec): i30-ns's.
+func UpstreamKey(tenant, namespace, key string) string {
 	k := tenant + ":" + key
+	if namespace != NamespaceClients {
+		esc := strings.NewReplacer("%", "%25", "~", "%7E", ":", "%3A")
+		k = esc.Replace(tenant) + "~" + esc.Replace(namespace) + "~" + esc.Replace(key)
+	}
 	if len(k) <= MaxKeyLen {
 		return k
 	}

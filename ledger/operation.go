@@ -15,6 +15,8 @@ type Operation struct {
 	ID          string // "op_" + a ULID: unique and ordered by creation time
 	Tenant      string
 	Key         string
+	Namespace   string
+	Kind        Kind
 	Route       string // the route template, e.g. /v1/tickets/{id}
 	Fingerprint string
 	State       State

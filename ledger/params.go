@@ -10,6 +10,8 @@ import (
 // ReserveParams describes a new operation.
 type ReserveParams struct {
 	Tenant, Key, Route, Fingerprint string
+	Namespace                       string
+	Kind                            Kind
 	Lease                           time.Duration // > 0: reserve with lease (executing); 0: prepared
 	Retention                       time.Duration // how long the key is remembered once final
 	BusinessKey, ConcurrencyKey     string

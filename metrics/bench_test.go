@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -65,7 +65,7 @@ func BenchmarkScrape100k(b *testing.B) {
 // calls of a new key's path (its upstream call and its end).
 func BenchmarkObserve(b *testing.B) {
 	m := metrics.New(metrics.Options{})
-	o := httpidem.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: httpidem.OutcomeCreated, Created: true,
+	o := keyed.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: keyed.OutcomeCreated, Created: true,
 		Duration: time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

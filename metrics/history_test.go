@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -21,11 +21,11 @@ func TestHistoryPerTenant(t *testing.T) {
 	}
 	m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
 	for range 3 {
-		m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeCreated,
+		m.Request(keyed.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: keyed.OutcomeCreated,
 			Created: true})
 	}
-	m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeReplayed,
-		Retry: httpidem.RetryReplay})
+	m.Request(keyed.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: keyed.OutcomeReplayed,
+		Retry: keyed.RetryReplay})
 	m.Resolved("acme", ledger.Succeeded, 90*time.Second, true)
 	time.Sleep(time.Millisecond)
 	now := time.Now()

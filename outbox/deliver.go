@@ -3,18 +3,16 @@ package outbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -68,17 +66,18 @@ func (t *target) headers(h http.Header, e *ledger.Effect) {
 	h[strings.ToLower(t.KeyHeader)] = []string{ledger.UpstreamKey(e.Tenant, e.Key)}
 }
 
-// failed is the outcome of a delivery that got no answer: nothing sent,
-// it was not applied; sent, it may have been.
+// failed is the outcome of a delivery that got no answer, by the
+// executor's one rule (keyed.Classify): nothing sent, it was not applied;
+// sent, it may have been.
 func failed(err error, sent bool) ledger.EffectOutcome {
-	if !sent {
-		return ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "target_unreachable"}
+	if sent {
+		err = keyed.NoAnswer("target", err)
+	} else {
+		err = keyed.NotSent("target", err)
 	}
-	code := "target_reset"
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.As(err, &ne) && ne.Timeout() {
-		code = "target_timeout"
+	fate, code, _ := keyed.Classify(err)
+	if fate == contract.FateReleased {
+		return ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: code}
 	}
 	return ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: code}
 }
