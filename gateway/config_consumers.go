@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // ConsumerConfig is one consumer of a queue (docs/design.md, "Inbox:
@@ -32,13 +33,21 @@ type ConsumerConfig struct {
 	// (5); past it, the message is parked on DeadLetter.
 	MaxDeliveries int              `yaml:"max_deliveries"`
 	DeadLetter    DeadLetterConfig `yaml:"dead_letter"`
+	// Start is where a JetStream durable that is missing is created to
+	// start: "all", "new", or "since DURATION" (default: since the
+	// retention, so that no message older than its key runs again).
+	Start string `yaml:"start"`
 	// Concurrency is how many messages are handled at once (1, which keeps
 	// the order of the messages): JetStream's MaxAckPending, AMQP's prefetch.
 	Concurrency int `yaml:"concurrency"`
 
 	line    int
 	keyFrom inbox.KeyFrom
+	start   inbox.Start
 }
+
+// StartAt is where a missing JetStream durable starts (Start, parsed).
+func (c *ConsumerConfig) StartAt() inbox.Start { return c.start }
 
 // SourceConfig is where a consumer's messages come from: a JetStream
 // stream (NATS, Stream, Consumer, Subject) or a RabbitMQ queue (AMQP, Queue).
@@ -103,13 +112,23 @@ func (c *Config) checkConsumer(k *ConsumerConfig) error {
 	if err := k.Outcomes.check(); err != nil {
 		return err
 	}
+	if k.Start != "" && k.Source.NATS == "" {
+		return fmt.Errorf("start %q: only a JetStream durable has a place to start; a queue delivers what it holds", k.Start)
+	}
+	retention := k.Retention
+	if retention == 0 {
+		retention = keyed.DefaultRetention
+	}
+	var err error
+	if k.start, err = inbox.ParseStart(k.Start, retention); err != nil {
+		return err
+	}
 	if err := checkSource(k); err != nil {
 		return err
 	}
 	if err := c.checkDeliver(k); err != nil {
 		return err
 	}
-	var err error
 	if k.keyFrom, err = inbox.ParseKeyFrom(k.KeyFrom); err != nil {
 		return err
 	}

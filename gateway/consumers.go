@@ -60,7 +60,7 @@ func (g *Gateway) Deliverer(name string) inbox.Deliverer {
 func (c *consumer) send(ctx context.Context, run *keyed.Run, d inbox.Delivery) (keyed.Outcome, error) {
 	in, err := http.NewRequestWithContext(ctx, c.cfg.Deliver.Method, c.cfg.Deliver.Path, bytes.NewReader(d.Body))
 	if err != nil {
-		return keyed.Outcome{}, keyed.NotSent("upstream", err)
+		return keyed.Outcome{}, contract.NotSent("upstream", err)
 	}
 	ct := d.ContentType
 	if ct == "" {
@@ -76,7 +76,7 @@ func (c *consumer) send(ctx context.Context, run *keyed.Run, d inbox.Delivery) (
 	defer done()
 	kept, err := keep(resp.Body, c.maxResponse)
 	if err != nil {
-		return keyed.Outcome{}, keyed.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err))
+		return keyed.Outcome{}, contract.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err))
 	}
 	answer := &ledger.Response{Status: resp.StatusCode, Header: resp.Header, Body: kept.body}
 	o := keyed.Outcome{Fate: c.cfg.Outcomes.classify(resp.StatusCode), Answer: answer,

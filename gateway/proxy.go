@@ -18,7 +18,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/keyed"
 )
 
 // upstreamClient is one upstream's tuned transport and its settings.
@@ -118,7 +117,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
 	if err != nil { // the status came, the rest was cut: the effect may be done
 		p.uc.logFailure(r.Context(), exec.OperationID(), fmt.Errorf("reading the answer: %w", err))
-		exec.Failed(keyed.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err)))
+		exec.Failed(contract.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err)))
 		return
 	}
 	h := w.Header()
@@ -147,8 +146,8 @@ func (uc *upstreamClient) outbound(r *http.Request, key string) *http.Request {
 // unknown), within the upstream's timeout. The answer's headers are
 // ready to store (hop-by-hop removed, Location made the gateway's); done
 // closes its body and ends the call. No answer is an effect's error by
-// the executor's one rule: nothing written, keyed.NotSent; written,
-// keyed.NoAnswer.
+// the executor's one rule: nothing written, contract.NotSent; written,
+// contract.NoAnswer.
 func (uc *upstreamClient) send(out *http.Request, opID string) (resp *http.Response, done func(), err error) {
 	sent := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
@@ -159,9 +158,9 @@ func (uc *upstreamClient) send(out *http.Request, opID string) (resp *http.Respo
 		cancel()
 		uc.logFailure(out.Context(), opID, err)
 		if !sent.Load() {
-			return nil, nil, keyed.NotSent("upstream", err)
+			return nil, nil, contract.NotSent("upstream", err)
 		}
-		return nil, nil, keyed.NoAnswer("upstream", err)
+		return nil, nil, contract.NoAnswer("upstream", err)
 	}
 	contract.StripHopByHop(resp.Header)
 	uc.localize(resp.Header) // before it is stored: replays say the same

@@ -60,8 +60,8 @@ func (e *Execution) Settle(f contract.Fate, code string) {
 }
 
 // Failed tells the middleware that the handler's call got no answer,
-// with err made by keyed.NotSent (nothing left: the operation is
-// released) or keyed.NoAnswer (something may have: unknown). The handler
+// with err made by contract.NotSent (nothing left: the operation is
+// released) or contract.NoAnswer (something may have: unknown). The handler
 // writes nothing then: the executor's rule decides, and its problem is
 // the answer.
 func (e *Execution) Failed(err error) {

@@ -61,7 +61,7 @@ func (m *Middleware) effect(r *http.Request, rt *route, c *capture, next http.Ha
 	return func(ctx context.Context, run *keyed.Run) (keyed.Outcome, error) {
 		approved, err := run.Approved(ctx)
 		if err != nil {
-			return keyed.Outcome{}, keyed.NotSent("approval", err)
+			return keyed.Outcome{}, contract.NotSent("approval", err)
 		}
 		exec := &Execution{run: run}
 		hr := asApproved(r, rt, approved).WithContext(withExecution(r.Context(), exec))

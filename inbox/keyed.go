@@ -13,7 +13,7 @@ import (
 
 // Send performs a message's effect (its delivery to the consumer's
 // target) under the lease run holds: the target's answer and its fate,
-// or keyed.NotSent / keyed.NoAnswer when no answer came.
+// or contract.NotSent / contract.NoAnswer when no answer came.
 type Send func(ctx context.Context, run *keyed.Run, d Delivery) (keyed.Outcome, error)
 
 // Keyed is a consumer's Deliverer on the keyed executor

@@ -2,9 +2,6 @@ package keyed
 
 import (
 	"context"
-	"errors"
-	"net"
-	"os"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
@@ -13,7 +10,7 @@ import (
 // Effect performs a command's effect, once, under the lease run holds
 // (heartbeats extend it meanwhile). It returns what the effect answered
 // and what that means for the operation; or an error when it got no
-// answer: NotSent when nothing left for the effect's target (the
+// answer: contract.NotSent when nothing left for the effect's target (the
 // operation is released, and a retry runs it), anything else when
 // something may have (unknown, never re-run unless the policy allows
 // Resend). ctx is detached from the caller's: a caller that gives up must
@@ -103,76 +100,4 @@ func (r *Result) Code() string {
 		return r.Accepted.Code
 	}
 	return ""
-}
-
-// ErrNotSent marks an effect's error that sent nothing: the connection
-// was refused, the name did not resolve, no session could be had. It is
-// the one error that releases an operation.
-var ErrNotSent = errors.New("nothing was sent")
-
-// NotSent wraps err as an effect's error that sent nothing to surface's
-// target ("upstream", "mcp", "target": the history's code is
-// "<surface>_unreachable").
-func NotSent(surface string, err error) error {
-	return &effectError{surface: surface, err: err, notSent: true}
-}
-
-// NoAnswer wraps err as an effect's error after something may have
-// reached surface's target: "<surface>_timeout" when it timed out,
-// "<surface>_reset" otherwise.
-func NoAnswer(surface string, err error) error { return &effectError{surface: surface, err: err} }
-
-type effectError struct {
-	surface string
-	err     error
-	notSent bool
-}
-
-func (e *effectError) Error() string { return e.err.Error() }
-func (e *effectError) Unwrap() []error {
-	if e.notSent {
-		return []error{e.err, ErrNotSent}
-	}
-	return []error{e.err}
-}
-
-// Classify is the one rule of an effect that got no answer
-// (docs/design.md, "Operation states"): nothing sent, released; sent and
-// no answer, unknown. The code says which, and whether it timed out:
-// "<surface>_unreachable", "<surface>_timeout", "<surface>_reset". The
-// outbox's relay reads it too.
-func Classify(err error) (fate contract.Fate, code string, timeout bool) {
-	surface := surfaceOf(err)
-	if errors.Is(err, ErrNotSent) {
-		return contract.FateReleased, surface + "_unreachable", false
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
-		return contract.FateUnknown, surface + "_timeout", true
-	}
-	return contract.FateUnknown, surface + "_reset", false
-}
-
-// surfaceOf is the surface an effect's error names ("effect" for none).
-func surfaceOf(err error) string {
-	var e *effectError
-	if errors.As(err, &e) && e.surface != "" {
-		return e.surface
-	}
-	return "effect"
-}
-
-// targets are how a problem names each surface's target.
-var targets = map[string]string{"upstream": "the upstream", "mcp": "the MCP server", "target": "the target"}
-
-// targetOf is how a problem names the target of err's surface.
-func targetOf(err error) string {
-	if t, ok := targets[surfaceOf(err)]; ok {
-		return t
-	}
-	return "the effect's target"
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

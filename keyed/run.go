@@ -106,13 +106,13 @@ func (x *Executor) perform(ctx context.Context, run *Run, effect Effect) (out Ou
 // (Classify): nothing sent, released; sent, unknown. Its caller is told
 // so, linked to the operation.
 func (x *Executor) noAnswer(ctx context.Context, e *exec, lease ledger.Lease, err error) Result {
-	fate, code, timeout := Classify(err)
+	fate, code, timeout := contract.ClassifyFailure(err)
 	x.log(ctx, "effect got no answer ("+code+")", lease.OpID, err)
 	op := &ledger.Operation{ID: lease.OpID, State: ledger.Prepared}
 	var p *contract.Problem
 	if fate == contract.FateReleased {
 		x.leave(ctx, lease, code, "nothing was sent: "+code, false)
-		p = contract.NewProblem(contract.CodeUpstreamUnavailable, targetOf(err)+" could not be reached and nothing "+
+		p = contract.NewProblem(contract.CodeUpstreamUnavailable, contract.TargetOf(err)+" could not be reached and nothing "+
 			"was sent; retry with the same key")
 		p.RetryAfter = 1
 	} else {
@@ -122,7 +122,7 @@ func (x *Executor) noAnswer(ctx context.Context, e *exec, lease ledger.Lease, er
 		if timeout {
 			status = http.StatusGatewayTimeout
 		}
-		p = contract.NewProblem(contract.CodeOutcomeUnknown, "the request reached "+targetOf(err)+" and its answer "+
+		p = contract.NewProblem(contract.CodeOutcomeUnknown, "the request reached "+contract.TargetOf(err)+" and its answer "+
 			"was lost ("+code+"): it may have been applied, and will not be re-sent").WithStatus(status)
 	}
 	return Result{Problem: p.For(op, x.opts.StatusBase), Op: op, State: op.State, Ran: true, Created: e.created}

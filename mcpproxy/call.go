@@ -241,13 +241,13 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		var rpc *jsonrpc.Error
 		switch {
 		case errors.Is(err, errNotSent):
-			return keyed.Outcome{}, keyed.NotSent("mcp", err)
+			return keyed.Outcome{}, contract.NotSent("mcp", err)
 		case errors.As(err, &rpc):
 			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
 		case err != nil && ctx.Err() != nil:
-			return keyed.Outcome{}, keyed.NoAnswer("mcp", errors.Join(err, ctx.Err()))
+			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
 		case err != nil:
-			return keyed.Outcome{}, keyed.NoAnswer("mcp", err)
+			return keyed.Outcome{}, contract.NoAnswer("mcp", err)
 		case res.IsError:
 			res.Meta = unmarked(res.Meta)
 			return envelopeOutcome(contract.FateFailed, "mcp_is_error", envelope{Result: res}), nil

@@ -71,11 +71,11 @@ func (t *target) headers(h http.Header, e *ledger.Effect) {
 // sent, it may have been.
 func failed(err error, sent bool) ledger.EffectOutcome {
 	if sent {
-		err = keyed.NoAnswer("target", err)
+		err = contract.NoAnswer("target", err)
 	} else {
-		err = keyed.NotSent("target", err)
+		err = contract.NotSent("target", err)
 	}
-	fate, code, _ := keyed.Classify(err)
+	fate, code, _ := contract.ClassifyFailure(err)
 	if fate == contract.FateReleased {
 		return ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: code}
 	}

@@ -106,10 +106,16 @@ var rules = []rule{
 			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
 				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
 		}},
-	{id: "m", why: "the MCP proxy takes tool calls through the keyed write path; only cmd/ wires it to the gateway",
+	{id: "m", why: "the MCP proxy is the executor's adapter, never the HTTP one's; only cmd/ wires it to the gateway",
 		binds: func(p string) bool { return within(p, "mcpproxy") },
 		forbid: func(_, imp string) bool {
-			return within(imp, "gateway", "control", "webui", "maintain", "outbox", "store")
+			return within(imp, "httpidem", "gateway", "control", "webui", "maintain", "outbox", "store")
+		}},
+	{id: "n", why: "the keyed executor knows no transport and no surface: they are its adapters",
+		binds: func(p string) bool { return within(p, "keyed") },
+		forbid: func(_, imp string) bool {
+			return within(imp, "httpidem", "gateway", "mcpproxy", "inbox", "control", "webui", "maintain", "outbox",
+				"store", "cmd", "tracing", "metrics")
 		}},
 }
 
@@ -286,8 +292,9 @@ func clean() graph {
 		"internal/dbtest":  {"internal/testenv", "store/sqlite"},
 		"store/sqlite":     {"ledger", "internal/steps"},
 		"store/postgres":   {"ledger", "internal/steps"},
-		"httpidem":         {"contract", "ledger"},
-		"metrics":          {"httpidem"},
+		"keyed":            {"contract", "ledger", "approval", "fingerprint"},
+		"httpidem":         {"keyed", "contract", "ledger"},
+		"metrics":          {"keyed"},
 		"gateway":          {"httpidem", "metrics"},
 		"control/client":   {"contract", "internal/jsonptr"},
 		"internal/opsapi":  {"httpidem", "store/sqlite"},
@@ -296,13 +303,13 @@ func clean() graph {
 		"control":          {"contract", "ledger", "approval"},
 		"webui":            {"control", "contract", "ledger", "approval"},
 		"outbox":           {"contract", "ledger"},
-		"inbox":            {"contract", "ledger"},
+		"inbox":            {"keyed", "contract", "ledger"},
 		"inbox/natsinbox":  {"inbox", "ledger"},
 		"inbox/amqpinbox":  {"inbox"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 		"inbox/webhook":    {},
-		"mcpproxy":         {"httpidem", "approval", "contract", "fingerprint", "ledger"},
+		"mcpproxy":         {"keyed", "approval", "contract", "fingerprint", "ledger"},
 	}
 }
 
@@ -335,6 +342,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"mcpproxy", "gateway", "m", "mcpproxy", "gateway"},
 		{"mcpproxy", "store/sqlite", "m", "mcpproxy", "store/sqlite"},
 		{"httpidem", "mcpproxy", "f", "httpidem", "mcpproxy"},
+		{"mcpproxy", "httpidem", "m", "mcpproxy", "httpidem"},
+		{"keyed", "httpidem", "n", "keyed", "httpidem"},
+		{"keyed", "inbox", "n", "keyed", "inbox"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)
