@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
