@@ -457,8 +457,8 @@ func TestApprovedRunSendsTheApprovedHeaders(t *testing.T) {
 		a := newDeployApp(t, s, prodPolicy)
 		acc := accepted(t, a.deploy("dep-h", prod, "X-Target-Cluster", "eu-1", "Traceparent", "t1"))
 		shown, err := s.GetApproval(context.Background(), acc.Approval.ID)
-		if err != nil || shown.Headers.Get("X-Target-Cluster") != "eu-1" || shown.Headers.Get("Traceparent") != "" ||
-			shown.Headers.Get("Idempotency-Key") != "" || shown.Headers.Get("Content-Type") != "" {
+		if err != nil || http.Header(shown.Headers).Get("X-Target-Cluster") != "eu-1" || http.Header(shown.Headers).Get("Traceparent") != "" ||
+			http.Header(shown.Headers).Get("Idempotency-Key") != "" || http.Header(shown.Headers).Get("Content-Type") != "" {
 			t.Fatalf("the approval keeps %v (%v)", shown.Headers, err)
 		}
 		if d := a.decide("approve", alice, acc.Approval.ID, ""); d.status != 200 {

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +42,7 @@ type Effect struct {
 	Target string // the relay's name for where it goes (its URL and credentials are the relay's)
 	Method string
 	Path   string // with its query, relative to the target's URL
-	Header http.Header
+	Header map[string][]string
 	Body   []byte
 	// Fingerprint binds the key to what the effect does: the same key
 	// enqueued again with another target, method, path, header or body is
@@ -106,7 +106,7 @@ type EffectParams struct {
 	Target       string
 	Method       string // default POST
 	Path         string
-	Header       http.Header
+	Header       map[string][]string
 	Body         []byte
 	// Retention is how long a final effect is kept (0: DefaultEffectRetention).
 	Retention time.Duration
@@ -155,7 +155,7 @@ func (p EffectParams) Validate() error {
 // WithDefaults fills in what an effect may leave out.
 func (p EffectParams) WithDefaults() EffectParams {
 	if p.Method == "" {
-		p.Method = http.MethodPost
+		p.Method = "POST"
 	}
 	if p.Retention == 0 {
 		p.Retention = DefaultEffectRetention
@@ -185,7 +185,7 @@ func effectName(name string) bool {
 func (p EffectParams) Fingerprint() string {
 	header := map[string][]string{}
 	for k, v := range p.Header {
-		header[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+		header[textproto.CanonicalMIMEHeaderKey(k)] = slices.Clone(v)
 	}
 	b, _ := json.Marshal(struct {
 		Target string              `json:"target"`

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -47,7 +46,11 @@ type Operation struct {
 // Response is the stored answer replayed to every retry.
 type Response struct {
 	Status int
-	Header http.Header // selected headers only, no hop-by-hop
+	// Header holds selected headers only, no hop-by-hop. It is a plain
+	// map, not net/http's Header (which is assignable to it), so that the
+	// domain is the same for every surface, HTTP or not: an MCP result,
+	// a consumer's delivery.
+	Header map[string][]string
 	Body   []byte
 }
 

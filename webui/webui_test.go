@@ -372,7 +372,7 @@ func TestApprovalShowsItsHeaders(t *testing.T) {
 	fx := newFixture(t)
 	a := fx.pending(fx.call("bot", "POST", "/v1/services/api/deployments", "dep-headers", prod,
 		"X-Target-Cluster", "eu-1"))
-	if got := a.Headers.Get("X-Target-Cluster"); got != "eu-1" {
+	if got := http.Header(a.Headers).Get("X-Target-Cluster"); got != "eu-1" {
 		t.Fatalf("the approval keeps headers %v", a.Headers)
 	}
 	page := fx.signIn(t, "alice").get("/ui/approvals/" + a.ID)

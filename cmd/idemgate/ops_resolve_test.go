@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -55,7 +54,7 @@ func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
 			t.Fatalf("ops resolve with an answer: %v %+v", err, r)
 		}
 		got, err := s.Get(context.Background(), op.ID)
-		want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
+		want := map[string][]string{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
 		if err != nil || got.Response.Status != 201 || string(got.Response.Body) != body ||
 			!reflect.DeepEqual(got.Response.Header, want) {
 			t.Fatalf("stored: %+v %v", got.Response, err)

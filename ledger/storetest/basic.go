@@ -215,7 +215,7 @@ func testStoredResponse(t *testing.T, b Backend) {
 		if r == nil || r.Status != 201 || !bytes.Equal(r.Body, body) || got.ResultRef != "T-1" {
 			t.Fatalf("stored response %+v", r)
 		}
-		if len(r.Header) != 3 || r.Header.Get("Location") != "/v1/tickets/T-1" || len(r.Header["Set-Cookie"]) != 2 {
+		if len(r.Header) != 3 || http.Header(r.Header).Get("Location") != "/v1/tickets/T-1" || len(r.Header["Set-Cookie"]) != 2 {
 			t.Fatalf("stored headers %v", r.Header)
 		}
 		if got.LeaseUntil != (time.Time{}) {

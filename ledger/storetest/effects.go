@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func testEffectsEnqueue(t *testing.T, b Backend) {
 	for i, e := range got {
 		if e.Key != in[i].OperationKey+"/"+in[i].Name || e.State != ledger.Prepared || e.Method != "POST" ||
 			e.Attempts != 0 || e.NextAt.IsZero() || !bytes.Equal(e.Body, in[i].Body) ||
-			e.Header.Get("Content-Type") != "application/json" || (i > 0 && e.Seq <= got[i-1].Seq) {
+			http.Header(e.Header).Get("Content-Type") != "application/json" || (i > 0 && e.Seq <= got[i-1].Seq) {
 			t.Fatalf("effect %d: %+v", i, e)
 		}
 	}
