@@ -17,7 +17,8 @@ import (
 func consumerRoute(k *ConsumerConfig, uc *upstreamClient) httpidem.Route {
 	required := true
 	return httpidem.Route{Method: k.Deliver.Method, Pattern: consumerPattern(k.Name), Name: k.Route(),
-		RequireKey: &required, Lease: k.Lease, Retention: k.Retention, Resend: uc.cfg.HonoursKey}
+		RequireKey: &required, Lease: k.Lease, Retention: k.Retention, Resend: uc.cfg.HonoursKey,
+		Kind: ledger.KindConsumer, Namespace: ledger.ConsumerNamespace(k.Name)}
 }
 
 // consumerHandlers are each consumer's keyed path: the tenant's rate, the

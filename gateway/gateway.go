@@ -190,6 +190,7 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 	if w := rc.Webhook; w != nil {
 		// The key comes from signed material, and it is always there.
 		route.KeyFrom, route.RequireKey, route.DigestKey = w.verifier.KeyFrom(), &always, w.verifier.DigestKey()
+		route.Kind, route.Namespace = ledger.KindWebhook, ledger.WebhookNamespace(rc.pattern)
 	}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)

@@ -88,9 +88,11 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 }
 
 // UpstreamKey is the Idempotency-Key forwarded to an upstream: the
-// agent's key in its tenant's name (ledger.UpstreamKey), as the outbox's
-// relay sends an effect's.
-func UpstreamKey(tenant, key string) string { return ledger.UpstreamKey(tenant, key) }
+// agent's key in its tenant's name, and its namespace's unless it is the
+// clients' (ledger.UpstreamKey), as the outbox's relay sends an effect's.
+func UpstreamKey(tenant, namespace, key string) string {
+	return ledger.UpstreamKey(tenant, namespace, key)
+}
 
 // bufferPool shares copy buffers between proxied responses.
 type bufferPool struct{}
@@ -115,7 +117,7 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(p.hold)
-	out, sent := p.outbound(r, UpstreamKey(PrincipalFrom(r.Context()).Tenant, exec.Key()))
+	out, sent := p.outbound(r, UpstreamKey(PrincipalFrom(r.Context()).Tenant, exec.Namespace(), exec.Key()))
 	// Detached from the client: one that gives up must not cut the call
 	// short and turn an answer its retry could replay into an unknown.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(out.Context()), p.uc.cfg.Timeout)

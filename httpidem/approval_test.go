@@ -441,7 +441,8 @@ func TestPolicyFailsOnRequest(t *testing.T) {
 		if r.status != 422 || problemCode(t, r) != contract.CodeInvalidCommand || !strings.Contains(r.body, "approval.when") {
 			t.Fatalf("missing field: %d %s", r.status, r.body)
 		}
-		if _, err := s.GetByKey(t.Context(), "acme", "dep"); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := s.GetByKey(t.Context(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "dep"}); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("reserved anyway: %v", err)
 		}
 	})

@@ -17,30 +17,28 @@ type replayCache struct {
 	max   int64
 	size  int64
 	lru   *list.List // front: most recent
-	items map[cacheKey]*list.Element
+	items map[ledger.OpKey]*list.Element
 }
 
-type cacheKey struct{ tenant, key string }
-
 type cacheEntry struct {
-	key  cacheKey
+	key  ledger.OpKey
 	op   *ledger.Operation
 	size int64
 }
 
 func newReplayCache(maxBytes int64) *replayCache {
-	return &replayCache{max: maxBytes, lru: list.New(), items: map[cacheKey]*list.Element{}}
+	return &replayCache{max: maxBytes, lru: list.New(), items: map[ledger.OpKey]*list.Element{}}
 }
 
-// get returns the final operation under (tenant, key), if held and not yet
+// get returns the final operation under (tenant, namespace, key), if held and not yet
 // past its retention.
-func (c *replayCache) get(tenant, key string) *ledger.Operation {
+func (c *replayCache) get(k ledger.OpKey) *ledger.Operation {
 	if c == nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.items[cacheKey{tenant, key}]
+	el, ok := c.items[k]
 	if !ok {
 		return nil
 	}
@@ -58,7 +56,7 @@ func (c *replayCache) put(op *ledger.Operation) {
 	if c == nil || op == nil || !op.State.Final() || !time.Now().Before(op.ExpiresAt) {
 		return
 	}
-	size := int64(256 + len(op.ID) + len(op.Key) + len(op.Fingerprint))
+	size := int64(256 + len(op.ID) + len(op.Namespace) + len(op.Key) + len(op.Fingerprint))
 	if op.Response != nil {
 		size += int64(len(op.Response.Body))
 		for k, v := range op.Response.Header {
@@ -72,7 +70,7 @@ func (c *replayCache) put(op *ledger.Operation) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := cacheKey{op.Tenant, op.Key}
+	k := op.OpKey()
 	if el, ok := c.items[k]; ok {
 		c.remove(el)
 	}

@@ -27,7 +27,7 @@ func (m *Middleware) execute(w http.ResponseWriter, r *http.Request, req *reques
 	defer hb.stop()
 	c := newCapture(w, m.opts.MaxResponse)
 	c.Header().Set(contract.HeaderOperation, lease.OpID)
-	exec := &Execution{key: req.key, lease: lease}
+	exec := &Execution{ns: req.namespace, key: req.key, lease: lease}
 	r = r.WithContext(withExecution(r.Context(), exec))
 	defer func() {
 		if p := recover(); p != nil {

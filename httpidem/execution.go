@@ -13,6 +13,7 @@ import (
 // handler that knows more than its status code says (a proxy that knows
 // nothing reached the upstream) settles the operation's fate itself.
 type Execution struct {
+	ns    string
 	key   string
 	lease ledger.Lease
 	mu    sync.Mutex
@@ -37,8 +38,21 @@ func withExecution(ctx context.Context, e *Execution) context.Context {
 func (e *Execution) OperationID() string { return e.lease.OpID }
 
 // Key is the operation's idempotency key (to forward to an upstream that
-// honours it).
+// honours it, with its namespace: ledger.UpstreamKey).
 func (e *Execution) Key() string { return e.key }
+
+// Namespace is the namespace of the operation's key.
+func (e *Execution) Namespace() string { return e.ns }
+
+type namespaceKey struct{}
+
+// WithNamespace names the namespace of the key of the request whose
+// context ctx is, instead of its route's: the MCP proxy's, for a key its
+// client sent in _meta (ledger.MCPMetaNamespace) rather than one it
+// derived from an intent.
+func WithNamespace(ctx context.Context, namespace string) context.Context {
+	return context.WithValue(ctx, namespaceKey{}, namespace)
+}
 
 // Lease is the lease held while the handler runs (for a handler that
 // completes the operation in its own transaction).

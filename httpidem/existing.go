@@ -112,7 +112,7 @@ func (m *Middleware) retried(w http.ResponseWriter, r *http.Request, req *reques
 	if req.route.Approval == nil {
 		return false
 	}
-	op, err := m.opts.Store.GetByKey(r.Context(), req.tenant, req.key)
+	op, err := m.opts.Store.GetByKey(r.Context(), req.opKey())
 	switch {
 	case errors.Is(err, ledger.ErrNotFound), err == nil && op.State == ledger.Executing:
 		return false

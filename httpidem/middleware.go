@@ -40,7 +40,7 @@ type Store interface {
 	MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error)
 	ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error)
 	Get(ctx context.Context, id string) (*ledger.Operation, error)
-	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
+	GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error)
 	GetApproval(ctx context.Context, id string) (*ledger.Approval, error)
 	History(ctx context.Context, id string) ([]ledger.Event, error)
 }

@@ -69,7 +69,7 @@ func (m *Middleware) note(req *request, kind audit.Kind, op *ledger.Operation, r
 		return
 	}
 	e := audit.Event{At: time.Now(), Tenant: req.tenant, Kind: kind, Principal: req.who, RunID: req.run,
-		TraceID: req.trace, Key: req.key, Fingerprint: req.fingerprint,
+		TraceID: req.trace, Namespace: req.namespace, Key: req.key, Fingerprint: req.fingerprint,
 		Route: req.route.name, Target: req.target, Actor: m.opts.Actor, Reason: reason}
 	if op != nil {
 		e.OperationID = op.ID
@@ -94,8 +94,8 @@ func (m *Middleware) noteUnrecorded(req *request, opID string, resp *ledger.Resp
 		return
 	}
 	e := audit.Event{At: time.Now(), Tenant: req.tenant, OperationID: opID, Kind: audit.AnswerUnrecorded,
-		Principal: req.who, RunID: req.run, TraceID: req.trace, Key: req.key, Fingerprint: req.fingerprint,
-		Route: req.route.name, Target: req.target, Actor: m.opts.Actor,
+		Principal: req.who, RunID: req.run, TraceID: req.trace, Namespace: req.namespace, Key: req.key,
+		Fingerprint: req.fingerprint, Route: req.route.name, Target: req.target, Actor: m.opts.Actor,
 		UpstreamStatus: resp.Status, ResultRef: ref, ResponseSHA256: resp.SHA256(), Reason: reason}
 	m.opts.Audit.Record(e)
 }

@@ -24,6 +24,7 @@ import (
 type request struct {
 	route       *route
 	tenant      string
+	namespace   string // of key: the route's, or the one its caller named (WithNamespace)
 	key         string // "" when absent and not required
 	body        []byte // as received, forwarded unchanged
 	command     any    // parsed and validated
@@ -55,7 +56,10 @@ type request struct {
 // readRequest reads and checks everything about r before anything is
 // reserved: a refusal here changes nothing.
 func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contract.Problem) {
-	req := &request{route: rt, header: r.Header, ctx: r.Context()}
+	req := &request{route: rt, namespace: rt.namespace, header: r.Header, ctx: r.Context()}
+	if ns, ok := r.Context().Value(namespaceKey{}).(string); ok {
+		req.namespace = ns
+	}
 	var present bool
 	var err error
 	if rt.keyHeader != "" {
@@ -91,6 +95,11 @@ func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contrac
 		return nil, p
 	}
 	return req, nil
+}
+
+// opKey is the identity of the operation req reserves.
+func (req *request) opKey() ledger.OpKey {
+	return ledger.OpKey{Tenant: req.tenant, Namespace: req.namespace, Key: req.key}
 }
 
 // fingerprintOf binds everything the request does: the route, its path
@@ -241,7 +250,8 @@ func pointerValue(doc any, toks []string) string {
 
 // reserveParams is what the ledger is asked to reserve for req.
 func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
-	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.name,
+	return ledger.ReserveParams{Tenant: req.tenant, Namespace: req.namespace, Key: req.key, Kind: req.route.kind,
+		Route:       req.route.name,
 		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
 		BusinessKey: req.businessKey(), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
 		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace,

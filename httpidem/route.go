@@ -90,6 +90,15 @@ type Route struct {
 	Lease              time.Duration
 	Retention          time.Duration
 	MaxBody            int64
+
+	// Kind and Namespace, if set, are the operation's kind and its key's
+	// namespace (docs/design.md, "Words"): a consumer's or a webhook
+	// route's. Unset, an action's route is ledger.KindAction and a tool
+	// call's ledger.KindMCP in ledger.MCPNamespace(MCPServer) (a request
+	// may name another: WithNamespace); any other is ledger.KindRoute;
+	// the namespace the clients' (ledger.NamespaceClients).
+	Kind      ledger.Kind
+	Namespace string
 }
 
 // route is a Route ready to serve.
@@ -97,6 +106,8 @@ type route struct {
 	Route
 	template   string // the fingerprinted route: Pattern
 	name       string // the operation's route: "METHOD template", or "action:NAME"
+	kind       ledger.Kind
+	namespace  string // of its keys, unless its request names another (WithNamespace)
 	params     []param
 	keyHeader  string
 	keyPointer []string
@@ -137,6 +148,9 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		if err := c.compileMCP(); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.compileNamespace(); err != nil {
+		return nil, err
 	}
 	if err := c.compileKeyFrom(); err != nil {
 		return nil, err
@@ -331,4 +345,30 @@ func (rt *route) query(r *http.Request) (map[string][]string, error) {
 		delete(q, name)
 	}
 	return q, nil
+}
+
+// compileNamespace settles the route's kind and namespace, from Kind and
+// Namespace when set, else from what the route is.
+func (c *route) compileNamespace() error {
+	c.kind, c.namespace = c.Kind, c.Namespace
+	if c.kind == "" {
+		c.kind = ledger.KindRoute
+		switch {
+		case c.Action != "":
+			c.kind = ledger.KindAction
+		case c.MCPServer != "":
+			c.kind = ledger.KindMCP
+		}
+	}
+	if c.namespace == "" {
+		c.namespace = ledger.NamespaceClients
+		if c.MCPServer != "" {
+			c.namespace = ledger.MCPNamespace(c.MCPServer)
+		}
+	}
+	if !c.kind.Valid() || !ledger.Holdable(c.namespace) || len(c.namespace) > ledger.MaxNamespaceLen {
+		return fmt.Errorf("route %s %s: kind %q, namespace %q: want one of %v, and 1 to %d bytes of UTF-8",
+			c.Method, c.Pattern, c.kind, c.namespace, ledger.Kinds, ledger.MaxNamespaceLen)
+	}
+	return nil
 }

@@ -34,7 +34,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		defer m.observe(req, ow, time.Now())
 		w = ow
 	}
-	if op := m.cache.get(req.tenant, req.key); op != nil {
+	if op := m.cache.get(req.opKey()); op != nil {
 		m.cached(r.Context(), w, req, op)
 		return
 	}
@@ -126,7 +126,7 @@ func (m *Middleware) admit(ctx context.Context, req *request, apr *ledger.Approv
 		}
 		return settle, nil
 	}
-	if _, err := m.opts.Store.GetByKey(ctx, req.tenant, req.key); err == nil {
+	if _, err := m.opts.Store.GetByKey(ctx, req.opKey()); err == nil {
 		return noSettle, nil
 	}
 	return nil, p

@@ -3,8 +3,6 @@ package mcpproxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -65,6 +63,7 @@ func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 type call struct {
 	tool      *tool
 	principal approval.Principal
+	namespace string // of key: the server's intents', or its clients' _meta keys'
 	key       string
 	args      []byte // the arguments, the intent removed
 	meta      mcp.Meta
@@ -86,7 +85,7 @@ func (ps *proxied) readCall(t *tool, pr approval.Principal, req *mcp.CallToolReq
 	}
 	intent, present := obj[t.intent]
 	delete(obj, t.intent)
-	key, msg := keyOf(ps.cfg.Name, t, pr, intent, present, req.Params.Meta)
+	key, ns, msg := keyOf(ps.cfg.Name, t, pr, intent, present, req.Params.Meta)
 	if msg != "" {
 		return nil, refusal(contract.CodeMissingKey, msg, nil)
 	}
@@ -94,35 +93,33 @@ func (ps *proxied) readCall(t *tool, pr approval.Principal, req *mcp.CallToolReq
 	if err != nil {
 		return nil, refusal(contract.CodeInvalidCommand, err.Error(), nil)
 	}
-	return &call{tool: t, principal: pr, key: key, args: body, meta: forwardedMeta(req.Params.Meta)}, nil
+	return &call{tool: t, principal: pr, namespace: ns, key: key, args: body, meta: forwardedMeta(req.Params.Meta)}, nil
 }
 
-// keyOf is a call's key: the client's own from _meta, else
-// mcp/<server>/<tool>/<principal>/<intent>. A key longer than the ledger
-// holds is that string's SHA-256, still one per intent. A refusal's
-// message says what the model must send.
-func keyOf(server string, t *tool, pr approval.Principal, intent any, present bool, meta mcp.Meta) (string, string) {
+// keyOf is a call's key and its namespace: the client's own from _meta,
+// in the server's clients' namespace (ledger.MCPMetaNamespace), else the
+// one derived from the tool, the principal and the intent
+// (contract.MCPIntentKey), in the server's (ledger.MCPNamespace): a
+// client's key can never claim or replay an intent's. A refusal's message
+// says what the model must send.
+func keyOf(server string, t *tool, pr approval.Principal, intent any, present bool, meta mcp.Meta) (
+	key, namespace, msg string) {
 	if v, ok := meta[contract.MetaIdempotencyKey]; ok {
 		s, _ := v.(string)
-		key, err := httpidem.ParseKey(s)
+		k, err := httpidem.ParseKey(s)
 		if err != nil {
-			return "", "_meta[\"" + contract.MetaIdempotencyKey + "\"]: " + err.Error()
+			return "", "", "_meta[\"" + contract.MetaIdempotencyKey + "\"]: " + err.Error()
 		}
-		return key, ""
+		return k, ledger.MCPMetaNamespace(server), ""
 	}
 	s, _ := intent.(string)
 	switch {
 	case !present:
-		return "", "the argument " + t.intent + " is required: " + intentDescription
+		return "", "", "the argument " + t.intent + " is required: " + intentDescription
 	case s == "" || utf8.RuneCountInString(s) > MaxIntent || !printable(s):
-		return "", "the argument " + t.intent + " must be 1 to 128 printable ASCII characters: " + intentDescription
+		return "", "", "the argument " + t.intent + " must be 1 to 128 printable ASCII characters: " + intentDescription
 	}
-	key := "mcp/" + server + "/" + t.name + "/" + pr.Name + "/" + s
-	if len(key) > ledger.MaxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		key = "mcp/sha256/" + hex.EncodeToString(sum[:])
-	}
-	return key, ""
+	return contract.MCPIntentKey(t.name, pr.Name, s), ledger.MCPNamespace(server), ""
 }
 
 func printable(s string) bool {
@@ -154,7 +151,7 @@ func forwardedMeta(m mcp.Meta) mcp.Meta {
 // the caller's, keyed, whose handler forwards the call once.
 func (ps *proxied) guarded(ctx context.Context, req *mcp.CallToolRequest, m *httpidem.Middleware, c *call) (
 	*mcp.CallToolResult, error) {
-	ctx = context.WithValue(ctx, callKey{}, c)
+	ctx = httpidem.WithNamespace(context.WithValue(ctx, callKey{}, c), c.namespace)
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.tool.path, bytes.NewReader(c.args))
 	if err != nil {
 		return nil, err

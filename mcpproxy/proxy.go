@@ -59,7 +59,7 @@ type Tool struct {
 // Store is what the proxy reads itself: an operation by its key, for
 // operation_status. Every step of a call goes through httpidem.
 type Store interface {
-	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
+	GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error)
 }
 
 // Options configure the proxy. Servers, DataPlane, Caller and Store are

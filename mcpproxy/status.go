@@ -51,11 +51,11 @@ func (ps *proxied) status(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if t == nil || !t.guarded {
 		return refusal(contract.CodeNotFound, "no guarded tool "+in.Tool+" on this server", nil), nil
 	}
-	key, msg := keyOf(ps.cfg.Name, t, pr, in.Intent, true, nil)
+	key, ns, msg := keyOf(ps.cfg.Name, t, pr, in.Intent, true, nil)
 	if msg != "" {
 		return refusal(contract.CodeInvalidKey, msg, nil), nil
 	}
-	op, err := ps.p.opts.Store.GetByKey(ctx, pr.Tenant, key)
+	op, err := ps.p.opts.Store.GetByKey(ctx, ledger.OpKey{Tenant: pr.Tenant, Namespace: ns, Key: key})
 	v := statusView{}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):

@@ -19,7 +19,8 @@ import (
 func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 	t.Helper()
 	c := context.Background()
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/payments",
+	r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: "POST /v1/payments",
 		Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,8 @@ func TestOpsResolveAnActionsResult(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()
-		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
+		r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindAction,
+			Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
 			Fingerprint: "sha256:bb", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 		if err != nil {
 			t.Fatal(err)
