@@ -17,6 +17,8 @@ FUZZ_KEYFROM ?= 100000x
 FUZZ_MCP_CALL ?= 20000x
 FUZZ_MCP_SCHEMA ?= 20000x
 FUZZ_MCP_SCENARIO ?= 10000x
+FUZZ_MCP_KEY ?= 50000x
+FUZZ_UPSTREAM_KEY ?= 50000x
 
 .PHONY: test setup lint vet race fuzz bench python
 
@@ -83,6 +85,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
 	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
 	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzMCPIntentKey$$' -fuzztime $(FUZZ_MCP_KEY) -fuzzminimizetime 1000x ./contract
+	go test -run '^$$' -fuzz '^FuzzUpstreamKey$$' -fuzztime $(FUZZ_UPSTREAM_KEY) -fuzzminimizetime 1000x ./ledger
 	go test -run '^$$' -fuzz '^FuzzParseMCPScenario$$' -fuzztime $(FUZZ_MCP_SCENARIO) -fuzzminimizetime 1000x ./drill
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the

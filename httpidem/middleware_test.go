@@ -365,7 +365,8 @@ func TestPanicLeavesUnknown(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("a panicking handler answered %d", resp.StatusCode)
 		}
-		op, err := s.GetByKey(context.Background(), "acme", "p")
+		op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "p"})
 		if err != nil || op.State != ledger.Unknown || op.LastError != "handler_panic" {
 			t.Fatalf("after a panic: %+v %v", op, err)
 		}
@@ -387,7 +388,8 @@ func TestUncapturableResponseIsUnknown(t *testing.T) {
 		if r := a.post("big", "acme", `{}`); r.status != 201 || r.body != big {
 			t.Fatalf("a large answer must still reach its client: %d, %d bytes", r.status, len(r.body))
 		}
-		op, _ := s.GetByKey(context.Background(), "acme", "big")
+		op, _ := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "big"})
 		if op.State != ledger.Unknown || op.LastError != "response_not_captured" {
 			t.Fatalf("large response: %s %s", op.State, op.LastError)
 		}
@@ -419,7 +421,8 @@ func TestLeaseIsExtendedWhileTheHandlerRuns(t *testing.T) {
 		r := a.post("slow", "acme", `{}`)
 		close(stop)
 		sweeps.Wait()
-		op, _ := s.GetByKey(context.Background(), "acme", "slow")
+		op, _ := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "slow"})
 		if r.status != 201 || op.State != ledger.Succeeded {
 			t.Fatalf("slow handler: %d, operation %s", r.status, op.State)
 		}
@@ -443,7 +446,8 @@ func TestClientGoneGetsReplay(t *testing.T) {
 			t.Fatal("the impatient client got an answer")
 		}
 		waitFor(t, func() bool {
-			op, err := s.GetByKey(context.Background(), "acme", "gone")
+			op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "gone"})
 			return err == nil && op.State == ledger.Succeeded
 		})
 		if r := a.post("gone", "acme", `{}`); r.status != 201 || r.body != `{"ticket":"T-1"}` || a.effects.Load() != 1 {
@@ -611,7 +615,8 @@ func TestApprovalDeniedReplay(t *testing.T) {
 		cmd, _ := fingerprint.Parse([]byte(`{"environment":"production"}`), fingerprint.Limits{})
 		fp, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/tickets", Tenant: "acme", Command: cmd})
 		c := context.Background()
-		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
+		r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
 			Fingerprint: fp, Retention: time.Hour, Actor: "approvals", Approval: &ledger.ApprovalRequest{
 				Target: "POST /v1/tickets", Command: []byte(`{"environment":"production"}`), RequestedBy: "agent",
 				Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})

@@ -133,6 +133,10 @@ func compileRoute(r Route, o *Options) (*route, error) {
 			return nil, err
 		}
 	}
+	if !c.Kind.Valid() || !ledger.Holdable(c.namespace) || len(c.namespace) > ledger.MaxNamespaceLen {
+		return nil, fmt.Errorf("route %s %s: kind %q, namespace %q: want one of %v, and 1 to %d bytes of UTF-8",
+			c.Method, c.Pattern, c.Kind, c.namespace, ledger.Kinds, ledger.MaxNamespaceLen)
+	}
 	if err := c.compileKeyFrom(); err != nil {
 		return nil, err
 	}

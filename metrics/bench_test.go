@@ -24,7 +24,8 @@ func fill(b *testing.B, s ledger.Store, n int) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 32 {
-				p := ledger.ReserveParams{Tenant: fmt.Sprint("t", i%2), Key: fmt.Sprint("k-", i), Route: "POST /v1/t",
+				p := ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+					Tenant: fmt.Sprint("t", i%2), Key: fmt.Sprint("k-", i), Route: "POST /v1/t",
 					Fingerprint: "sha256:aa", Retention: time.Hour, Actor: "bench"}
 				if i%2 == 0 {
 					p.Lease = time.Hour

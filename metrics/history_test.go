@@ -15,7 +15,8 @@ import (
 // its own store gauges, never another's; counters restart every interval.
 func TestHistoryPerTenant(t *testing.T) {
 	s := dbtest.SQLite(t)
-	if _, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "globex", Key: "k", Route: "POST /v1/t",
+	if _, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "globex", Key: "k", Route: "POST /v1/t",
 		Fingerprint: "sha256:aa", Lease: time.Microsecond, Retention: time.Hour, Actor: "t"}); err != nil {
 		t.Fatal(err)
 	}

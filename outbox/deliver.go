@@ -25,7 +25,7 @@ func (t *target) deliver(ctx context.Context, client *http.Client, e *ledger.Eff
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 	if t.Sender != nil {
-		return t.Sender.Send(ctx, e, ledger.UpstreamKey(e.Tenant, e.Key))
+		return t.Sender.Send(ctx, e, e.UpstreamKey())
 	}
 	sent := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
@@ -62,7 +62,7 @@ func (t *target) headers(h http.Header, e *ledger.Effect) {
 	// after writing it. That would hide an unknown delivery from the
 	// count of attempts. The target reads the name in any case.
 	delete(h, http.CanonicalHeaderKey(t.KeyHeader))
-	h[strings.ToLower(t.KeyHeader)] = []string{ledger.UpstreamKey(e.Tenant, e.Key)}
+	h[strings.ToLower(t.KeyHeader)] = []string{e.UpstreamKey()}
 }
 
 // failed is the outcome of a delivery that got no answer, by the

@@ -113,10 +113,10 @@ func (s *store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 }
 
 // GetByKey's span names the tenant, never the key.
-func (s *store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+func (s *store) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
 	return step(ctx, s, "ledger.GetByKey", func(ctx context.Context) (*ledger.Operation, error) {
-		return s.s.GetByKey(ctx, tenant, key)
-	}, itself, AttrTenant.String(tenant))
+		return s.s.GetByKey(ctx, k)
+	}, itself, AttrTenant.String(k.Tenant))
 }
 
 func (s *store) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {

@@ -66,11 +66,14 @@ consumers:
 		if n := up.count("/v1/tickets"); n != 1 {
 			t.Fatalf("%d effects, want 1", n)
 		}
-		if key := up.lastHeaders().Get("Idempotency-Key"); key != "acme:evt-1" {
+		// The consumer's namespace goes upstream with the key: never a
+		// client's key evt-1, nor another consumer's.
+		if key := up.lastHeaders().Get("Idempotency-Key"); key != "acme~consumer/billing~evt-1" {
 			t.Fatalf("the upstream saw key %q", key)
 		}
 		op, err := store.Get(ctx, first.OpID)
-		if err != nil || op.Tenant != "acme" || op.Route != "consumer:billing" || op.Key != "evt-1" {
+		if err != nil || op.Tenant != "acme" || op.Route != "consumer:billing" || op.Key != "evt-1" ||
+			op.Kind != ledger.KindConsumer || op.Namespace != ledger.ConsumerNamespace("billing") {
 			t.Fatalf("operation %+v %v", op, err)
 		}
 		if h, err := store.History(ctx, op.ID); err != nil || len(h) == 0 {

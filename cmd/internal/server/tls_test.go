@@ -138,7 +138,8 @@ func TestClientCertificates(t *testing.T) {
 		if err != nil || r.status != c.status {
 			t.Fatalf("%s: %+v %v", c.name, r, err)
 		}
-		op, err := g.store.GetByKey(context.Background(), "acme", c.key)
+		op, err := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: c.key})
 		if c.principal != "" && (err != nil || op.Principal != c.principal) {
 			t.Fatalf("%s: operation %+v, %v", c.name, op, err)
 		}
@@ -262,7 +263,8 @@ func TestClientCARotationEndsResumedSessions(t *testing.T) {
 	if r, err := g.post(c, "", "after"); err == nil {
 		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
 	}
-	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
+	if _, err := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: "after"}); err == nil {
 		t.Fatal("refused, yet an operation was reserved")
 	}
 }
