@@ -2,6 +2,8 @@ package httpidem_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"encoding/json"
 	"errors"
@@ -367,7 +369,7 @@ func TestPanicLeavesUnknown(t *testing.T) {
 		}
 		op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
 			Key: "p"})
-		if err != nil || op.State != ledger.Unknown || op.LastError != "handler_panic" {
+		if err != nil || op.State != ledger.Unknown || op.LastError != "effect_panic" {
 			t.Fatalf("after a panic: %+v %v", op, err)
 		}
 		if r := a.post("p", "acme", `{}`); r.status != 409 || problemCode(t, r) != "outcome_unknown" {
@@ -376,12 +378,17 @@ func TestPanicLeavesUnknown(t *testing.T) {
 	})
 }
 
-func TestUncapturableResponseIsUnknown(t *testing.T) {
+// An answer larger than MaxResponse reaches its client whole, streamed;
+// the operation is final by its status, and keeps a stand-in that names
+// the answer, which every retry is given (docs/design.md, "An answer too
+// large to keep"): the effect is never run again, and never unknown.
+func TestAnswerTooLargeIsKeptAsAStandIn(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{MaxResponse: 100})
 		big := strings.Repeat("x", 1000)
 		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(201)
 			io.WriteString(w, big)
 		}
@@ -390,8 +397,17 @@ func TestUncapturableResponseIsUnknown(t *testing.T) {
 		}
 		op, _ := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
 			Key: "big"})
-		if op.State != ledger.Unknown || op.LastError != "response_not_captured" {
+		if op.State != ledger.Succeeded {
 			t.Fatalf("large response: %s %s", op.State, op.LastError)
+		}
+		r := a.post("big", "acme", `{}`)
+		var nk contract.NotKept
+		sum := sha256.Sum256([]byte(big))
+		if err := json.Unmarshal([]byte(r.body), &nk); err != nil || r.status != 201 ||
+			r.header.Get(contract.HeaderAnswerNotKept) != "true" || r.header.Get(contract.HeaderReplayed) != "true" ||
+			nk.Code != contract.CodeAnswerNotKept || nk.Size != 1000 || nk.SHA256 != hex.EncodeToString(sum[:]) ||
+			nk.Limit != 100 || a.effects.Load() != 1 {
+			t.Fatalf("the retry: %d %v %s (%d effects)", r.status, r.header, r.body, a.effects.Load())
 		}
 	})
 }
