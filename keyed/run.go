@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -107,7 +108,10 @@ func (x *Executor) perform(ctx context.Context, run *Run, effect Effect) (out Ou
 // so, linked to the operation.
 func (x *Executor) noAnswer(ctx context.Context, e *exec, lease ledger.Lease, err error) Result {
 	fate, code, timeout := contract.ClassifyFailure(err)
-	x.log(ctx, "effect got no answer ("+code+")", lease.OpID, err)
+	// The adapter logs what failed: an effect's error may quote the
+	// request (a URL with its query), which the executor never logs.
+	x.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "effect got no answer", slog.String("code", code),
+		slog.String("operation_id", lease.OpID))
 	op := &ledger.Operation{ID: lease.OpID, State: ledger.Prepared}
 	var p *contract.Problem
 	if fate == contract.FateReleased {

@@ -82,7 +82,7 @@ consumers:
 		// Applied, and the answer lost: unknown, which is acknowledged (it
 		// waits for reconciliation in the ledger, not in the queue).
 		lost, err := s.Deliverer("lossy").Deliver(ctx, inbox.Delivery{Key: "pay-1", Body: []byte(`{"amount":1}`)})
-		if err != nil || lost.State != ledger.Unknown || inbox.Decide(lost).Verdict != inbox.Ack {
+		if err != nil || lost.State != ledger.Unknown || inbox.Decide(lost).Verdict != inbox.Park {
 			t.Fatalf("a lost answer: %+v %v", lost, err)
 		}
 		rec := httptest.NewRecorder()
