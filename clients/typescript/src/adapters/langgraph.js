@@ -24,7 +24,8 @@
 // Approvals: an effect whose action or route needs an approval waits for
 // it up to options.approvalWait; past it, with options.interrupt (pass
 // LangGraph's interrupt), the graph is interrupted with the approval
-// (resume it once approved: the node re-runs, and its effect runs once),
+// (resume it with any value once approved: the node re-runs, and its
+// effect runs once; resumed before the decision, it interrupts again),
 // and without, ApprovalRequired is thrown.
 
 import { ApprovalRequired } from '../errors.js';
@@ -49,16 +50,21 @@ function runner(client, options) {
     let intent;
     if (options.key) intent = options.key({ run, scope, name, input, config: cfg });
     else intent = intentOf('langgraph', run, scope, name, input, options.intent ? options.intent(input, cfg) : null);
-    try {
-      return await runEffect(client, spec, intent, input, () => execute(cfg));
-    } catch (e) {
-      if (e instanceof ApprovalRequired && options.interrupt) {
-        return options.interrupt({
+    // With options.interrupt, a pending approval interrupts the graph.
+    // On resume the node runs again and interrupt() returns the resume
+    // value instead: the effect is then asked for again, and interrupts
+    // once more (LangGraph's next interrupt of the node) while the
+    // approval is still pending.
+    for (;;) {
+      try {
+        return await runEffect(client, spec, intent, input, () => execute(cfg));
+      } catch (e) {
+        if (!(e instanceof ApprovalRequired) || !options.interrupt) throw e;
+        options.interrupt({
           idemgate: 'approval_required', approvalId: e.approvalId, approvalUrl: e.approvalUrl, summary: e.summary,
           operationId: e.operationId,
         });
       }
-      throw e;
     }
   };
 }
