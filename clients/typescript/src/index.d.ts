@@ -6,9 +6,8 @@ import type { Agent as HttpAgent } from 'node:http';
 /** JSON as idemgate fingerprints it. */
 export type JSONValue = null | boolean | number | string | JSONValue[] | { [k: string]: JSONValue | undefined };
 
-/** Bounds the retries of one call; every duration in milliseconds. */
-export class Policy {
-  constructor(o?: Partial<PolicyOptions>);
+/** The retry bounds of one call; every duration in milliseconds. */
+export interface PolicyOptions {
   maxAttempts: number;
   maxElapsed: number;
   baseDelay: number;
@@ -18,17 +17,14 @@ export class Policy {
   /** How long a request waits for a human's decision (0: needs_approval at once). */
   approvalWait: number;
   gatewayRetention: number;
+}
+
+/** Bounds the retries of one call (agent.Policy, the same defaults). */
+export interface Policy extends PolicyOptions {}
+export class Policy {
+  constructor(o?: Partial<PolicyOptions>);
   backoff(n: number): number;
   with(changes: Partial<PolicyOptions>): Policy;
-}
-export interface PolicyOptions {
-  maxAttempts: number;
-  maxElapsed: number;
-  baseDelay: number;
-  maxDelay: number;
-  wait: number;
-  approvalWait: number;
-  gatewayRetention: number;
 }
 
 export interface ClientOptions {
