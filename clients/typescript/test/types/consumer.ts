@@ -4,9 +4,6 @@ import { Client, IdemgateError, Conflict, ApprovalRequired, NotPerformed, idempo
 import { idempotentTool as aiTool } from '@idemgate/client/ai';
 import { idempotentTool as agentsTool } from '@idemgate/client/openai-agents';
 import { idempotentEffect } from '@idemgate/client/langgraph';
-import { tool } from 'ai';
-import { tool as agentsToolFn } from '@openai/agents';
-import { z } from 'zod';
 
 export async function use(): Promise<number> {
   const client = new Client({ url: 'http://127.0.0.1:8080', token: 't', journal: 'j.jsonl', timeout: 5000 });
@@ -26,8 +23,8 @@ export async function use(): Promise<number> {
     if (e instanceof Conflict || e instanceof ApprovalRequired) console.log(e.code, e.status, e.operationId);
     if (e instanceof IdemgateError) console.log(e.code);
   }
-  const t = aiTool(client, tool({ description: 'd', inputSchema: z.object({ title: z.string() }), execute: async ({ title }) => title }), { name: 'createTicket', action: 'ticket.create', run: 'chat-1' });
-  const a = agentsToolFn(agentsTool(client, { name: 'create', description: 'd', parameters: z.object({ title: z.string() }), execute: async ({ title }: { title: string }) => title }, { action: 'ticket.create', run: (ctx) => String(ctx.context) }));
+  const t = aiTool(client, { description: 'd', execute: async ({ title }: { title: string }) => title }, { name: 'createTicket', action: 'ticket.create', run: 'chat-1' });
+  const a = agentsTool(client, { name: 'create', description: 'd', execute: async ({ title }: { title: string }) => title }, { action: 'ticket.create', run: (ctx) => String(ctx.context) });
   const e = idempotentEffect(client, { name: 'e', request: (x: { t: string }) => ({ path: '/v1/x', body: x }) });
   await e({ t: 'x' }, { configurable: { thread_id: 't' } });
   await client.close();
