@@ -333,8 +333,10 @@ export class Operation {
   async finish(outcome) {
     try {
       if (this._ended) {
+        // The block recorded its outcome itself (succeed, fail): what it
+        // recorded is the result, as a replay will return it.
         if (outcome.error) throw outcome.error;
-        return outcome.value;
+        return this.result;
       }
       if (!outcome.error) {
         if (this._lost) throw this._lost;

@@ -226,3 +226,25 @@ test('client errors are one family with code, status and operationId', async () 
   assert.equal(ran, 0);
   await c.close();
 });
+
+test('a block that records its outcome itself returns what it recorded, as a replay does', async (t) => {
+  const up = await h.Upstream.start();
+  const gw = await h.Gateway.start(t, { upstream: up });
+  const client = new Client({ url: gw.url, token: 'agent-token' });
+  try {
+    const tag = h.tag('self');
+    const first = await client.action('reply.send', { key: `self:${tag}`, command: {} }, async (op) => {
+      await op.succeed({ messageId: 'm-1' }, { resultRef: 'm-1' });
+      return 'ignored';
+    });
+    const again = await client.action('reply.send', { key: `self:${tag}`, command: {} }, () => 'not run');
+    assert.deepEqual([first, again], [{ messageId: 'm-1' }, { messageId: 'm-1' }]);
+    await client.action('reply.send', { key: `fail:${tag}`, command: {} }, (op) => op.fail({ error: 'no such mailbox' }));
+    await assert.rejects(client.action('reply.send', { key: `fail:${tag}`, command: {} }, () => 'not run'),
+      (e) => e instanceof IdemgateError && e.code === 'action_failed' && e.result.error === 'no such mailbox');
+  } finally {
+    await client.close();
+    await gw.close();
+    await up.close();
+  }
+});
