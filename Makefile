@@ -18,9 +18,9 @@ FUZZ_MCP_CALL ?= 20000x
 FUZZ_MCP_SCHEMA ?= 20000x
 FUZZ_MCP_SCENARIO ?= 10000x
 
-.PHONY: test setup lint vet race fuzz bench python
+.PHONY: test setup lint vet race fuzz bench python typescript
 
-test: setup lint race fuzz python
+test: setup lint race fuzz python typescript
 
 # What the tests need, made ready where the machine allows (as root: start
 # PostgreSQL and the brokers, install Chromium, npm ci the SDK projects);
@@ -64,6 +64,14 @@ build:
 # fail rather than skip under CI=true when go is missing.
 python:
 	python3 -m unittest discover -s clients/python
+
+# The TypeScript client's tests (clients/typescript, Node's own test
+# runner): they build idemgate once and run it (serve, on SQLite and on a
+# PostgreSQL schema of their own) with the real Vercel AI SDK, OpenAI
+# Agents SDK and LangGraph that .ci/setup's npm ci installs; without go or
+# node_modules they fail under CI=true rather than skip.
+typescript:
+	node clients/typescript/test/run.js
 
 # Short coverage-guided runs of the parsers on every CI run.
 fuzz:
