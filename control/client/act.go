@@ -95,9 +95,14 @@ func (e *OutcomeUnknown) Unwrap() error { return e.Err }
 // Errors: *ApprovalPending, *OutcomeUnknown, *NotPerformedError, the
 // gateway's *contract.Problem, or a transport error; see NextStep.
 func (c *Client) Act(ctx context.Context, a Action, effect Effect) (*Acted, error) {
-	res, err := c.Reserve(ctx, a.Name, a.Key, a.Command, a.Wait)
+	res, err := c.Reserve(ctx, a.Name, a.Key, a.Command, 0)
+	var p *contract.Problem
+	if a.Wait > 0 && errors.As(err, &p) && p.Code == contract.CodeInProgress {
+		// Only now wait: a first reserve that waited would hold a 202 for
+		// its decision too, where the caller has better ways to wait.
+		res, err = c.Reserve(ctx, a.Name, a.Key, a.Command, a.Wait)
+	}
 	if err != nil {
-		var p *contract.Problem
 		if errors.As(err, &p) && p.Code == contract.CodeOutcomeUnknown {
 			return nil, &OutcomeUnknown{OperationID: p.OperationID, Reason: "found unknown", Err: err}
 		}
