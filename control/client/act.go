@@ -369,3 +369,27 @@ func note(s string) string {
 func typeName(err error) string {
 	return reflect.TypeOf(err).String()
 }
+
+// Named is what an error of Act names, for a message or a workflow's
+// details: the operation, the approval it waits for, the problem's code.
+type Named struct {
+	OperationID, ApprovalID, Code string
+}
+
+// NamesOf reads what err names (empty members where it names nothing).
+func NamesOf(err error) Named {
+	var (
+		unk  *OutcomeUnknown
+		ap   *ApprovalPending
+		prob *contract.Problem
+	)
+	switch {
+	case errors.As(err, &unk):
+		return Named{OperationID: unk.OperationID, Code: contract.CodeOutcomeUnknown}
+	case errors.As(err, &ap):
+		return Named{OperationID: ap.OperationID, ApprovalID: ap.Approval.ID, Code: ap.Code}
+	case errors.As(err, &prob):
+		return Named{OperationID: prob.OperationID, Code: prob.Code}
+	}
+	return Named{}
+}

@@ -2,11 +2,8 @@ package idemtemporal_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,19 +21,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemtemporal")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err = testenv.BuildIdemgate(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.MainWithIdemgate(m, &bin))
 }
 
 // The principals: the worker reserves (and holds the approver role, so
@@ -140,15 +125,6 @@ type acts struct {
 
 // post performs one effect at the upstream.
 func post(ctx context.Context, up *testenv.Upstream, name string) (Sent, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.URL+"/effects/"+filepath.Base(name), nil)
-	if err != nil {
-		return Sent{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Sent{}, err
-	}
-	defer resp.Body.Close()
-	var s Sent
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	effect, err := testenv.PostEffect(ctx, up.URL, name)
+	return Sent{Effect: effect}, err
 }

@@ -127,20 +127,8 @@ func Perform[R any](ctx context.Context, a Action, effect func(ctx context.Conte
 // workflow branches on, the operation named in the message and in the
 // details.
 func asTemporal(action, key string, err error) error {
-	p := Pending{Action: action, Key: key, Reason: err.Error()}
-	var (
-		unk  *client.OutcomeUnknown
-		ap   *client.ApprovalPending
-		prob *contract.Problem
-	)
-	switch {
-	case errors.As(err, &unk):
-		p.OperationID, p.Code = unk.OperationID, contract.CodeOutcomeUnknown
-	case errors.As(err, &ap):
-		p.OperationID, p.ApprovalID, p.Code = ap.OperationID, ap.Approval.ID, ap.Code
-	case errors.As(err, &prob):
-		p.OperationID, p.Code = prob.OperationID, prob.Code
-	}
+	n := client.NamesOf(err)
+	p := Pending{Action: action, Key: key, Reason: err.Error(), OperationID: n.OperationID, ApprovalID: n.ApprovalID, Code: n.Code}
 	msg := fmt.Sprintf("idemgate: action %s, key %s, operation %s: %v", action, key, p.OperationID, err)
 	switch client.NextStep(err) {
 	case client.Settle:

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -152,4 +154,41 @@ func (u *Upstream) Seen(tb testing.TB) string {
 		tb.Fatal("no effect reached the upstream")
 		return ""
 	}
+}
+
+// MainWithIdemgate is a TestMain's body for tests that run idemgate: it
+// builds it into a temporary directory, sets *bin to its path, runs the
+// tests and removes the directory; it returns the exit code.
+func MainWithIdemgate(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "idemgate-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildIdemgate(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// PostEffect performs one effect named name at the upstream at url (an
+// Upstream's URL, maybe in another process) and returns the upstream's
+// name for it ("NAME#N").
+func PostEffect(ctx context.Context, url, name string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/effects/"+name, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct{ Effect string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", err
+	}
+	return out.Effect, nil
 }
