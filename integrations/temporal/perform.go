@@ -75,7 +75,7 @@ func Key(ctx context.Context) (string, error) {
 		return "", ErrNoInterceptor
 	}
 	info := activity.GetInfo(ctx)
-	return client.KeyOf("temporal", info.WorkflowNamespace, info.WorkflowExecution.ID, s.scope, info.ActivityID), nil
+	return client.KeyOf("temporal", info.Namespace, info.WorkflowExecution.ID, s.scope, info.ActivityID), nil
 }
 
 // Perform, called in an activity, performs effect as the action a under
