@@ -24,6 +24,8 @@ FUZZ_MCP_SCENARIO ?= 10000x
 # main module links neither Temporal nor DBOS): their tests run a real
 # idemgate built from this repository.
 INTEGRATIONS := integrations/temporal integrations/dbos
+# The runnable examples of those integrations: a module of their own too.
+EXAMPLE_MODULES := examples/durable
 
 test: setup lint race integrations fuzz python
 
@@ -46,7 +48,7 @@ lint: vet
 	go tool staticcheck ./...
 	go test -count=1 ./internal/layout
 	go build -o bin/staticcheck honnef.co/go/tools/cmd/staticcheck
-	@for m in $(INTEGRATIONS); do echo "lint $$m"; (cd $$m && go mod tidy -diff && go vet ./... && ../../bin/staticcheck ./...) || exit 1; done
+	@for m in $(INTEGRATIONS) $(EXAMPLE_MODULES); do echo "lint $$m"; (cd $$m && go mod tidy -diff && go vet ./... && ../../bin/staticcheck ./...) || exit 1; done
 
 vet:
 	go vet ./...
