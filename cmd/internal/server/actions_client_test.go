@@ -36,7 +36,9 @@ func TestClientAct(t *testing.T) {
 		e := newActionsEnv(t, db)
 		c, ctx := e.actClient("agent-token"), context.Background()
 		var effects atomic.Int32
-		send := func(context.Context) (any, error) { return map[string]any{"message_id": "m-" + string(rune('0'+effects.Add(1)))}, nil }
+		send := func(context.Context) (any, error) {
+			return map[string]any{"message_id": "m-" + string(rune('0'+effects.Add(1)))}, nil
+		}
 		a := client.Action{Name: "support.reply.send", Key: client.KeyOf("test", "wf-1", "7"), Command: json.RawMessage(`{"ticket":"584"}`)}
 		first, err := c.Act(ctx, a, send)
 		if err != nil || first.Replayed || first.State != ledger.Succeeded || string(first.Result) != `{"message_id":"m-1"}` {
@@ -82,7 +84,9 @@ func TestClientAct(t *testing.T) {
 
 		// A definite failure is recorded and replayed.
 		f := client.Action{Name: "support.reply.send", Key: "refused", Command: json.RawMessage(`{}`)}
-		if got, err := c.Act(ctx, f, func(context.Context) (any, error) { return nil, client.Failed(map[string]string{"why": "no such address"}) }); err != nil || got.State != ledger.Failed {
+		if got, err := c.Act(ctx, f, func(context.Context) (any, error) {
+			return nil, client.Failed(map[string]string{"why": "no such address"})
+		}); err != nil || got.State != ledger.Failed {
 			t.Fatalf("failed: %+v %v", got, err)
 		}
 		if got, err := c.Act(ctx, f, send); err != nil || !got.Replayed || got.State != ledger.Failed || string(got.Result) != `{"why":"no such address"}` {
