@@ -84,8 +84,9 @@ func (c *Config) checkPrincipal(p *Principal) error {
 			p.CertSubject)
 	case p.CertSubject != "" && !isCanonicalSubject(p.CertSubject):
 		canon, _ := canonicalSubject(p.CertSubject)
-		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared as Go writes a "+
-			"certificate's subject (RFC 2253, most specific first, no spaces): write %q", p.Name, p.CertSubject, canon)
+		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared with the "+
+			"certificate's RDNs as RFC 2253 writes them (the last first, upper-case types, no spaces, the values of "+
+			"one RDN sorted): write %q", p.Name, p.CertSubject, canon)
 	case p.TokenSHA256 == "" && p.CertSubject != "":
 		return nil // the certificate alone
 	}

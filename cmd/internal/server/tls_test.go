@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"io"
 	"net"
@@ -203,7 +204,8 @@ func TestTLSConfigErrors(t *testing.T) {
 	other := testenv.WriteFile(t, dir, "k2.pem", k2)
 	base := "store: sqlite:x.db\nupstreams: {ops: {url: http://127.0.0.1:1}}\nroutes: [{match: POST /a, upstream: ops}]\n"
 	withCA := "tls: {cert: " + cert + ", key: " + testenv.WriteFile(t, dir, "k1.pem", k1) + ", client_ca: " + cert + "}\n"
-	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=ops+OU=eu,O=acme,C=FR", `CN=a\,b,O=acme`, "1.2.3.4=#0c0178,CN=x"} {
+	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=eu+OU=ops,O=acme,C=FR", `CN=a\,b,O=acme`,
+		"1.2.3.4=#0c0178,CN=x", "O=acme,CN=bot", "CN=bot,OU=ops,OU=eu", "CN=a,CN=b,O=acme"} {
 		text := base + withCA + fmt.Sprintf("principals: [{name: x, tenant: t, cert_subject: %q}]\n", subject)
 		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
 			t.Errorf("%s, as Go writes it: %v", subject, err)
@@ -217,12 +219,12 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
 		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
 		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
-		// A subject in another order or spelling would never match the
-		// one Go writes: refused, with the form to write.
-		{withCA + `principals: [{name: x, tenant: t, cert_subject: "O=acme,CN=bot"}]` + "\n", `write "CN=bot,O=acme"`},
+		// A subject spelt otherwise than as RFC 2253 writes a
+		// certificate's RDNs would never match: refused, with the form
+		// to write.
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot, O=acme"}]` + "\n", `write "CN=bot,O=acme"`},
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "cn=bot,o=acme"}]` + "\n", `write "CN=bot,O=acme"`},
-		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops,OU=eu"}]` + "\n", `write "CN=bot,OU=ops+OU=eu"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops+OU=eu"}]` + "\n", `write "CN=bot,OU=eu+OU=ops"`},
 	} {
 		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -264,5 +266,50 @@ func TestClientCARotationEndsResumedSessions(t *testing.T) {
 	}
 	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
 		t.Fatal("refused, yet an operation was reserved")
+	}
+}
+
+// TestCertificateSubjectIsItsRDNSequence: a certificate is the principal
+// whose cert_subject is its subject's exact RDN sequence: one with two
+// CNs is not the principal of either CN alone (it was its last CN's), and
+// one whose RDNs come in another order is not the principal of the usual
+// order (pkix.Name.String wrote both alike). Refused, nothing reserved.
+func TestCertificateSubjectIsItsRDNSequence(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", `
+  - {name: bot, tenant: acme, roles: [agent], cert_subject: "CN=bot,O=acme"}
+  - {name: admin, tenant: acme, roles: [admin], cert_subject: "CN=admin,O=acme"}
+  - {name: both, tenant: acme, roles: [agent], cert_subject: "CN=admin,CN=bot,O=acme"}`)
+	cn := asn1.ObjectIdentifier{2, 5, 4, 3}
+	o := asn1.ObjectIdentifier{2, 5, 4, 10}
+	certs := []struct {
+		name      string
+		subject   pkix.Name
+		principal string // "": refused
+	}{
+		{"the usual order", pkix.Name{Organization: []string{"acme"}, CommonName: "bot"}, "bot"},
+		// O=acme, CN=bot, CN=admin: Go's Name keeps the last CN only.
+		{"two CNs", pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: o, Value: "acme"},
+			{Type: cn, Value: "bot"}, {Type: cn, Value: "admin"}}}, "both"},
+		// CN=bot, then O=acme: written O=acme,CN=bot.
+		{"another order", pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: cn, Value: "bot"},
+			{Type: o, Value: "acme"}}}, ""},
+	}
+	for _, c := range certs {
+		r, err := g.post(g.client(g.ca.ClientPair(t, c.subject)), "", "key-"+c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		op, gerr := g.store.GetByKey(context.Background(), "acme", "key-"+c.name)
+		switch {
+		case c.principal == "" && (r.status != 401 || gerr == nil || !strings.Contains(r.body, `O=acme,CN=bot`)):
+			t.Errorf("%s: %d %s, reserved %v: want 401 and nothing reserved", c.name, r.status, r.body, gerr == nil)
+		case c.principal != "" && (r.status != 201 || gerr != nil || op.Principal != c.principal):
+			t.Errorf("%s: %d %s, operation %+v %v: want the principal %s", c.name, r.status, r.body, op, gerr,
+				c.principal)
+		}
+	}
+	if n := g.up.count("/v1/tickets"); n != 2 {
+		t.Fatalf("%d effects, want 2", n)
 	}
 }
