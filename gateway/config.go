@@ -92,9 +92,21 @@ type Config struct {
 	// gauges and sweep counters remain). Not YAML: the benchmark sets it
 	// to measure what observing costs, side by side.
 	Unobserved bool `yaml:"-"`
+	// Clock, if set, is the time read by the JWT checks, the JWKS's ages
+	// and rate, and the TLS files' checks (time.Now otherwise). Not YAML:
+	// the tests move it instead of sleeping.
+	Clock func() time.Time `yaml:"-"`
 
 	file     string
 	noRoutes bool // a relay's configuration: routes are optional
+}
+
+// now is the configuration's clock (Clock, or time.Now).
+func (c *Config) now() time.Time {
+	if c.Clock != nil {
+		return c.Clock()
+	}
+	return time.Now()
 }
 
 // Upstream is an API behind the gateway, with the credentials the gateway

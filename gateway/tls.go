@@ -37,7 +37,7 @@ func (c *Config) checkTLS() error {
 		if t.Cert == "" || t.Key == "" {
 			return c.errorf(t.line, "tls: cert and key are both required")
 		}
-		t.files = &tlsFiles{cert: c.relative(t.Cert), key: c.relative(t.Key), ca: c.relative(t.ClientCA)}
+		t.files = &tlsFiles{cert: c.relative(t.Cert), key: c.relative(t.Key), ca: c.relative(t.ClientCA), now: c.now}
 		if err := t.files.load(); err != nil {
 			return c.errorf(t.line, "tls: %v", err)
 		}
@@ -70,6 +70,7 @@ func (t *TLSConfig) server() *tls.Config {
 // old key) keeps the previous configuration until the pair matches.
 type tlsFiles struct {
 	cert, key, ca string
+	now           func() time.Time
 
 	cfg     atomic.Pointer[tls.Config]
 	checked atomic.Int64 // unix nanoseconds of the last look at the files
@@ -80,7 +81,7 @@ type tlsFiles struct {
 // current is the configuration for a new handshake, the files looked at
 // again if a second has passed.
 func (f *tlsFiles) current() *tls.Config {
-	now := time.Now().UnixNano()
+	now := f.now().UnixNano()
 	if last := f.checked.Load(); now-last < int64(time.Second) || !f.checked.CompareAndSwap(last, now) {
 		return f.cfg.Load()
 	}

@@ -79,7 +79,7 @@ func (s *Server) reload() (string, error) {
 	}
 	// The settings that are no YAML (a drill's, the benchmark's) are the
 	// process's, not the file's.
-	next.HoldBeforeForward, next.Unobserved = running.HoldBeforeForward, running.Unobserved
+	next.HoldBeforeForward, next.Unobserved, next.Clock = running.HoldBeforeForward, running.Unobserved, running.Clock
 	sn, err := s.build(next)
 	if err != nil {
 		return running.File(), err

@@ -8,6 +8,7 @@ import (
 	"encoding/asn1"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +33,9 @@ type tlsGateway struct {
 	dir   string
 	up    *upstream
 	store ledger.Store
+	s     *server.Server
+	clock *testClock // the files are looked at again once it has moved a second on
+	logs  *logBuffer
 }
 
 // serveTLS serves a gateway whose tls section is section (with {{dir}}
@@ -39,7 +43,8 @@ type tlsGateway struct {
 // written there), with principals added to agent's.
 func serveTLS(t *testing.T, section, principals string) *tlsGateway {
 	t.Helper()
-	g := &tlsGateway{ca: testenv.NewCA(t, "test CA"), dir: t.TempDir(), up: newUpstream(t)}
+	g := &tlsGateway{ca: testenv.NewCA(t, "test CA"), dir: t.TempDir(), up: newUpstream(t), clock: newTestClock(),
+		logs: &logBuffer{}}
 	cert, key := g.ca.Server(t, "gateway-1")
 	testenv.WriteFile(t, g.dir, "cert.pem", cert)
 	testenv.WriteFile(t, g.dir, "key.pem", key)
@@ -64,10 +69,12 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(cfg, g.store, nil)
+	cfg.Clock = g.clock.Now
+	s, err := server.New(cfg, g.store, slog.New(slog.NewJSONHandler(g.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.s = s
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -164,17 +171,14 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	cert, key := g.ca.Server(t, "gateway-2")
 	testenv.WriteFile(t, g.dir, "cert.pem", cert) // the key is still the old one
-	time.Sleep(1100 * time.Millisecond)           // past the check's second
+	g.clock.Advance(time.Second)                  // past the check's second
 	if got := g.peer(t); got.Subject.CommonName != "gateway-1" {
 		t.Fatalf("a half-written rotation served %s", got.Subject)
 	}
 	testenv.WriteFile(t, g.dir, "key.pem", key)
-	deadline := time.Now().Add(10 * time.Second)
-	for g.peer(t).Subject.CommonName != "gateway-2" {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was never served")
-		}
-		time.Sleep(100 * time.Millisecond)
+	g.clock.Advance(time.Second)
+	if got := g.peer(t); got.Subject.CommonName != "gateway-2" {
+		t.Fatalf("the rotated certificate was not served: %s", got.Subject)
 	}
 	if r, err := g.post(g.client(), "agent-token", "after-rotation"); err != nil || r.status != 201 {
 		t.Fatalf("a write after the rotation: %+v %v", r, err)
@@ -260,7 +264,7 @@ func TestClientCARotationEndsResumedSessions(t *testing.T) {
 	}
 	// The operator withdraws the CA: client_ca now names another one.
 	testenv.WriteFile(t, g.dir, "ca.pem", testenv.NewCA(t, "new client CA").PEM)
-	time.Sleep(1100 * time.Millisecond) // past the check's second
+	g.clock.Advance(time.Second) // past the check's second
 	if r, err := g.post(c, "", "after"); err == nil {
 		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
 	}
