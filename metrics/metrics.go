@@ -31,6 +31,7 @@ type Metrics struct {
 	requests, upstream                      *prometheus.HistogramVec
 
 	reload  *reloadMetrics
+	tls     *tlsMetrics
 	history *History
 	store   *storeCollector        // nil without a store
 	own     []prometheus.Collector // idemgate's families, for Described
@@ -118,6 +119,7 @@ func New(o Options) *Metrics {
 		m.reconcile.WithLabelValues(t)
 	}
 	m.reload = newReloadMetrics(m.reg)
+	m.tls = newTLSMetrics(m)
 	m.history = newHistory(m)
 	return m
 }

@@ -70,6 +70,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 	for _, o := range opts {
 		o(s)
 	}
+	cfg.ObserveTLS(log, s.metrics.TLSReloaded) // the listeners' TLS is the first configuration's
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}

@@ -317,3 +317,76 @@ func TestCertificateSubjectIsItsRDNSequence(t *testing.T) {
 		t.Fatalf("%d effects, want 2", n)
 	}
 }
+
+// TestTLSRotationIsLoggedAndCounted: a rotation that cannot be used (a
+// certificate without its key, a client_ca file with no certificate in
+// it) keeps the previous configuration and says so, once, in the log
+// and in idemgate_tls_reload_errors_total; a rotation applied is logged
+// and counted in idemgate_tls_reloads_total.
+func TestTLSRotationIsLoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", "")
+	agent := g.ca.ClientPair(t, pkix.Name{CommonName: "agent"})
+	handshake := func() string {
+		conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: g.ca.Pool(), Certificates: []tls.Certificate{agent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	counts := func() (applied, refused float64) {
+		fams, err := g.s.Metrics().Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, m := range f.Metric {
+				if len(m.Label) != 1 || m.Label[0].GetValue() != "tls" {
+					continue
+				}
+				switch f.GetName() {
+				case "idemgate_tls_reloads_total":
+					applied = m.GetCounter().GetValue()
+				case "idemgate_tls_reload_errors_total":
+					refused = m.GetCounter().GetValue()
+				}
+			}
+		}
+		return applied, refused
+	}
+	if a, r := counts(); a != 0 || r != 0 {
+		t.Fatalf("before any rotation: %v applied, %v refused", a, r)
+	}
+	cert, key := g.ca.Server(t, "gateway-2")
+	testenv.WriteFile(t, g.dir, "cert.pem", cert) // its key not yet written
+	for range 3 {                                 // three looks at the same half-written files
+		g.clock.Advance(time.Second)
+		if cn := handshake(); cn != "gateway-1" {
+			t.Fatalf("a half-written rotation served %s", cn)
+		}
+	}
+	if a, r := counts(); a != 0 || r != 1 {
+		t.Fatalf("a half-written rotation: %v applied, %v refused, want 0 and 1 (once for the same files)", a, r)
+	}
+	if n := strings.Count(g.logs.String(), "TLS files not reloaded"); n != 1 ||
+		!strings.Contains(g.logs.String(), "private key does not match") {
+		t.Fatalf("%d log lines for the half-written rotation:\n%s", n, g.logs.String())
+	}
+	testenv.WriteFile(t, g.dir, "key.pem", key)
+	g.clock.Advance(time.Second)
+	if cn := handshake(); cn != "gateway-2" {
+		t.Fatalf("the completed rotation: %s", cn)
+	}
+	if a, r := counts(); a != 1 || r != 1 || !strings.Contains(g.logs.String(), "TLS files reloaded") {
+		t.Fatalf("the completed rotation: %v applied, %v refused; log:\n%s", a, r, g.logs.String())
+	}
+	testenv.WriteFile(t, g.dir, "ca.pem", []byte("not a certificate\n"))
+	g.clock.Advance(time.Second)
+	if cn := handshake(); cn != "gateway-2" { // the client CAs in hand still verify the agent
+		t.Fatalf("a bad client_ca: %s", cn)
+	}
+	if a, r := counts(); a != 1 || r != 2 || !strings.Contains(g.logs.String(), "no PEM certificate") {
+		t.Fatalf("a bad client_ca: %v applied, %v refused; log:\n%s", a, r, g.logs.String())
+	}
+}
