@@ -93,8 +93,9 @@ type Config struct {
 	// to measure what observing costs, side by side.
 	Unobserved bool `yaml:"-"`
 	// Clock, if set, is the time read by the JWT checks, the JWKS's ages
-	// and rate, and the TLS files' checks (time.Now otherwise). Not YAML:
-	// the tests move it instead of sleeping.
+	// and rate, the TLS files' checks and the web page's sessions
+	// (time.Now otherwise). Not YAML: the tests move it instead of
+	// sleeping.
 	Clock func() time.Time `yaml:"-"`
 
 	file     string

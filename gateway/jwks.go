@@ -27,6 +27,7 @@ type jwks struct {
 	algs       []jose.SignatureAlgorithm
 	minRefresh time.Duration
 	maxAge     time.Duration
+	now        func() time.Time
 	client     *http.Client
 	log        *slog.Logger
 
@@ -47,7 +48,7 @@ func newJWKS(j *JWTConfig, log *slog.Logger) *jwks {
 	for i, a := range j.Algorithms {
 		algs[i] = jose.SignatureAlgorithm(a)
 	}
-	return &jwks{url: j.JWKSURL, algs: algs, minRefresh: j.MinRefresh, maxAge: j.MaxAge, log: log,
+	return &jwks{url: j.JWKSURL, algs: algs, minRefresh: j.MinRefresh, maxAge: j.MaxAge, now: j.clock, log: log,
 		client: &http.Client{Timeout: 5 * time.Second}}
 }
 
@@ -77,7 +78,7 @@ func (k *jwks) VerifySignature(ctx context.Context, token string) ([]byte, error
 // kid), fetching the set when it is stale or lacks kid, within the rate.
 func (k *jwks) lookup(kid string) []jose.JSONWebKey {
 	set := k.keys.Load()
-	if set != nil && time.Since(set.fetched) < k.maxAge {
+	if set != nil && k.now().Sub(set.fetched) < k.maxAge {
 		if keys := set.find(kid); len(keys) > 0 {
 			return keys
 		}
@@ -111,10 +112,10 @@ func (k *jwks) refresh(seen *keySet) *keySet {
 	if cur := k.keys.Load(); cur != seen {
 		return cur // another request fetched meanwhile
 	}
-	if !k.last.IsZero() && time.Since(k.last) < k.minRefresh {
+	if !k.last.IsZero() && k.now().Sub(k.last) < k.minRefresh {
 		return nil
 	}
-	k.last = time.Now()
+	k.last = k.now()
 	k.fetches.Add(1)
 	set, err := k.fetch()
 	if err != nil {
@@ -147,7 +148,7 @@ func (k *jwks) fetch() (*keySet, error) {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
 		return nil, err
 	}
-	set := &keySet{byKID: map[string][]jose.JSONWebKey{}, fetched: time.Now()}
+	set := &keySet{byKID: map[string][]jose.JSONWebKey{}, fetched: k.now()}
 	for _, key := range doc.Keys {
 		if key.IsPublic() && key.Valid() && (key.Use == "" || key.Use == "sig") {
 			set.byKID[key.KeyID] = append(set.byKID[key.KeyID], key)

@@ -28,7 +28,7 @@ type jwtAuth struct {
 func newJWTAuth(j *JWTConfig, log *slog.Logger) *jwtAuth {
 	keys := newJWKS(j, log)
 	v := oidc.NewVerifier(j.Issuer, keys, &oidc.Config{ClientID: j.Audience, SupportedSigningAlgs: j.Algorithms,
-		SkipExpiryCheck: true})
+		SkipExpiryCheck: true, Now: j.clock})
 	return &jwtAuth{cfg: j, keys: keys, verifier: v, cache: newTokenCache(maxCachedTokens)}
 }
 
@@ -43,7 +43,7 @@ func looksLikeJWT(token string) bool { return strings.Count(token, ".") == 2 }
 // it is refused (a reason fit to tell the client: it names no key, no
 // claim's value).
 func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*Principal, error) {
-	now := time.Now()
+	now := a.cfg.clock()
 	if p := a.cache.get(sum, now); p != nil {
 		return p, nil
 	}
@@ -71,7 +71,7 @@ func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*P
 		return nil, err
 	}
 	p.expires = until
-	a.cache.put(sum, p, until)
+	a.cache.put(sum, p, until, now)
 	return p, nil
 }
 
@@ -126,11 +126,10 @@ func (c *tokenCache) get(sum [32]byte, now time.Time) *Principal {
 	return e.p
 }
 
-func (c *tokenCache) put(sum [32]byte, p *Principal, until time.Time) {
+func (c *tokenCache) put(sum [32]byte, p *Principal, until, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
-		now := time.Now()
 		for k, e := range c.m {
 			if !now.Before(e.until) {
 				delete(c.m, k)

@@ -47,6 +47,8 @@ type Server struct {
 	// restart; each snapshot authenticates its callers.
 	mcp *mcpproxy.Proxy
 	cur atomic.Pointer[snapshot]
+	// clock, if set, is every configuration's Clock (WithClock).
+	clock func() time.Time
 	// reloading serialises reloads: two at once would build from the
 	// same running configuration, and the last to swap would win.
 	reloading sync.Mutex
@@ -59,6 +61,12 @@ type Option func(*Server)
 // upstream calls (package tracing); nil, or no option, traces nothing.
 func WithTracing(t *tracing.Tracing) Option { return func(s *Server) { s.tracing = t } }
 
+// WithClock makes now the time the configuration's JWT and TLS checks
+// read (gateway.Config.Clock), the first configuration's and every
+// reloaded one's: tests move it instead of sleeping past a second, a
+// min_refresh or a max_age.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.clock = now } }
+
 // New builds the server. The store must be migrated; it is the caller's
 // to close, after Close.
 func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
@@ -69,6 +77,9 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.clock != nil {
+		cfg.Clock = s.clock
 	}
 	cfg.ObserveTLS(log, s.metrics.TLSReloaded) // the listeners' TLS is the first configuration's
 	if cfg.Audit != nil {
