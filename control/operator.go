@@ -37,6 +37,10 @@ type Operator struct {
 	// max_result) for the owner steps and the resolutions of its
 	// operations; an action it does not know takes the defaults.
 	Actions func(name string) (Action, bool)
+	// Operators, if set, says whether the principal name of tenant is
+	// one of the gateway's operators (the configuration's operators:),
+	// who alone act on the whole gateway (a reload); nil: none is.
+	Operators func(name, tenant string) bool
 	// Settled, if set, hears each operation an owner step made final,
 	// with its stored result: the tenant's budgets count its bytes, and
 	// no longer count it live.
@@ -60,6 +64,18 @@ func (o *Operator) RequireAdmin(c Caller, what string) error {
 		return nil
 	}
 	return contract.NewProblem(contract.CodeForbidden, what+" needs the "+o.adminRole()+" role")
+}
+
+// RequireOperator refuses what acts on the whole gateway, every
+// tenant's (a reload), to a caller the configuration does not name in
+// operators: (a local operator, at the store, is one). A tenant's admin
+// role is not enough: a tenant, or its identity provider, grants it.
+func (o *Operator) RequireOperator(c Caller, what string) error {
+	if c.Local || (o.Operators != nil && o.Operators(c.Name, c.Tenant)) {
+		return nil
+	}
+	return contract.NewProblem(contract.CodeForbidden, what+" acts on every tenant: it needs an operator, a "+
+		"principal the configuration names in operators:")
 }
 
 func (o *Operator) wake(opID string) {

@@ -29,6 +29,10 @@ type Config struct {
 	Store      string               `yaml:"store"`
 	Upstreams  map[string]*Upstream `yaml:"upstreams"`
 	Principals []*Principal         `yaml:"principals"`
+	// Operators name the configured principals who may act on the whole
+	// gateway, every tenant's (a reload: config_operators.go); a tenant's
+	// admin role is not enough.
+	Operators []string `yaml:"operators"`
 	// Auth accepts tokens an identity provider signs, beside the
 	// principals' own (docs/design.md, "Identity, transport and operations").
 	Auth AuthConfig `yaml:"auth"`
@@ -99,7 +103,8 @@ type Config struct {
 	Clock func() time.Time `yaml:"-"`
 
 	file     string
-	noRoutes bool // a relay's configuration: routes are optional
+	noRoutes bool           // a relay's configuration: routes are optional
+	lines    map[string]int // each top-level setting's line
 }
 
 // now is the configuration's clock (Clock, or time.Now).
@@ -261,6 +266,9 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkPrincipals(); err != nil {
+		return err
+	}
+	if err := c.checkOperators(); err != nil {
 		return err
 	}
 	if err := c.checkLimits(); err != nil {

@@ -32,7 +32,7 @@ func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
 	}
 	sn := &snapshot{cfg: cfg, gw: gw}
 	sn.op = &control.Operator{Store: s.store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
-		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled}
+		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled, Operators: cfg.IsOperator}
 	sn.rec = gateway.NewReconciler(cfg, s.store, s.record(), s.log)
 	if s.mcp == nil { // the first snapshot's; mcp_servers need a restart
 		if s.mcp, err = s.mcpProxy(sn); err != nil {

@@ -214,11 +214,15 @@ func TestReloadLetsRequestsInFlightFinish(t *testing.T) {
 	})
 }
 
-// TestReloadThroughTheControlAPI: an admin may ask for a reload, and
+// TestReloadThroughTheControlAPI: an operator may ask for a reload, and
 // reads why a file was refused; anyone else is 403 and nothing changes.
 func TestReloadThroughTheControlAPI(t *testing.T) {
 	t.Parallel()
 	e := sqliteEnv(t)
+	e.rewrite(func(s string) string { return "operators: [alice]\n" + s })
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	e.rewrite(addRoute("{match: POST /v1/refs, upstream: ops}"))
 	if r := e.do("POST", "/_idem/v1/config/reload", "agent-token", ""); r.status != 403 || code(r) != "forbidden" {
 		t.Fatalf("an agent: %d %s", r.status, r.body)
@@ -228,10 +232,10 @@ func TestReloadThroughTheControlAPI(t *testing.T) {
 	}
 	if r := e.do("POST", "/_idem/v1/config/reload", "alice-token", ""); r.status != 200 ||
 		!strings.Contains(r.body, `"reloaded":true`) {
-		t.Fatalf("an admin: %d %s", r.status, r.body)
+		t.Fatalf("an operator: %d %s", r.status, r.body)
 	}
 	if r := e.do("POST", "/v1/refs", "agent-token", `{}`, "Idempotency-Key", "r1"); r.status != 201 {
-		t.Fatalf("reloaded by an admin: %d %s", r.status, r.body)
+		t.Fatalf("reloaded by an operator: %d %s", r.status, r.body)
 	}
 	e.rewrite(addRoute("{match: POST /v1/broken, upstream: nowhere}"))
 	r := e.do("POST", "/_idem/v1/config/reload", "alice-token", "")
@@ -292,5 +296,41 @@ func TestReloadEndsTheWebPagesSessions(t *testing.T) {
 	}
 	if p := signIn("alice-token"); p != "/ui/signin" {
 		t.Fatalf("a removed principal signed in: %s", p)
+	}
+}
+
+// TestReloadNeedsAnOperator: a reload is the whole gateway's, every
+// tenant's: neither a tenant's admin nor a JWT's admin of a tenant no
+// configuration names may ask for one, only a principal the
+// configuration names in operators:. Refused, nothing is reloaded.
+func TestReloadNeedsAnOperator(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	stranger := sign(t, p, "k1", claims(p, map[string]any{"org": "nobody-configured"})) // roles agent, admin
+	e.rewrite(replace("routes:\n", "routes:\n  - {match: POST /v1/refs, upstream: ops}\n"))
+	for name, tok := range map[string]string{"acme's admin": "alice-token", "a JWT admin": stranger} {
+		if r := e.do("POST", "/_idem/v1/config/reload", tok, ""); r.status != 403 || code(r) != "forbidden" {
+			t.Errorf("%s: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := e.do("POST", "/v1/refs", "agent-token", `{}`, "Idempotency-Key", "r1"); r.status != 404 {
+		t.Fatalf("reloaded by a tenant's admin: %d %s", r.status, r.body)
+	}
+	e.rewrite(func(s string) string {
+		return "operators: [ops]\n" + replace("principals:\n", "principals:\n  - {name: ops, tenant: ops, "+
+			"token_sha256: "+sha("ops-token")+"}\n")(s)
+	})
+	if err := e.g.Reload(context.Background()); err != nil { // SIGHUP: the host's, no token
+		t.Fatal(err)
+	}
+	e.rewrite(replace("routes:\n", "routes:\n  - {match: POST /v1/cut2, upstream: ops}\n"))
+	for name, tok := range map[string]string{"acme's admin": "alice-token", "a JWT admin": stranger} {
+		if r := e.do("POST", "/_idem/v1/config/reload", tok, ""); r.status != 403 ||
+			!strings.Contains(r.body, "operators") {
+			t.Errorf("%s, operators named: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := e.do("POST", "/_idem/v1/config/reload", "ops-token", ""); r.status != 200 {
+		t.Fatalf("an operator: %d %s", r.status, r.body)
 	}
 }
