@@ -271,6 +271,9 @@ func (c *Config) check() error {
 	if err := c.checkOperators(); err != nil {
 		return err
 	}
+	if err := c.checkUI(); err != nil {
+		return err
+	}
 	if err := c.checkLimits(); err != nil {
 		return err
 	}

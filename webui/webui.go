@@ -59,6 +59,12 @@ type Options struct {
 	// SessionIdle ends one unused for that long (default 30m).
 	SessionTTL  time.Duration
 	SessionIdle time.Duration
+	// MaxSessions bounds the sessions held (default 10,000),
+	// MaxSessionsPerTenant one tenant's share of them (default a quarter
+	// of MaxSessions), MaxSessionsPerPrincipal one principal's (default
+	// 20). A sign-in with no place is refused (503, saying which bound
+	// and which setting), never made by signing another principal out.
+	MaxSessions, MaxSessionsPerTenant, MaxSessionsPerPrincipal int
 	// ApproverRoles are the roles that see the inbox (default
 	// approval.DefaultApprovers). Admins see it too. Each approval still
 	// names the roles that may decide it.
@@ -123,6 +129,8 @@ func New(opts Options) (*UI, error) {
 	}
 	u.pages, u.cop = pages, http.NewCrossOriginProtection()
 	u.sessions = newSessions(opts.SessionTTL, opts.SessionIdle, opts.Now)
+	u.sessions.max, u.sessions.perTenant = opts.MaxSessions, opts.MaxSessionsPerTenant
+	u.sessions.perPrincipal = opts.MaxSessionsPerPrincipal
 	u.failures = opts.Failures
 	for _, o := range opts.TrustedOrigins {
 		if err := u.cop.AddTrustedOrigin(o); err != nil {
@@ -150,6 +158,12 @@ func setDefaults(o *Options) {
 	}
 	if len(o.ApproverRoles) == 0 {
 		o.ApproverRoles = slices.Clone(approval.DefaultApprovers)
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = maxSessions
+	}
+	if o.MaxSessionsPerPrincipal <= 0 {
+		o.MaxSessionsPerPrincipal = maxPerPrincipal
 	}
 	if o.NearExpiry <= 0 {
 		o.NearExpiry = 5 * time.Minute

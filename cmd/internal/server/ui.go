@@ -29,8 +29,10 @@ func (s *Server) ui(sn *snapshot) (*webui.UI, error) {
 	return webui.New(webui.Options{Store: s.store, Operator: sn.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
 		ApproverRoles: sn.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
-		Failures: s.limits.Failures(), // one budget per client, shared with the APIs
-		Now:      sn.cfg.Clock,        // nil: time.Now
+		MaxSessions: c.MaxSessions, MaxSessionsPerTenant: c.MaxSessionsPerTenant,
+		MaxSessionsPerPrincipal: c.MaxSessionsPerPrincipal,
+		Failures:                s.limits.Failures(), // one budget per client, shared with the APIs
+		Now:                     sn.cfg.Clock,        // nil: time.Now
 		Authenticate: func(r *http.Request, token string) (approval.Principal, time.Time, bool) {
 			p, _ := sn.gw.PrincipalFor(r, token)
 			if p == nil {
