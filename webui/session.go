@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -72,7 +73,8 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
 		return
 	}
-	p, until, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
+	in, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
+	p := in.Principal
 	if !ok || p.Name == "" || p.Tenant == "" {
 		// A known token is never refused for others' failures; an unknown
 		// one past its address's budget is answered 429, and logged no more.
@@ -89,7 +91,11 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	if old, err := r.Cookie(sessionCookie); err == nil {
 		u.sessions.end(old.Value) // a new session id at every sign-in: no fixation
 	}
-	id, err := u.sessions.create(p, until)
+	id, err := u.sessions.start(in)
+	if errors.Is(err, errChanged) {
+		u.showSignin(w, r, http.StatusConflict, "The gateway's configuration changed as you signed in. Sign in again.")
+		return
+	}
 	if err != nil {
 		why, setting := u.sessions.full(p.Tenant, err)
 		u.opts.Logger.Warn("ui sign-in refused: no session place", slog.String("principal", p.Name),

@@ -108,7 +108,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 // and no session, when the table has no place for the newcomer.
 func TestSignInToAFullTableSaysSo(t *testing.T) {
 	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
-		Authenticate: func(*http.Request, string) (approval.Principal, time.Time, bool) { return alice, time.Time{}, true }})
+		Authenticate: func(*http.Request, string) (SignIn, bool) { return SignIn{Principal: alice}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +178,9 @@ func signIn(u *UI, token string) *httptest.ResponseRecorder {
 // refused with a page that names the cause and the setting to raise.
 func TestOneTenantCannotFillTheTable(t *testing.T) {
 	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
-		Authenticate: func(_ *http.Request, token string) (approval.Principal, time.Time, bool) {
+		Authenticate: func(_ *http.Request, token string) (SignIn, bool) {
 			tenant, name, _ := strings.Cut(token, "/")
-			return approval.Principal{Name: name, Tenant: tenant}, time.Time{}, true
+			return SignIn{Principal: approval.Principal{Name: name, Tenant: tenant}}, true
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,5 +198,26 @@ func TestOneTenantCannotFillTheTable(t *testing.T) {
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "ui.max_sessions_per_tenant") ||
 		!strings.Contains(w.Body.String(), "acme") {
 		t.Fatalf("a newcomer of the tenant at its share: %d\n%s", w.Code, w.Body)
+	}
+}
+
+// TestRetainEndsOnlyTheChanged: Retain ends the sessions its rule
+// refuses and keeps the others; a sign-in it refuses (a page of the
+// previous configuration, still answering) is not made.
+func TestRetainEndsOnlyTheChanged(t *testing.T) {
+	s := NewSessions()
+	a, _ := s.start(SignIn{Principal: alice, Credential: "token:a"})
+	b, _ := s.start(SignIn{Principal: agent, Credential: "token:b"})
+	n := s.Retain(func(p approval.Principal, credential string) bool { return credential == "token:b" })
+	_, aLive := s.get(a)
+	_, bLive := s.get(b)
+	if n != 1 || aLive || !bLive {
+		t.Fatalf("Retain ended %d: alice live %t, agent live %t", n, aLive, bLive)
+	}
+	if _, err := s.start(SignIn{Principal: alice, Credential: "token:a"}); err != errChanged {
+		t.Fatalf("a sign-in the rule refuses: %v", err)
+	}
+	if _, err := s.start(SignIn{Principal: agent, Credential: "token:b"}); err != nil {
+		t.Fatalf("a sign-in the rule keeps: %v", err)
 	}
 }

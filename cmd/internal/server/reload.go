@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/reconcile"
@@ -23,8 +24,8 @@ type snapshot struct {
 }
 
 // build makes a configuration's snapshot on the server's lasting parts.
-// The web page is the snapshot's too, so its sessions end with a reload:
-// a principal a reload removed or changed signs in again, or not at all.
+// The web page is the snapshot's too; its sessions are the server's, and
+// a reload ends those whose principal it removed or changed (Reload).
 func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
 	gw, err := gateway.New(cfg, s.deps(cfg))
 	if err != nil {
@@ -86,6 +87,12 @@ func (s *Server) reload() (string, error) {
 	}
 	s.limits.SetPolicy(next.Policy)
 	s.cur.Store(sn)
+	ended := s.sessions.Retain(func(p approval.Principal, credential string) bool {
+		return next.StillAuthenticates(p.Name, p.Tenant, p.Roles, credential)
+	})
+	if ended > 0 {
+		s.log.Info("web page sessions ended by the reload: their principals changed", slog.Int("sessions", ended))
+	}
 	return running.File(), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,4 +334,53 @@ func TestReloadNeedsAnOperator(t *testing.T) {
 	if r := e.do("POST", "/_idem/v1/config/reload", "ops-token", ""); r.status != 200 {
 		t.Fatalf("an operator: %d %s", r.status, r.body)
 	}
+}
+
+// signedIn reports whether c's session still opens the dashboard.
+func (e *env) signedIn(c *http.Client) bool {
+	e.t.Helper()
+	resp, err := c.Get(e.gw.URL + "/ui/dashboard")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Request.URL.Path == "/ui/dashboard"
+}
+
+// TestReloadKeepsUnchangedSessions: a reload signs out only the web
+// page's sessions whose principal it changed: none when the file is the
+// same, or changes only a route; a static principal's whose roles or
+// token changed; a JWT's whose auth.jwt settings changed.
+func TestReloadKeepsUnchangedSessions(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	people := map[string]string{"alice": "alice-token", "agent": "agent-token", "jwt": sign(t, p, "k1", claims(p, nil))}
+	browsers := map[string]*http.Client{}
+	for who, tok := range people {
+		browsers[who] = clientFrom("127.0.0.1")
+		if status, path := signIn(t, browsers[who], e.gw.URL, tok); status != 200 || path == "/ui/signin" {
+			t.Fatalf("%s signs in: %d at %s", who, status, path)
+		}
+	}
+	reload := func(what string, edit func(string) string, out ...string) {
+		t.Helper()
+		e.rewrite(edit)
+		if err := e.g.Reload(context.Background()); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for who, b := range browsers {
+			if want := !slices.Contains(out, who); e.signedIn(b) != want {
+				t.Fatalf("%s: %s signed in %t, want %t", what, who, !want, want)
+			}
+		}
+		for _, who := range out {
+			delete(browsers, who)
+		}
+	}
+	reload("the same file", func(s string) string { return s })
+	reload("a new route", replace("routes:\n", "routes:\n  - {match: POST /v1/refs, upstream: ops}\n"))
+	reload("alice's roles", replace("name: alice, tenant: acme, roles: [admin]", "name: alice, tenant: acme, "+
+		"roles: [admin, approver]"), "alice")
+	reload("agent's token", replace(sha("agent-token"), sha("agent-token-2")), "agent")
+	reload("auth.jwt's roles claim", replace("roles_claim: realm_access.roles", "roles_claim: roles"), "jwt")
 }

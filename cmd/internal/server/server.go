@@ -28,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/mcpproxy"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/tracing"
+	"github.com/idemgate/idemgate/webui"
 )
 
 // Server is the gateway and the planes beside it, serving one
@@ -49,6 +50,9 @@ type Server struct {
 	cur atomic.Pointer[snapshot]
 	// clock, if set, is every configuration's Clock (WithClock).
 	clock func() time.Time
+	// sessions are the web page's: each snapshot's page shares them, and
+	// a reload ends only those of the principals it changed.
+	sessions *webui.Sessions
 	// reloading serialises reloads: two at once would build from the
 	// same running configuration, and the last to swap would win.
 	reloading sync.Mutex
@@ -73,7 +77,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: store, log: log,
+	s := &Server{store: store, log: log, sessions: webui.NewSessions(),
 		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
 	for _, o := range opts {
 		o(s)
