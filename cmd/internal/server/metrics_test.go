@@ -195,6 +195,20 @@ func TestMetricsInstancesAgree(t *testing.T) {
 const approvalRoute = `  - {match: POST /v1/policy/prod, upstream: ops, approval: {approvers: [admin], ttl: 1m, summary: 'Deploy'}}
 `
 
+// awaited is the approval a 202 answer waits for, as the store holds it.
+func (e *env) awaited(r reply) *ledger.Approval {
+	e.t.Helper()
+	var acc contract.Accepted
+	if err := json.Unmarshal([]byte(r.body), &acc); err != nil || r.status != 202 {
+		e.t.Fatalf("not waiting for an approval: %d %s", r.status, r.body)
+	}
+	a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
 // TestMetricsCountEachOperationOnce: the operations created, by
 // whichever path they take (run at once, approved and then run, denied,
 // retried, refused as a conflict), count what the store holds; the
@@ -208,14 +222,7 @@ func TestMetricsCountEachOperationOnce(t *testing.T) {
 	}
 	decide := func(r reply, verb string) {
 		t.Helper()
-		var acc contract.Accepted
-		if err := json.Unmarshal([]byte(r.body), &acc); err != nil || r.status != 202 {
-			t.Fatalf("not waiting for an approval: %d %s", r.status, r.body)
-		}
-		a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := e.awaited(r)
 		if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/"+verb, "alice-token",
 			fmt.Sprintf(`{"fingerprint":%q,"note":"checked"}`, a.Fingerprint)); d.status != 200 {
 			t.Fatalf("%s: %d %s", verb, d.status, d.body)

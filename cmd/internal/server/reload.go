@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
@@ -33,7 +36,8 @@ func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
 	}
 	sn := &snapshot{cfg: cfg, gw: gw}
 	sn.op = &control.Operator{Store: s.store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
-		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled, Operators: cfg.IsOperator}
+		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled, Operators: cfg.IsOperator,
+		Approvers: cfg.Approvers}
 	sn.rec = gateway.NewReconciler(cfg, s.store, s.record(), s.log)
 	if s.mcp == nil { // the first snapshot's; mcp_servers need a restart
 		if s.mcp, err = s.mcpProxy(sn); err != nil {
@@ -67,6 +71,18 @@ func (s *Server) Reload(ctx context.Context) error {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "configuration reloaded", slog.String("file", file),
 		slog.Int("routes", len(s.cur.Load().cfg.Routes)), slog.Duration("took", time.Since(start)))
 	return nil
+}
+
+// reloadAsked is Reload for the control API: its error names the files
+// of the configuration's directory relative to it (gw.yaml:12, not the
+// gateway's disk layout); the log has them whole.
+func (s *Server) reloadAsked(ctx context.Context) error {
+	err := s.Reload(ctx)
+	if err == nil {
+		return nil
+	}
+	dir := filepath.Dir(s.Config().File()) + string(filepath.Separator)
+	return errors.New(strings.ReplaceAll(err.Error(), dir, ""))
 }
 
 func (s *Server) reload() (string, error) {

@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -216,7 +218,8 @@ func TestReloadLetsRequestsInFlightFinish(t *testing.T) {
 }
 
 // TestReloadThroughTheControlAPI: an operator may ask for a reload, and
-// reads why a file was refused; anyone else is 403 and nothing changes.
+// reads why a file was refused, the file named without the directories
+// of the gateway's disk; anyone else is 403 and nothing changes.
 func TestReloadThroughTheControlAPI(t *testing.T) {
 	t.Parallel()
 	e := sqliteEnv(t)
@@ -240,9 +243,12 @@ func TestReloadThroughTheControlAPI(t *testing.T) {
 	}
 	e.rewrite(addRoute("{match: POST /v1/broken, upstream: nowhere}"))
 	r := e.do("POST", "/_idem/v1/config/reload", "alice-token", "")
-	if r.status != 400 || code(r) != "invalid_request" || !strings.Contains(r.body, "gw.yaml:") ||
-		!strings.Contains(r.body, "the running one is kept") {
+	if r.status != 400 || code(r) != "invalid_request" || !strings.Contains(r.body, `kept: gw.yaml:`) ||
+		!strings.Contains(r.body, "the running one is kept") || strings.Contains(r.body, filepath.Dir(e.g.Config().File())) {
 		t.Fatalf("a broken file: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(e.logs.String(), e.g.Config().File()+":") {
+		t.Fatalf("the log does not name the file whole:\n%s", e.logs.String())
 	}
 }
 
@@ -383,4 +389,42 @@ func TestReloadKeepsUnchangedSessions(t *testing.T) {
 		"roles: [admin, approver]"), "alice")
 	reload("agent's token", replace(sha("agent-token"), sha("agent-token-2")), "agent")
 	reload("auth.jwt's roles claim", replace("roles_claim: realm_access.roles", "roles_claim: roles"), "jwt")
+}
+
+// TestTightenedApproversApplyToOpenApprovals: a reload that takes a role
+// off a route's approvers applies to the approvals already open: a
+// principal holding only that role may no longer decide one (403, and
+// the write does not run), one holding a role still listed may.
+func TestTightenedApproversApplyToOpenApprovals(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	e.rewrite(func(s string) string {
+		s = replace("principals:\n", "principals:\n  - {name: carol, tenant: acme, roles: [approver], token_sha256: "+
+			sha("carol-token")+"}\n")(s)
+		return replace("routes:\n", "routes:\n  - {match: POST /v1/policy/prod, upstream: ops, approval: "+
+			"{approvers: [admin, approver], ttl: 1h, summary: Deploy}}\n")(s)
+	})
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := e.awaited(e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"))
+	e.rewrite(replace("approvers: [admin, approver]", "approvers: [admin]"))
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	decision := fmt.Sprintf(`{"fingerprint":%q,"note":"checked"}`, a.Fingerprint)
+	if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/approve", "carol-token", decision); d.status != 403 {
+		t.Fatalf("an approver the reload removed: %d %s", d.status, d.body)
+	}
+	if r := e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"); r.status != 202 ||
+		e.up.count("/v1/policy/prod") != 0 {
+		t.Fatalf("the write ran on a removed approver's word: %d %s", r.status, r.body)
+	}
+	if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/approve", "alice-token", decision); d.status != 200 {
+		t.Fatalf("an approver still listed: %d %s", d.status, d.body)
+	}
+	if r := e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"); r.status != 201 ||
+		e.up.count("/v1/policy/prod") != 1 {
+		t.Fatalf("the approved write: %d %s, %d effects", r.status, r.body, e.up.count("/v1/policy/prod"))
+	}
 }

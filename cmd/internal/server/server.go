@@ -138,7 +138,7 @@ func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
 // front (header hygiene, a log line per request).
 func (s *Server) mount(sn *snapshot) (http.Handler, error) {
 	api, err := control.New(control.Options{Operator: sn.op, Caller: gateway.CallerOf, Logger: s.log,
-		Reload: s.Reload})
+		Reload: s.reloadAsked})
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func (s *Server) ui(sn *snapshot) (*webui.UI, error) {
 		MaxSessionsPerPrincipal: c.MaxSessionsPerPrincipal,
 		Failures:                s.limits.Failures(), // one budget per client, shared with the APIs
 		Now:                     sn.cfg.Clock,        // nil: time.Now
-		Sessions: s.sessions, // the server's: a reload ends only the sessions it changed
+		Sessions:                s.sessions,          // the server's: a reload ends only the sessions it changed
 		Authenticate: func(r *http.Request, token string) (webui.SignIn, bool) {
 			p, _ := sn.gw.PrincipalFor(r, token)
 			if p == nil {
