@@ -31,6 +31,9 @@ func (j *JWTConfig) principalOf(claims map[string]any) (*Principal, error) {
 		// As for a configured tenant: the upstream sees "<tenant>:<key>".
 		return nil, fmt.Errorf("claim %s: a tenant may not contain ':'", j.TenantClaim)
 	}
+	if j.allows != nil && !j.allows(tenant) {
+		return nil, fmt.Errorf("claim %s: not one of this gateway's tenants (tenants:)", j.TenantClaim)
+	}
 	name, err := claimString(claims, j.NameClaim)
 	if err != nil {
 		return nil, err

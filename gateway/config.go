@@ -33,6 +33,10 @@ type Config struct {
 	// gateway, every tenant's (a reload: config_operators.go); a tenant's
 	// admin role is not enough.
 	Operators []string `yaml:"operators"`
+	// Tenants, if written, are the tenants this gateway serves: their
+	// metrics start at zero, and a JWT of another tenant is refused
+	// (config_tenants.go).
+	Tenants []string `yaml:"tenants"`
 	// Auth accepts tokens an identity provider signs, beside the
 	// principals' own (docs/design.md, "Identity, transport and operations").
 	Auth AuthConfig `yaml:"auth"`
@@ -272,6 +276,9 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkUI(); err != nil {
+		return err
+	}
+	if err := c.checkTenants(); err != nil {
 		return err
 	}
 	if err := c.checkLimits(); err != nil {

@@ -49,6 +49,9 @@ type JWTConfig struct {
 	line int
 	keys map[string]int   // the lines of the keys written, to tell 0s from unset
 	now  func() time.Time // the configuration's clock (Config.Clock)
+	// allows, the configuration's, says whether a token's tenant is one
+	// the gateway serves (tenants:).
+	allows func(tenant string) bool
 }
 
 // clock is the time the checks read: the configuration's clock, or
@@ -98,7 +101,7 @@ func (c *Config) checkAuth() error {
 		}
 	}
 	j.defaults()
-	j.now = c.now
+	j.now, j.allows = c.now, c.allows
 	return nil
 }
 

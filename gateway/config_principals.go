@@ -51,7 +51,7 @@ func (p *Principal) Credential() string {
 // is removed or makes principals otherwise, is not.
 func (c *Config) StillAuthenticates(name, tenant string, roles []string, credential string) bool {
 	if settings, ok := strings.CutPrefix(credential, JWTPrefix); ok {
-		return c.Auth.JWT != nil && c.Auth.JWT.identity() == settings
+		return c.Auth.JWT != nil && c.Auth.JWT.identity() == settings && c.allows(tenant)
 	}
 	for _, p := range c.Principals {
 		if p.Credential() == credential {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/idp"
 )
 
@@ -160,5 +161,24 @@ func TestJWKSUnreachableSaysSo(t *testing.T) {
 	if r := e.read(sign(t, p, "k1", claims(p, map[string]any{"aud": "another-api"}))); r.status != 401 ||
 		!strings.Contains(r.body, "not the configured one") {
 		t.Fatalf("a wrong audience is still said so: %d %s", r.status, r.body)
+	}
+}
+
+// TestTenantsBoundJWTs: with tenants: written, a JWT whose tenant claim
+// names another tenant is refused, though its issuer signed it; one of a
+// named tenant is served.
+func TestTenantsBoundJWTs(t *testing.T) {
+	t.Parallel()
+	p := startIDP(t)
+	auth := fmt.Sprintf("auth:\n  jwt: {issuer: %q, audience: idemgate, jwks_url: %q, tenant_claim: org}\n"+
+		"tenants: [acme, globex]\n", p.Issuer, p.JWKSURL)
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, auth)
+	if r := e.read(sign(t, p, "k1", claims(p, map[string]any{"org": "globex"}))); r.status != 200 {
+		t.Fatalf("a named tenant's token: %d %s", r.status, r.body)
+	}
+	r := e.read(sign(t, p, "k1", claims(p, map[string]any{"org": "initech"})))
+	if r.status != 401 || !strings.Contains(r.body, "not one of this gateway's tenants") {
+		t.Fatalf("another tenant's token: %d %s", r.status, r.body)
 	}
 }

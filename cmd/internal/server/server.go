@@ -78,7 +78,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, log: log, sessions: webui.NewSessions(),
-		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg)})}
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants()})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -100,19 +100,6 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 	}
 	s.cur.Store(snap)
 	return s, nil
-}
-
-// tenants are the tenants of the configuration's principals and
-// consumers: the only ones that can make operations, so the metrics' series start with them.
-func tenants(cfg *gateway.Config) []string {
-	out := make([]string, 0, len(cfg.Principals)+len(cfg.Consumers))
-	for _, p := range cfg.Principals {
-		out = append(out, p.Tenant)
-	}
-	for _, k := range cfg.Consumers {
-		out = append(out, k.Tenant)
-	}
-	return out
 }
 
 // deps are the gateway's collaborators: the metrics observe its requests,

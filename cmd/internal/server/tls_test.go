@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -61,14 +60,7 @@ routes:
   - {match: POST /v1/tickets, upstream: ops}
 %s
 `, db.DSN, g.up.srv.URL, sha("agent-token"), principals, strings.ReplaceAll(section, "{{dir}}", g.dir))
-	path := filepath.Join(g.dir, "gw.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := gateway.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfig(t, g.dir, text)
 	cfg.Clock = g.clock.Now
 	s, err := server.New(cfg, g.store, slog.New(slog.NewJSONHandler(g.logs, nil)))
 	if err != nil {
