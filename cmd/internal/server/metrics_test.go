@@ -197,7 +197,8 @@ func TestMetricsInstancesAgree(t *testing.T) {
 const approvalRoute = `  - {match: POST /v1/policy/prod, upstream: ops, approval: {approvers: [admin], ttl: 1m, summary: 'Deploy'}}
 `
 
-// awaited is the approval a 202 answer waits for, as the store holds it.
+// awaited is the approval a 202 answer waits for, as the store holds it;
+// the answer carries the fingerprint a decision must echo.
 func (e *env) awaited(r reply) *ledger.Approval {
 	e.t.Helper()
 	var acc contract.Accepted
@@ -207,6 +208,9 @@ func (e *env) awaited(r reply) *ledger.Approval {
 	a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if acc.Approval.Fingerprint != a.Fingerprint {
+		e.t.Fatalf("the 202 carries fingerprint %q, the approval is of %q", acc.Approval.Fingerprint, a.Fingerprint)
 	}
 	return a
 }
