@@ -52,10 +52,10 @@ type session struct {
 	id         string // set only on the copy handed to the request that holds the cookie
 	principal  approval.Principal
 	credential string // SignIn.Credential
-	csrf      string
-	created   time.Time
-	seen      time.Time
-	until     time.Time // the token's end, if it has one: the session's at the latest
+	csrf       string
+	created    time.Time
+	seen       time.Time
+	until      time.Time // the token's end, if it has one: the session's at the latest
 }
 
 // Sessions is the web page's in-memory session table. A restart signs
