@@ -126,7 +126,8 @@ func (x *Executor) accepted(e *exec, op *ledger.Operation, code string) Result {
 			"opened for the same operation. " + detail
 	}
 	acc := &contract.Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
-		Approval: contract.AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}
+		Approval: contract.AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary,
+			Fingerprint: op.Fingerprint}} // the approval's: it binds the operation's fingerprint
 	if x.opts.StatusBase != "" {
 		acc.StatusURL = x.opts.StatusBase + "/operations/" + op.ID
 		acc.Approval.URL = x.opts.StatusBase + "/approvals/" + ref.ID
