@@ -277,4 +277,6 @@ func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
 
 // traceOf reads the trace id of r's W3C traceparent header
 // (contract.TraceID).
-func traceOf(r *http.Request) string { return contract.TraceID(r.Header.Get(contract.HeaderTraceparent)) }
+func traceOf(r *http.Request) string {
+	return contract.TraceID(r.Header.Get(contract.HeaderTraceparent))
+}
