@@ -17,6 +17,8 @@ FUZZ_KEYFROM ?= 100000x
 FUZZ_MCP_CALL ?= 20000x
 FUZZ_MCP_SCHEMA ?= 20000x
 FUZZ_MCP_SCENARIO ?= 10000x
+FUZZ_MCP_KEY ?= 50000x
+FUZZ_UPSTREAM_KEY ?= 50000x
 
 .PHONY: test setup lint vet race fuzz bench python typescript integrations
 
@@ -95,7 +97,7 @@ typescript:
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZ_CANONICAL) -fuzzminimizetime 1000x ./fingerprint
 	go test -run '^$$' -fuzz '^FuzzParseForm$$' -fuzztime $(FUZZ_FORM) -fuzzminimizetime 1000x ./fingerprint
-	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./httpidem
+	go test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZ_KEY) -fuzzminimizetime 1000x ./contract
 	go test -run '^$$' -fuzz '^FuzzRequestContext$$' -fuzztime $(FUZZ_CONTEXT) -fuzzminimizetime 1000x ./httpidem
 	go test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZ_EVENT) -fuzzminimizetime 1000x ./audit
 	go test -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZ_CHECKPOINT) -fuzzminimizetime 1000x ./audit
@@ -109,6 +111,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
 	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
 	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy
+	go test -run '^$$' -fuzz '^FuzzMCPIntentKey$$' -fuzztime $(FUZZ_MCP_KEY) -fuzzminimizetime 1000x ./contract
+	go test -run '^$$' -fuzz '^FuzzUpstreamKey$$' -fuzztime $(FUZZ_UPSTREAM_KEY) -fuzzminimizetime 1000x ./ledger
 	go test -run '^$$' -fuzz '^FuzzParseMCPScenario$$' -fuzztime $(FUZZ_MCP_SCENARIO) -fuzzminimizetime 1000x ./drill
 
 # Benchmarks with the raw-SQL floors side by side (see README.md): the

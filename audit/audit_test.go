@@ -348,6 +348,8 @@ func TestLeafIsCanonical(t *testing.T) {
 			Kind: Succeeded, Principal: "agent\u2028x", RunID: "run\"1", TraceID: "0af7", Key: "k\n\u0001é😀", Fingerprint: "sha256:ab",
 			Route: "POST /v1/x", Target: "POST /v1/x?a=1", From: "executing", To: "succeeded", Actor: "gw", Reason: "201",
 			UpstreamStatus: 201, ResultRef: "T-1", ResponseSHA256: "ff"},
+		{Seq: 2, At: time.Unix(5, 0).UTC(), Tenant: "acme", Kind: Forwarded, Namespace: "mcp/tickets",
+			Key: "create_ticket/bot/i-1"},
 	} {
 		got, err := e.Leaf()
 		if err != nil {
@@ -363,22 +365,53 @@ func TestLeafIsCanonical(t *testing.T) {
 		if e.UpstreamStatus != 0 {
 			status = int64(e.UpstreamStatus)
 		}
-		want, err := fingerprint.Canonical(map[string]any{
+		object := map[string]any{
 			"seq": e.Seq, "at": e.At.UTC().Format("2006-01-02T15:04:05.000000Z"), "tenant": e.Tenant,
 			"operation_id": str(e.OperationID), "kind": string(e.Kind), "principal": str(e.Principal),
 			"run_id": str(e.RunID), "trace_id": str(e.TraceID), "key": str(e.Key), "fingerprint": str(e.Fingerprint),
 			"route": str(e.Route), "target": str(e.Target), "from": str(e.From), "to": str(e.To), "actor": str(e.Actor),
 			"reason": str(e.Reason), "upstream_status": status, "result_ref": str(e.ResultRef),
-			"response_sha256": str(e.ResponseSHA256)})
+			"response_sha256": str(e.ResponseSHA256)}
+		if e.Namespace != "" {
+			object["namespace"] = e.Namespace
+		}
+		want, err := fingerprint.Canonical(object)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("leaf\n got %s\nwant %s %v", got, want, err)
 		}
 		back, err := ParseEvent(got)
-		if err != nil || !back.At.Equal(e.At) || back.Key != e.Key || back.Seq != e.Seq || back.UpstreamStatus != e.UpstreamStatus {
+		if err != nil || !back.At.Equal(e.At) || back.Key != e.Key || back.Seq != e.Seq ||
+			back.UpstreamStatus != e.UpstreamStatus || back.Namespace != e.Namespace {
 			t.Fatalf("parsed back: %+v %v", back, err)
 		}
 	}
 	if _, err := (Event{Tenant: "a", Kind: Received, Key: "\xff"}).Leaf(); err == nil {
 		t.Fatal("invalid UTF-8 made a leaf")
+	}
+}
+
+// TestClientsNamespaceKeepsTheLeaf: an event in the clients' namespace
+// (named, or not, as every event of before namespaces) has the leaf, and
+// so the hash, it had before namespaces were; any other namespace is part
+// of it.
+func TestClientsNamespaceKeepsTheLeaf(t *testing.T) {
+	before := Event{Seq: 3, At: time.Unix(7, 0).UTC(), Tenant: "acme", Kind: Succeeded, Key: "k-1", Route: "POST /v1/t"}
+	want := `{"actor":null,"at":"1970-01-01T00:00:07.000000Z","fingerprint":null,"from":null,"key":"k-1",` +
+		`"kind":"succeeded","operation_id":null,"principal":null,"reason":null,"response_sha256":null,` +
+		`"result_ref":null,"route":"POST /v1/t","run_id":null,"seq":3,"target":null,"tenant":"acme","to":null,` +
+		`"trace_id":null,"upstream_status":null}`
+	clients := before
+	clients.Namespace = ClientsNamespace
+	for _, e := range []Event{before, clients} {
+		if leaf, err := e.Leaf(); err != nil || string(leaf) != want {
+			t.Fatalf("namespace %q: leaf %s %v, want %s", e.Namespace, leaf, err, want)
+		}
+	}
+	other := before
+	other.Namespace = "consumer/billing"
+	a, _ := before.LeafHash()
+	b, err := other.LeafHash()
+	if err != nil || a == b {
+		t.Fatalf("another namespace has the clients' hash: %v", err)
 	}
 }

@@ -51,6 +51,10 @@ var Kinds = []Kind{Received, Conflict, Duplicate, Locked, ApprovalRequested, App
 // request was answered without one. The gateway writes them in batches.
 var Recorded = []Kind{Received, Conflict, Duplicate, Locked, Replayed, AnswerUnrecorded, Answered}
 
+// ClientsNamespace is the namespace of the tenant's clients' keys
+// (ledger.NamespaceClients): an event in it has no namespace member.
+const ClientsNamespace = "clients"
+
 // Event is one entry of a tenant's log. Empty strings and a zero status
 // are absent, and render as null. It never holds a body, a token or a
 // secret: a response is named by its SHA-256 alone.
@@ -76,6 +80,11 @@ type Event struct {
 	UpstreamStatus int
 	ResultRef      string
 	ResponseSHA256 string
+	// Namespace is the key's namespace (docs/design.md, "Words"); ""
+	// and ClientsNamespace, the tenant's clients' own, are left out of
+	// the leaf, so that every event of before namespaces, and of a
+	// client's key, has the leaf it always had.
+	Namespace string
 }
 
 // Leaf is the event's leaf bytes: the RFC 8785 canonical JSON of its
@@ -90,7 +99,13 @@ func (e Event) Leaf() ([]byte, error) {
 	b = e.At.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
 	b = append(b, '"')
 	for _, f := range [...]struct{ name, v string }{{"fingerprint", e.Fingerprint}, {"from", e.From},
-		{"key", e.Key}, {"kind", string(e.Kind)}, {"operation_id", e.OperationID}, {"principal", e.Principal},
+		{"key", e.Key}, {"kind", string(e.Kind)}} {
+		b = member(b, ',', f.name, f.v)
+	}
+	if e.Namespace != "" && e.Namespace != ClientsNamespace {
+		b = member(b, ',', "namespace", e.Namespace)
+	}
+	for _, f := range [...]struct{ name, v string }{{"operation_id", e.OperationID}, {"principal", e.Principal},
 		{"reason", e.Reason}, {"response_sha256", e.ResponseSHA256}, {"result_ref", e.ResultRef},
 		{"route", e.Route}, {"run_id", e.RunID}} {
 		b = member(b, ',', f.name, f.v)
@@ -141,6 +156,7 @@ type wire struct {
 	Principal      *string `json:"principal"`
 	RunID          *string `json:"run_id"`
 	TraceID        *string `json:"trace_id"`
+	Namespace      *string `json:"namespace"`
 	Key            *string `json:"key"`
 	Fingerprint    *string `json:"fingerprint"`
 	Route          *string `json:"route"`
@@ -174,7 +190,7 @@ func ParseEvent(line []byte) (Event, error) {
 		return *p
 	}
 	e := Event{Seq: *w.Seq, At: at, Tenant: w.Tenant, OperationID: d(w.OperationID), Kind: Kind(w.Kind),
-		Principal: d(w.Principal), RunID: d(w.RunID), TraceID: d(w.TraceID), Key: d(w.Key),
+		Principal: d(w.Principal), RunID: d(w.RunID), TraceID: d(w.TraceID), Namespace: d(w.Namespace), Key: d(w.Key),
 		Fingerprint: d(w.Fingerprint), Route: d(w.Route), Target: d(w.Target), From: d(w.From), To: d(w.To),
 		Actor: d(w.Actor), Reason: d(w.Reason), ResultRef: d(w.ResultRef), ResponseSHA256: d(w.ResponseSHA256)}
 	if w.UpstreamStatus != nil {

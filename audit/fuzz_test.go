@@ -14,6 +14,8 @@ func FuzzParseEvent(f *testing.F) {
 		`"upstream_status":null}`))
 	f.Add([]byte(`{"seq":1,"kind":"replayed","tenant":"t","at":"2026-01-01T00:00:00Z","upstream_status":201,"key":"\u00e9"}`))
 	f.Add([]byte(`{"seq":-1}`))
+	f.Add([]byte(`{"seq":2,"kind":"forwarded","tenant":"t","at":"2026-01-01T00:00:00Z","namespace":"mcp/tickets","key":"a/b/c"}`))
+	f.Add([]byte(`{"seq":2,"kind":"forwarded","tenant":"t","at":"2026-01-01T00:00:00Z","namespace":"clients"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		e, err := ParseEvent(line)
 		if err != nil {

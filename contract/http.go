@@ -29,6 +29,12 @@ const (
 	// body has (docs/design.md, "Error shapes"), a client finds them here.
 	HeaderState     = "Idempotency-Operation-State"
 	HeaderStatusURL = "Idempotency-Status-URL"
+	// HeaderUnrecorded marks an answer the store could not record within
+	// the recording deadline (docs/design.md, "Durability"): the effect
+	// happened, this client is its only witness, and the operation becomes
+	// unknown when its lease lapses, so every retry is told
+	// outcome_unknown until someone resolves it.
+	HeaderUnrecorded = "Idempotency-Answer-Unrecorded"
 )
 
 // MaxRunLen bounds an Idempotency-Run value, as a key is bounded.

@@ -1,6 +1,12 @@
 package contract
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/idemgate/idemgate/ledger"
+)
 
 // The MCP proxy (docs/design.md, "MCP proxy"): a guarded tool call is an
 // operation whose route names its server and tool.
@@ -39,3 +45,25 @@ func MCPOf(route string) (server, tool string, ok bool) {
 	server, tool, ok = strings.Cut(rest, "/")
 	return server, tool, ok
 }
+
+// MCPIntentKey is the key the MCP proxy derives for a guarded call from
+// its tool, its caller's principal and its intent, in its server's
+// namespace (ledger.MCPNamespace): esc(tool) "/" esc(principal) "/"
+// esc(intent), where esc writes "%" as "%25" (first), then "/" as "%2F".
+// The escaped parts hold no "/", so a key is one triple's only: bot and
+// x/job-c1 give bot/x%2Fjob-c1, bot/x and job-c1 give bot%2Fx/job-c1. One
+// longer than ledger.MaxKeyLen bytes is "sha256:" and the hex SHA-256 of
+// that string: as unique, and never another triple's unhashed form,
+// which has two "/" where it has none.
+func MCPIntentKey(tool, principal, intent string) string {
+	key := mcpKeyEsc.Replace(tool) + "/" + mcpKeyEsc.Replace(principal) + "/" + mcpKeyEsc.Replace(intent)
+	if len(key) <= ledger.MaxKeyLen {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// mcpKeyEsc is MCPIntentKey's escaping. A Replacer replaces in one pass,
+// so the "%" of an escape it writes is never escaped again.
+var mcpKeyEsc = strings.NewReplacer("%", "%25", "/", "%2F")

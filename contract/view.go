@@ -22,6 +22,8 @@ type View struct {
 type Summary struct {
 	ID          string        `json:"id"`
 	Key         string        `json:"key"`
+	Namespace   string        `json:"namespace"` // the key's (docs/design.md, "Words")
+	Kind        ledger.Kind   `json:"kind"`      // route, action, mcp, consumer or webhook
 	Tenant      string        `json:"tenant"`
 	Route       string        `json:"route"`
 	Target      string        `json:"target"`    // method and concrete path
@@ -167,7 +169,8 @@ func (v View) WithApproval(a *ledger.Approval) View {
 
 // NewSummary renders op without its history.
 func NewSummary(op *ledger.Operation) Summary {
-	v := Summary{ID: op.ID, Key: op.Key, Tenant: op.Tenant, Route: op.Route, Target: op.Target,
+	v := Summary{ID: op.ID, Key: op.Key, Namespace: op.Namespace, Kind: op.Kind, Tenant: op.Tenant, Route: op.Route,
+		Target:    op.Target,
 		Principal: op.Principal, ResultRef: op.ResultRef, State: op.State,
 		Fingerprint: op.Fingerprint, Attempts: op.Attempts, CreatedAt: op.CreatedAt.UTC(),
 		UpdatedAt: op.UpdatedAt.UTC(), ExpiresAt: op.ExpiresAt.UTC(), LastError: op.LastError}

@@ -17,7 +17,8 @@ import (
 // an approver.
 func (fx *fixture) pending(key string) *ledger.Operation {
 	fx.t.Helper()
-	res, err := fx.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: key,
+	res, err := fx.store.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key,
 		Route: "POST /v1/deployments", Fingerprint: "sha256:" + strings.Repeat("b", 64), Retention: time.Hour,
 		Actor: "test", Principal: "agent", Approval: &ledger.ApprovalRequest{Target: "POST /v1/deployments",
 			Summary: "Deploy api to production", Command: []byte(`{"environment":"production"}`), RequestedBy: "agent",

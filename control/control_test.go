@@ -64,7 +64,8 @@ func (fx *fixture) as(who string) *client.Client {
 func (fx *fixture) unknown(tenant, key string) *ledger.Operation {
 	fx.t.Helper()
 	ctx := context.Background()
-	res, err := fx.store.Reserve(ctx, ledger.ReserveParams{Tenant: tenant, Key: key, Route: "POST /v1/charges",
+	res, err := fx.store.Reserve(ctx, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: tenant, Key: key, Route: "POST /v1/charges",
 		Fingerprint: "sha256:" + strings.Repeat("a", 64), Lease: time.Minute, Retention: time.Hour, Actor: "test"})
 	if err != nil {
 		fx.t.Fatal(err)

@@ -27,12 +27,17 @@ func (a *API) writeView(w http.ResponseWriter, r *http.Request, op *ledger.Opera
 	writeJSON(w, http.StatusOK, v)
 }
 
-// listOperations answers GET /operations?key=K (that operation whole) or
-// ?state=S&after=C&limit=N (a page of the tenant's).
+// listOperations answers GET /operations?key=K[&namespace=N] (that
+// operation whole: the key in the clients' namespace unless N names
+// another) or ?state=S&after=C&limit=N (a page of the tenant's).
 func (a *API) listOperations(w http.ResponseWriter, r *http.Request, c Caller) {
 	q := r.URL.Query()
 	if key := q.Get("key"); key != "" {
-		op, err := a.op.Store.GetByKey(r.Context(), c.Tenant, key)
+		ns := q.Get("namespace")
+		if ns == "" {
+			ns = ledger.NamespaceClients
+		}
+		op, err := a.op.Store.GetByKey(r.Context(), ledger.OpKey{Tenant: c.Tenant, Namespace: ns, Key: key})
 		if err != nil {
 			fail(w, err, "operation")
 			return

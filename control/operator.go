@@ -119,7 +119,7 @@ func (o *Operator) View(ctx context.Context, op *ledger.Operation) (contract.Vie
 	if err != nil {
 		return contract.View{}, err
 	}
-	effects, err := o.Store.Effects(ctx, op.Tenant, op.Key)
+	effects, err := o.Store.Effects(ctx, op.OpKey())
 	if err != nil {
 		return contract.View{}, err
 	}

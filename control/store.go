@@ -15,10 +15,10 @@ import (
 // part of ledger.Store).
 type Store interface {
 	Get(ctx context.Context, id string) (*ledger.Operation, error)
-	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
+	GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error)
 	List(ctx context.Context, p ledger.ListParams) (ledger.Page, error)
 	History(ctx context.Context, id string) ([]ledger.Event, error)
-	Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error)
+	Effects(ctx context.Context, k ledger.OpKey) ([]*ledger.Effect, error)
 	GetApproval(ctx context.Context, id string) (*ledger.Approval, error)
 	ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error)
 

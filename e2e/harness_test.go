@@ -329,7 +329,7 @@ func readOperation(t *testing.T, path, tenant, key string) *ledger.Operation {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	op, err := s.GetByKey(context.Background(), tenant, key)
+	op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: tenant, Namespace: ledger.NamespaceClients, Key: key})
 	if err != nil {
 		t.Fatalf("operation %s: %v", key, err)
 	}
@@ -381,7 +381,7 @@ func readable(path, tenant, key string) bool {
 		return false
 	}
 	defer s.Close()
-	_, err = s.GetByKey(context.Background(), tenant, key)
+	_, err = s.GetByKey(context.Background(), ledger.OpKey{Tenant: tenant, Namespace: ledger.NamespaceClients, Key: key})
 	return err == nil
 }
 

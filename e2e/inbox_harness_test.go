@@ -148,7 +148,7 @@ func consumerOps(t *testing.T, db dbtest.DB, consumer string) []*ledger.Operatio
 	}
 	var out []*ledger.Operation
 	for _, op := range page.Operations {
-		if op.Route == "consumer:"+consumer {
+		if op.Kind == ledger.KindConsumer && op.Namespace == ledger.ConsumerNamespace(consumer) {
 			out = append(out, op)
 		}
 	}

@@ -143,9 +143,11 @@ func TestNATSConsumerDeliversEachEventOnce(t *testing.T) {
 				t.Errorf("%s: %s, want succeeded", op.Key, op.State)
 			}
 		}
-		for _, in := range up.effects() { // the upstream sees the key in the tenant's name
-			if in.Key != "acme:"+in.Event {
-				t.Errorf("upstream key %q for %s, want acme:%s", in.Key, in.Event, in.Event)
+		// The upstream sees the key in the tenant's name and the
+		// consumer's namespace.
+		for _, in := range up.effects() {
+			if want := "acme~consumer/billing~" + in.Event; in.Key != want {
+				t.Errorf("upstream key %q for %s, want %s", in.Key, in.Event, want)
 			}
 		}
 	})

@@ -47,7 +47,8 @@ func waitEffects(t *testing.T, s ledger.Store, opKey string, state ledger.State)
 	var es []*ledger.Effect
 	waitFor(t, "effects of "+opKey+" "+string(state), func() bool {
 		var err error
-		if es, err = s.Effects(context.Background(), "acme", opKey); err != nil {
+		if es, err = s.Effects(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: opKey}); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range es {

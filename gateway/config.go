@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/size"
 	"github.com/idemgate/idemgate/internal/yamlfile"
@@ -161,10 +162,7 @@ type RouteConfig struct {
 	// Outcomes lists upstream statuses known to mean "not applied" (the
 	// operation is released) or "final" (stored and replayed), beyond
 	// docs/design.md's defaults.
-	Outcomes struct {
-		NotApplied []int `yaml:"not_applied"`
-		Final      []int `yaml:"final"`
-	} `yaml:"outcomes"`
+	Outcomes Outcomes `yaml:"outcomes"`
 	// Roles, if set, are the roles allowed to call the route.
 	Roles []string `yaml:"roles"`
 	// Approval asks a human before the route's effect (docs/design.md,
@@ -459,16 +457,40 @@ func (r *RouteConfig) checkPolicies() error {
 	if r.Body != "" && r.Body != "opaque" {
 		return fmt.Errorf("body %q: the only setting is opaque (JSON and form bodies are read by default)", r.Body)
 	}
-	for _, st := range append(slices.Clone(r.Outcomes.NotApplied), r.Outcomes.Final...) {
+	return r.Outcomes.check()
+}
+
+// Outcomes lists upstream statuses known to mean "not applied" (the
+// operation is released, and run again by its retry) or "final" (stored
+// and replayed), beyond docs/design.md's defaults: a route's, or a
+// consumer's.
+type Outcomes struct {
+	NotApplied []int `yaml:"not_applied"`
+	Final      []int `yaml:"final"`
+}
+
+func (o Outcomes) check() error {
+	for _, st := range append(slices.Clone(o.NotApplied), o.Final...) {
 		if st < 400 || st > 599 {
 			// A success marked "not applied" would be run again: a second effect.
 			return fmt.Errorf("outcomes: %d: only 4xx and 5xx statuses can be listed", st)
 		}
-		if slices.Contains(r.Outcomes.NotApplied, st) && slices.Contains(r.Outcomes.Final, st) {
+		if slices.Contains(o.NotApplied, st) && slices.Contains(o.Final, st) {
 			return fmt.Errorf("outcomes: %d is both not_applied and final", st)
 		}
 	}
 	return nil
+}
+
+// classify is docs/design.md's mapping with these exceptions.
+func (o Outcomes) classify(status int) contract.Fate {
+	switch {
+	case slices.Contains(o.NotApplied, status):
+		return contract.FateReleased
+	case slices.Contains(o.Final, status):
+		return contract.FateFailed
+	}
+	return contract.DefaultClassify(status)
 }
 
 // IsWrite reports whether the route records operations: every method but

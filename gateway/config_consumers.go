@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // ConsumerConfig is one consumer of a queue (docs/design.md, "Inbox:
@@ -22,6 +23,9 @@ type ConsumerConfig struct {
 	// default header:Nats-Msg-Id for NATS and message_id for AMQP.
 	KeyFrom string        `yaml:"key_from"`
 	Deliver DeliverConfig `yaml:"deliver"`
+	// Outcomes are the upstream's statuses known to mean not applied or
+	// final, as a route's.
+	Outcomes Outcomes `yaml:"outcomes"`
 	// Lease and Retention are a route's (30s, 24h).
 	Lease     time.Duration `yaml:"lease"`
 	Retention time.Duration `yaml:"retention"`
@@ -29,13 +33,21 @@ type ConsumerConfig struct {
 	// (5); past it, the message is parked on DeadLetter.
 	MaxDeliveries int              `yaml:"max_deliveries"`
 	DeadLetter    DeadLetterConfig `yaml:"dead_letter"`
+	// Start is where a JetStream durable that is missing is created to
+	// start: "all", "new", or "since DURATION" (default: since the
+	// retention, so that no message older than its key runs again).
+	Start string `yaml:"start"`
 	// Concurrency is how many messages are handled at once (1, which keeps
 	// the order of the messages): JetStream's MaxAckPending, AMQP's prefetch.
 	Concurrency int `yaml:"concurrency"`
 
 	line    int
 	keyFrom inbox.KeyFrom
+	start   inbox.Start
 }
+
+// StartAt is where a missing JetStream durable starts (Start, parsed).
+func (c *ConsumerConfig) StartAt() inbox.Start { return c.start }
 
 // SourceConfig is where a consumer's messages come from: a JetStream
 // stream (NATS, Stream, Consumer, Subject) or a RabbitMQ queue (AMQP, Queue).
@@ -70,10 +82,6 @@ func (c *ConsumerConfig) KeyOf() inbox.KeyFrom { return c.keyFrom }
 // Route is the operations' route, and the metrics' route label.
 func (c *ConsumerConfig) Route() string { return "consumer:" + c.Name }
 
-// consumerPattern is the middleware's private path for a consumer's
-// deliveries: never mounted on the listener, so no request reaches it.
-func consumerPattern(name string) string { return "/_idem/consumers/" + name }
-
 // checkConsumers validates every consumer, and fills its defaults.
 func (c *Config) checkConsumers() error {
 	seen := map[string]bool{}
@@ -101,13 +109,26 @@ func (c *Config) checkConsumer(k *ConsumerConfig) error {
 	case k.Lease < 0 || k.Retention < 0 || k.MaxDeliveries < 0 || k.Concurrency < 0 || k.Concurrency > 1024:
 		return fmt.Errorf("lease, retention, max_deliveries must be positive, concurrency within 1..1024")
 	}
+	if err := k.Outcomes.check(); err != nil {
+		return err
+	}
+	if k.Start != "" && k.Source.NATS == "" {
+		return fmt.Errorf("start %q: only a JetStream durable has a place to start; a queue delivers what it holds", k.Start)
+	}
+	retention := k.Retention
+	if retention == 0 {
+		retention = keyed.DefaultRetention
+	}
+	var err error
+	if k.start, err = inbox.ParseStart(k.Start, retention); err != nil {
+		return err
+	}
 	if err := checkSource(k); err != nil {
 		return err
 	}
 	if err := c.checkDeliver(k); err != nil {
 		return err
 	}
-	var err error
 	if k.keyFrom, err = inbox.ParseKeyFrom(k.KeyFrom); err != nil {
 		return err
 	}

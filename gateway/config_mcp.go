@@ -44,6 +44,11 @@ type MCPToolConfig struct {
 	Retention      time.Duration    `yaml:"retention"`
 	Lease          time.Duration    `yaml:"lease"`
 	Approval       *approval.Config `yaml:"approval"`
+	// MaxResult bounds the result an operation keeps (default
+	// max_response): a larger one is given whole to the call that ran it,
+	// and a stand-in is kept (docs/design.md, "An answer too large to
+	// keep").
+	MaxResult Size `yaml:"max_result"`
 
 	// Policy is Approval compiled.
 	Policy        *approval.Policy `yaml:"-"`
@@ -113,8 +118,11 @@ func (c *Config) checkMCPTool(s *MCPServerConfig, name string, t *MCPToolConfig,
 	case t.Guard != nil && !*t.Guard && (t.Approval != nil || t.BusinessKey != "" || t.ConcurrencyKey != ""):
 		return c.errorf(line, "%s: guard: false forwards it unrecorded; approval, business_key and "+
 			"concurrency_key need a guarded tool", what)
-	case t.Lease < 0 || t.Retention < 0:
-		return c.errorf(line, "%s: lease and retention must be positive", what)
+	case t.Lease < 0 || t.Retention < 0 || t.MaxResult < 0:
+		return c.errorf(line, "%s: lease, retention and max_result must be positive", what)
+	}
+	if t.MaxResult == 0 {
+		t.MaxResult = c.MaxResponse
 	}
 	for _, p := range []string{t.BusinessKey, t.ConcurrencyKey} {
 		if toks, err := jsonptr.Parse(p); err != nil || (p != "" && len(toks) == 0) {

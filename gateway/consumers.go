@@ -3,137 +3,121 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
 	"net/http"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// consumerRoute is the middleware's route of a consumer's deliveries: a
-// keyed write whose operation's route (and metrics label) is the
-// consumer's, fingerprinted by the message's body.
-func consumerRoute(k *ConsumerConfig, uc *upstreamClient) httpidem.Route {
-	required := true
-	return httpidem.Route{Method: k.Deliver.Method, Pattern: consumerPattern(k.Name), Name: k.Route(),
-		RequireKey: &required, Lease: k.Lease, Retention: k.Retention, Resend: uc.cfg.HonoursKey}
+// consumer is one consumer's way to its upstream: a message's effect is
+// a POST (its method) of its body to the upstream's path.
+type consumer struct {
+	cfg         *ConsumerConfig
+	uc          *upstreamClient
+	maxResponse int64
+	policy      keyed.Policy
 }
 
-// consumerHandlers are each consumer's keyed path: the tenant's rate, the
-// middleware, then the upstream's forwarding to the consumer's path.
-func (g *Gateway) consumerHandlers(m *httpidem.Middleware, clients map[string]*upstreamClient) map[string]http.Handler {
-	out := map[string]http.Handler{}
+// consumersOf is each configured consumer's way, by name.
+func (g *Gateway) consumersOf(clients map[string]*upstreamClient) map[string]*consumer {
+	out := map[string]*consumer{}
 	for _, k := range g.cfg.Consumers {
-		wp := writeProxy{uc: clients[k.Deliver.Upstream], maxResponse: int64(g.cfg.MaxResponse), hold: g.cfg.HoldBeforeForward}
-		path := k.Deliver.Path
-		forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if s, ok := r.Context().Value(deliveryKey{}).(*deliveryState); ok {
-				s.ran = true
-				if exec := httpidem.Current(r); exec != nil {
-					s.opID = exec.OperationID()
-					g.running.Store(s.opID, s) // recorded hears of its final state
-				}
-			}
-			r.URL.Path, r.URL.RawPath = path, ""
-			wp.ServeHTTP(w, r)
-		})
-		out[k.Name] = g.limited(m.Handler(forward))
+		uc := clients[k.Deliver.Upstream]
+		out[k.Name] = &consumer{cfg: k, uc: uc, maxResponse: int64(g.cfg.MaxResponse),
+			policy: keyed.Policy{Name: k.Route(), Kind: ledger.KindConsumer, Lease: k.Lease, Retention: k.Retention,
+				Resend: uc.cfg.HonoursKey, MaxAnswer: int64(g.cfg.MaxResponse)}}
 	}
 	return out
 }
 
-// Deliverer is consumer name's way through the data plane, or nil when
-// no consumer has that name.
+// Deliverer is consumer name's Deliverer on this configuration's
+// executor, or nil when no consumer has that name.
 func (g *Gateway) Deliverer(name string) inbox.Deliverer {
-	h := g.consumers[name]
-	if h == nil {
+	c := g.consumers[name]
+	if c == nil {
 		return nil
 	}
-	for _, k := range g.cfg.Consumers {
-		if k.Name == name {
-			p := &Principal{Name: k.Route(), Tenant: k.Tenant}
-			return &deliverer{g: g, h: h, principal: p, method: k.Deliver.Method, path: consumerPattern(name)}
+	rate := func(tenant string) *contract.Problem {
+		if ref := g.limits.Request(tenant); ref != nil {
+			return refused(ref)
 		}
+		return nil
 	}
-	return nil
+	return &inbox.Keyed{Executor: g.x, Name: name, Tenant: c.cfg.Tenant, Policy: &c.policy,
+		Method: c.cfg.Deliver.Method, Target: c.cfg.Deliver.Method + " " + c.cfg.Deliver.Path, Rate: rate, Send: c.send}
 }
 
-// deliverer runs a message's operation as an in-process keyed request.
-type deliverer struct {
-	g            *Gateway
-	h            http.Handler
-	principal    *Principal
-	method, path string
-}
-
-type deliveryKey struct{}
-
-// deliveryState is what the forwarding tells the deliverer: that it ran,
-// the operation it ran, and (from Gateway.recorded) the final state its
-// outcome was recorded in.
-type deliveryState struct {
-	ran   bool
-	opID  string
-	state ledger.State
-}
-
-// settled notes a final operation a consumer's delivery ran.
-func (g *Gateway) settled(op *ledger.Operation) {
-	if v, ok := g.running.Load(op.ID); ok {
-		v.(*deliveryState).state = op.State
-	}
-}
-
-// Deliver sends d through the keyed path and reads how it ended. When
-// the upstream was called, the operation's state is the one its outcome
-// was recorded in (the answer alone cannot say whether it was recorded,
-// and an upstream's headers are its own), read from the store unless the
-// recording was final; otherwise the middleware's answer says it: a
-// replay, or a problem.
-func (d *deliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Outcome, error) {
-	st := &deliveryState{}
-	ctx = context.WithValue(context.WithValue(ctx, principalKey{}, d.principal), deliveryKey{}, st)
-	req, err := http.NewRequestWithContext(ctx, d.method, d.path, bytes.NewReader(dl.Body))
+// send delivers a message to the upstream, with the key in the
+// consumer's namespace, and says what its answer means (the consumer's
+// outcomes, as a route's).
+func (c *consumer) send(ctx context.Context, run *keyed.Run, d inbox.Delivery) (keyed.Outcome, error) {
+	in, err := http.NewRequestWithContext(ctx, c.cfg.Deliver.Method, c.cfg.Deliver.Path, bytes.NewReader(d.Body))
 	if err != nil {
-		return inbox.Outcome{}, err
+		return keyed.Outcome{}, contract.NotSent("upstream", err)
 	}
-	req.RequestURI = ""
-	req.Header.Set(contract.HeaderKey, dl.Key)
-	ct := dl.ContentType
+	ct := d.ContentType
 	if ct == "" {
 		ct = "application/json"
 	}
-	req.Header.Set("Content-Type", ct)
-	rec := &answer{header: http.Header{}}
-	d.h.ServeHTTP(rec, req)
-	d.g.running.Delete(st.opID)
-	out := inbox.Outcome{OpID: rec.header.Get(contract.HeaderOperation), Code: rec.code,
-		Replayed: rec.header.Get(contract.HeaderReplayed) == "true",
-		State:    ledger.State(rec.header.Get(contract.HeaderState))}
-	switch {
-	case !st.ran || out.OpID == "":
-	case st.state != "": // recorded final: no read needed
-		out.State = st.state
-	default: // recorded unknown or released, or not recorded: the store says
-		op, err := d.g.store.Get(context.WithoutCancel(ctx), out.OpID)
-		if err != nil {
-			return out, err
-		}
-		out.State = op.State
+	in.Header.Set("Content-Type", ct)
+	op := run.Operation()
+	out := c.uc.outbound(in, ledger.UpstreamKey(op.Tenant, op.Namespace, op.Key))
+	resp, done, err := c.uc.send(out, run.OperationID())
+	if err != nil {
+		return keyed.Outcome{}, err
 	}
-	return out, nil
+	defer done()
+	kept, err := keep(resp.Body, c.maxResponse)
+	if err != nil {
+		return keyed.Outcome{}, contract.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err))
+	}
+	answer := &ledger.Response{Status: resp.StatusCode, Header: resp.Header, Body: kept.body}
+	o := keyed.Outcome{Fate: c.cfg.Outcomes.classify(resp.StatusCode), Answer: answer,
+		Streamed: kept.over, Size: kept.size, SHA256: kept.digest()}
+	if kept.over {
+		answer.Body = nil
+	}
+	return o, nil
 }
 
-// answer keeps what the keyed path answered: its headers and problem
-// code (contract.CodeNoter); the body is the upstream's, and stored.
-type answer struct {
-	header http.Header
-	status int
-	code   string
+// kept is an answer's body read whole: up to max bytes kept, its size
+// and digest counted over all of it.
+type kept struct {
+	body []byte
+	size int64
+	over bool
+	sum  hash.Hash
 }
 
-func (a *answer) Header() http.Header         { return a.header }
-func (a *answer) WriteHeader(status int)      { a.status = status }
-func (a *answer) Write(b []byte) (int, error) { return len(b), nil }
-func (a *answer) NoteCode(code string)        { a.code = code }
+func (k *kept) digest() string {
+	if !k.over {
+		return ""
+	}
+	return hex.EncodeToString(k.sum.Sum(nil))
+}
+
+// keep reads r whole, keeping at most max bytes of it.
+func keep(r io.Reader, max int64) (*kept, error) {
+	k := &kept{sum: sha256.New()}
+	body, err := io.ReadAll(io.LimitReader(r, max+1))
+	k.sum.Write(body)
+	k.size = int64(len(body))
+	if err != nil {
+		return nil, err
+	}
+	if k.size <= max {
+		k.body = body
+		return k, nil
+	}
+	k.over = true
+	n, err := io.Copy(k.sum, r)
+	k.size += n
+	return k, err
+}

@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
 )
@@ -24,16 +24,16 @@ import (
 // middleware, its principals), and the control API, the web page and the
 // background work are their own planes, mounted beside it.
 type Deps struct {
-	Store  httpidem.Store
+	Store  keyed.Store
 	Logger *slog.Logger
 	// Limits applies each tenant's request rate and budgets (required).
 	Limits *limits.Limiter
 	// Observer hears how each keyed request ended (the metrics); nil for
 	// none.
-	Observer httpidem.Observer
+	Observer keyed.Observer
 	// Audit records the events that are no transition (replays,
 	// conflicts): the audit batcher, or nil without an audit section.
-	Audit httpidem.Recorder
+	Audit keyed.Recorder
 	// Transport, if set, wraps each upstream's transport for the calls of
 	// the routes (traces: a client span, and traceparent); probes are
 	// not wrapped.
@@ -45,19 +45,16 @@ type Deps struct {
 // routes, and the reverse proxy.
 type Gateway struct {
 	cfg     *Config
-	store   httpidem.Store
+	store   keyed.Store
 	log     *slog.Logger
 	limits  *limits.Limiter
-	m       *httpidem.Middleware
+	x       *keyed.Executor
 	routes  http.Handler
 	actions http.Handler
 	shapes  *shapes  // nil: every refusal is RFC 9457's
 	jwt     *jwtAuth // nil without auth.jwt
-	plane   httpidem.Options
-	// consumers are each consumer's keyed path, by name (Deliverer);
-	// running are their deliveries executing, by operation id.
-	consumers map[string]http.Handler
-	running   sync.Map
+	// consumers are each consumer's way to its upstream, by name.
+	consumers map[string]*consumer
 }
 
 // New builds the gateway's routes. The store must be migrated.
@@ -93,9 +90,10 @@ func (g *Gateway) Front(h http.Handler) http.Handler { return g.logged(g.shaping
 // Changed wakes the requests of this process waiting on an operation
 // (Prefer: wait) that changed elsewhere: decided or resolved on the
 // control API or the web page.
-func (g *Gateway) Changed(opID string) { g.m.Changed(opID) }
+func (g *Gateway) Changed(opID string) { g.x.Changed(opID) }
 
-// build makes the upstreams' clients and the routes' handler.
+// build makes the upstreams' clients, the executor every surface of
+// this configuration shares, and the routes' handler.
 func (g *Gateway) build(d Deps) error {
 	clients := map[string]*upstreamClient{}
 	for name, u := range g.cfg.Upstreams {
@@ -118,20 +116,18 @@ func (g *Gateway) build(d Deps) error {
 		}
 		writes = append(writes, route)
 	}
-	for _, k := range g.cfg.Consumers {
-		writes = append(writes, consumerRoute(k, clients[k.Deliver.Upstream]))
+	x, err := keyed.New(keyed.Options{Store: g.store, Actor: "gateway:" + g.cfg.Instance,
+		RecordDeadline: g.cfg.RecordDeadline, StatusBase: contract.ControlPrefix, Logger: g.log, Admit: g.admit,
+		Recorded: g.recorded, Audit: d.Audit, Observer: d.Observer})
+	if err != nil {
+		return err
 	}
-	g.plane = httpidem.Options{Store: g.store, Tenant: tenantOf, Principal: principalOf,
-		Actor: "gateway:" + g.cfg.Instance, MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix,
-		RecordDeadline: g.cfg.RecordDeadline, Logger: g.log, Admit: g.admit, Recorded: g.recorded, Audit: d.Audit,
-		Observer: d.Observer}
-	opts := g.plane
-	opts.Routes = writes
-	m, err := httpidem.New(opts)
+	g.x = x
+	m, err := httpidem.New(httpidem.Options{Executor: x, Routes: writes, Tenant: tenantOf, Principal: principalOf,
+		MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("%s: %w", g.cfg.file, err)
 	}
-	g.m = m
 	mux := http.NewServeMux()
 	for _, rc := range g.cfg.Routes {
 		uc := clients[rc.Upstream]
@@ -153,7 +149,7 @@ func (g *Gateway) build(d Deps) error {
 	g.routes = mux
 	g.shapes = newShapes(g.cfg, mux)
 	g.actions = g.actionsHandler(m)
-	g.consumers = g.consumerHandlers(m, clients)
+	g.consumers = g.consumersOf(clients)
 	return nil
 }
 
@@ -185,11 +181,14 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
 		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
-		Resend: uc.cfg.HonoursKey, Classify: classifier(rc), Approval: rc.policy, ResultRef: rc.ResultRef,
+		Resend: uc.cfg.HonoursKey, Classify: rc.Outcomes.classify, Approval: rc.policy, ResultRef: rc.ResultRef,
 		Probe: routeProbe(rc)}
 	if w := rc.Webhook; w != nil {
-		// The key comes from signed material, and it is always there.
+		// The key comes from signed material, and it is always there; the
+		// route's keys are its own (a sender's event ids never meet a
+		// client's keys).
 		route.KeyFrom, route.RequireKey, route.DigestKey = w.verifier.KeyFrom(), &always, w.verifier.DigestKey()
+		route.Kind, route.Namespace = ledger.KindWebhook, ledger.WebhookNamespace(rc.pattern)
 	}
 	if rc.Schema != "" {
 		v, err := loadSchema(rc.Schema)
@@ -203,20 +202,6 @@ func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Rout
 
 // always is a webhook route's require_key.
 var always = true
-
-// classifier is docs/design.md's mapping with the route's own exceptions.
-func classifier(rc *RouteConfig) func(int) contract.Fate {
-	notApplied, final := rc.Outcomes.NotApplied, rc.Outcomes.Final
-	return func(status int) contract.Fate {
-		switch {
-		case slices.Contains(notApplied, status):
-			return contract.FateReleased
-		case slices.Contains(final, status):
-			return contract.FateFailed
-		}
-		return contract.DefaultClassify(status)
-	}
-}
 
 // principalOf is the caller as approvals see it: who requests, who decides.
 func principalOf(r *http.Request) (approval.Principal, error) {
@@ -242,12 +227,10 @@ func tenantOf(r *http.Request) (string, error) {
 	return "", errors.New("no principal")
 }
 
-// DataPlane is the keyed write path's options the gateway's routes are
-// built with (its store, the tenants' budgets, the audit log, the
-// metrics), without routes: a capability whose writes are not HTTP routes
-// (the MCP proxy) builds its own middleware from them, so that its
-// operations are kept, counted and limited as any route's.
-func (g *Gateway) DataPlane() httpidem.Options { return g.plane }
+// Executor is the keyed executor this configuration's surfaces share:
+// its routes, its actions, its consumers, and the MCP proxy's tool
+// calls, so that each is kept, counted and limited as any route's.
+func (g *Gateway) Executor() *keyed.Executor { return g.x }
 
 // Limited applies the tenant's request rate to h, behind Authenticated.
 func (g *Gateway) Limited(h http.Handler) http.Handler { return g.limited(h) }
@@ -266,7 +249,7 @@ func (g *Gateway) limited(next http.Handler) http.Handler {
 
 // admit applies the tenant's budgets (live operations, pending approvals,
 // held bytes) to a request that would reserve a new operation.
-func (g *Gateway) admit(ctx context.Context, tenant string, a httpidem.Admission) (func(created, live bool),
+func (g *Gateway) admit(ctx context.Context, tenant string, a keyed.Admission) (func(created, live bool),
 	*contract.Problem) {
 	settle, ref := g.limits.NewOperation(ctx, tenant, limits.Admission{Bytes: a.Bytes, Approval: a.Approval})
 	if ref != nil {
@@ -283,10 +266,8 @@ func (g *Gateway) Settled(op *ledger.Operation) {
 	g.limits.Ended(op.Tenant)
 }
 
-// recorded counts a stored response against its tenant's budget, and
-// tells a consumer's delivery its final state.
+// recorded counts a stored response against its tenant's budget.
 func (g *Gateway) recorded(op *ledger.Operation) {
-	g.settled(op)
 	if op.Response != nil {
 		n := len(op.Response.Body)
 		for k, v := range op.Response.Header {

@@ -11,7 +11,6 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/ledger"
 )
 
 // upstreamClient is one upstream's tuned transport and its settings.
@@ -87,11 +85,6 @@ func (uc *upstreamClient) setHeaders(h http.Header, key string) {
 	}
 }
 
-// UpstreamKey is the Idempotency-Key forwarded to an upstream: the
-// agent's key in its tenant's name (ledger.UpstreamKey), as the outbox's
-// relay sends an effect's.
-func UpstreamKey(tenant, key string) string { return ledger.UpstreamKey(tenant, key) }
-
 // bufferPool shares copy buffers between proxied responses.
 type bufferPool struct{}
 
@@ -115,78 +108,63 @@ func (p writeProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(p.hold)
-	out, sent := p.outbound(r, UpstreamKey(PrincipalFrom(r.Context()).Tenant, exec.Key()))
-	// Detached from the client: one that gives up must not cut the call
-	// short and turn an answer its retry could replay into an unknown.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(out.Context()), p.uc.cfg.Timeout)
-	defer cancel()
-	resp, err := p.uc.client.Do(out.WithContext(ctx))
+	resp, done, err := p.uc.send(p.uc.outbound(r, exec.UpstreamKey()), exec.OperationID())
 	if err != nil {
-		p.uc.logFailure(r.Context(), exec.OperationID(), err)
-		p.failed(w, exec, err, sent.Load())
+		exec.Failed(err)
 		return
 	}
-	defer resp.Body.Close()
+	defer done()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxResponse+1))
 	if err != nil { // the status came, the rest was cut: the effect may be done
 		p.uc.logFailure(r.Context(), exec.OperationID(), fmt.Errorf("reading the answer: %w", err))
-		exec.Settle(contract.FateUnknown, "upstream_body_cut")
-		prob := contract.NewProblem(contract.CodeOutcomeUnknown, "the upstream's answer was cut off: "+
-			"the request may have been applied").WithStatus(http.StatusBadGateway)
-		writeFor(w, prob, exec, ledger.Unknown)
+		exec.Failed(contract.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err)))
 		return
 	}
-	contract.StripHopByHop(resp.Header)
-	p.uc.localize(resp.Header) // before it is stored: replays say the same
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
-	if int64(len(body)) > p.maxResponse { // too large to store: streamed, left unknown
+	if int64(len(body)) > p.maxResponse { // too large to keep: streamed, a stand-in kept
 		_, _ = io.Copy(w, resp.Body)
 	}
 }
 
-// outbound builds the upstream request, and a flag that turns true once
-// its headers have been written: from then on the upstream may act on it.
-func (p writeProxy) outbound(r *http.Request, key string) (*http.Request, *atomic.Bool) {
-	sent := new(atomic.Bool)
-	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
-	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
+// outbound is r as the upstream is sent it: hop-by-hop headers removed,
+// the gateway's own headers and the key (when forwarded) set.
+func (uc *upstreamClient) outbound(r *http.Request, key string) *http.Request {
+	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	contract.StripHopByHop(out.Header)
-	p.uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
-	return out, sent
+	uc.direct(&httputil.ProxyRequest{In: r, Out: out}, key)
+	return out
 }
 
-// failed answers a request the upstream did not answer. Nothing written:
-// released, safe to retry. Written and then lost: unknown, never resent.
-func (p writeProxy) failed(w http.ResponseWriter, exec *httpidem.Execution, err error, sent bool) {
-	if !sent {
-		exec.Settle(contract.FateReleased, "upstream_unreachable")
-		prob := contract.NewProblem(contract.CodeUpstreamUnavailable,
-			"the upstream could not be reached and nothing was sent; retry with the same key")
-		prob.RetryAfter = 1
-		writeFor(w, prob, exec, ledger.Prepared)
-		return
+// send sends out, detached from its caller (one that gives up must not
+// cut the call short and turn an answer its retry could replay into an
+// unknown), within the upstream's timeout. The answer's headers are
+// ready to store (hop-by-hop removed, Location made the gateway's); done
+// closes its body and ends the call. No answer is an effect's error by
+// the executor's one rule: nothing written, contract.NotSent; written,
+// contract.NoAnswer.
+func (uc *upstreamClient) send(out *http.Request, opID string) (resp *http.Response, done func(), err error) {
+	sent := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.WithoutCancel(out.Context()), trace),
+		uc.cfg.Timeout)
+	resp, err = uc.client.Do(out.WithContext(ctx))
+	if err != nil {
+		cancel()
+		uc.logFailure(out.Context(), opID, err)
+		if !sent.Load() {
+			return nil, nil, contract.NotSent("upstream", err)
+		}
+		return nil, nil, contract.NoAnswer("upstream", err)
 	}
-	code, status := "upstream_reset", http.StatusBadGateway
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
-		code, status = "upstream_timeout", http.StatusGatewayTimeout
-	}
-	exec.Settle(contract.FateUnknown, code)
-	prob := contract.NewProblem(contract.CodeOutcomeUnknown, "the request reached the upstream and its answer was lost: "+
-		"it may have been applied, and will not be re-sent").WithStatus(status)
-	writeFor(w, prob, exec, ledger.Unknown)
-}
-
-// writeFor sends a problem about the operation exec runs, now in state:
-// its id, its state and its status resource, the one link an agent
-// follows to learn how it ended (the 409 of every retry carries the same).
-func writeFor(w http.ResponseWriter, prob *contract.Problem, exec *httpidem.Execution, state ledger.State) {
-	prob.For(&ledger.Operation{ID: exec.OperationID(), State: state}, contract.ControlPrefix).Write(w)
+	contract.StripHopByHop(resp.Header)
+	uc.localize(resp.Header) // before it is stored: replays say the same
+	return resp, func() { _ = resp.Body.Close(); cancel() }, nil
 }
 
 // logFailure says, at error level, why a call to the upstream got no
@@ -210,9 +188,4 @@ func (uc *upstreamClient) logFailure(ctx context.Context, opID string, err error
 		attrs = append(attrs, slog.String("operation_id", opID))
 	}
 	uc.log.LogAttrs(ctx, level, msg, attrs...)
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -6,33 +6,22 @@ import (
 	"net/http"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
-
-// run executes an operation this request owns: it runs the handler, or,
-// on an action's route, hands the lease to the caller, who performs the
-// effect itself. It reports whether the operation is still live.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, req *request, res ledger.Reservation,
-	next http.Handler) (live bool) {
-	if req.route.Action == "" {
-		return m.execute(w, r, req, *res.Lease, next)
-	}
-	m.grant(r.Context(), w, req, res.Op, *res.Lease)
-	return true
-}
 
 // grant answers 201 with the operation and its lease: the caller owns
 // the effect, and ends the operation with its owner steps (complete,
 // heartbeat, release, unknown) before the lease lapses. The token leaves
 // the gateway in this answer only.
-func (m *Middleware) grant(ctx context.Context, w http.ResponseWriter, req *request, op *ledger.Operation, lease ledger.Lease) {
-	req.executed = true
-	history, err := m.opts.Store.History(ctx, op.ID)
+func (m *Middleware) grant(ctx context.Context, w http.ResponseWriter, res keyed.Result) {
+	op := res.Op
+	history, err := m.x.Store().History(ctx, op.ID)
 	if err != nil {
 		// The lease is taken; its caller is told nothing, so the lease
 		// lapses into unknown, which is the truth: nobody knows.
-		m.log(ctx, "action history", op.ID, err)
-		m.problem(w, contract.ProblemFor(err), op)
+		m.opts.Logger.Error("action history", "operation_id", op.ID, "error", err.Error())
+		contract.ProblemFor(err).For(op, m.opts.StatusBase).Write(w)
 		return
 	}
 	w.Header().Set(contract.HeaderOperation, op.ID)
@@ -40,15 +29,15 @@ func (m *Middleware) grant(ctx context.Context, w http.ResponseWriter, req *requ
 		w.Header().Set("Location", u)
 	}
 	writeJSON(w, http.StatusCreated, contract.ActionGrant{Operation: contract.NewView(op, history),
-		Lease: contract.NewLeaseView(lease, true)})
+		Lease: contract.NewLeaseView(*res.Lease, true)})
 }
 
 // replayAction answers a final action's operation: its view and the
 // result its owner or an operator recorded.
 func (m *Middleware) replayAction(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
-	history, err := m.opts.Store.History(ctx, op.ID)
+	history, err := m.x.Store().History(ctx, op.ID)
 	if err != nil {
-		m.problem(w, contract.ProblemFor(err), op)
+		contract.ProblemFor(err).For(op, m.opts.StatusBase).Write(w)
 		return
 	}
 	h := w.Header()

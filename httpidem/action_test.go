@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // TestActionRoutesAreChecked: an action's route is a POST keyed by its
@@ -21,12 +22,12 @@ func TestActionRoutesAreChecked(t *testing.T) {
 		"JSON body":   {Method: "POST", Pattern: "/a/x", Action: "mail.send", Opaque: true},
 		"always":      {Method: "POST", Pattern: "/a/x", Action: "mail.send", RequireKey: new(bool)},
 	} {
-		_, err := httpidem.New(httpidem.Options{Store: struct{ httpidem.Store }{}, Tenant: tenant, Routes: []httpidem.Route{r}})
+		_, err := httpidem.New(httpidem.Options{Store: struct{ keyed.Store }{}, Tenant: tenant, Routes: []httpidem.Route{r}})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want %q", r, err, want)
 		}
 	}
-	_, err := httpidem.New(httpidem.Options{Store: struct{ httpidem.Store }{}, Tenant: tenant,
+	_, err := httpidem.New(httpidem.Options{Store: struct{ keyed.Store }{}, Tenant: tenant,
 		Routes: []httpidem.Route{{Method: "POST", Pattern: "/a/mail.send", Action: "mail.send"}}})
 	if err != nil {
 		t.Fatalf("a valid action route: %v", err)

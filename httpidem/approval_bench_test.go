@@ -27,9 +27,9 @@ func (c *counting) Get(ctx context.Context, id string) (*ledger.Operation, error
 	return c.Store.Get(ctx, id)
 }
 
-func (c *counting) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+func (c *counting) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
 	c.reads.Add(1)
-	return c.Store.GetByKey(ctx, tenant, key)
+	return c.Store.GetByKey(ctx, k)
 }
 
 func (c *counting) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {

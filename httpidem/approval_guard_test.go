@@ -58,7 +58,8 @@ func TestMistypedFieldNeverBypassesApproval(t *testing.T) {
 			t.Fatalf("a form body: %d %s, %d effects", form.status, form.body, a.effects.Load())
 		}
 		for _, key := range []string{"list", "number", "form"} {
-			if _, err := s.GetByKey(t.Context(), "acme", key); err == nil {
+			if _, err := s.GetByKey(t.Context(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: key}); err == nil {
 				t.Fatalf("%s was reserved", key)
 			}
 		}

@@ -441,7 +441,8 @@ func TestPolicyFailsOnRequest(t *testing.T) {
 		if r.status != 422 || problemCode(t, r) != contract.CodeInvalidCommand || !strings.Contains(r.body, "approval.when") {
 			t.Fatalf("missing field: %d %s", r.status, r.body)
 		}
-		if _, err := s.GetByKey(t.Context(), "acme", "dep"); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := s.GetByKey(t.Context(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "dep"}); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("reserved anyway: %v", err)
 		}
 	})
@@ -457,8 +458,8 @@ func TestApprovedRunSendsTheApprovedHeaders(t *testing.T) {
 		a := newDeployApp(t, s, prodPolicy)
 		acc := accepted(t, a.deploy("dep-h", prod, "X-Target-Cluster", "eu-1", "Traceparent", "t1"))
 		shown, err := s.GetApproval(context.Background(), acc.Approval.ID)
-		if err != nil || shown.Headers.Get("X-Target-Cluster") != "eu-1" || shown.Headers.Get("Traceparent") != "" ||
-			shown.Headers.Get("Idempotency-Key") != "" || shown.Headers.Get("Content-Type") != "" {
+		if err != nil || http.Header(shown.Headers).Get("X-Target-Cluster") != "eu-1" || http.Header(shown.Headers).Get("Traceparent") != "" ||
+			http.Header(shown.Headers).Get("Idempotency-Key") != "" || http.Header(shown.Headers).Get("Content-Type") != "" {
 			t.Fatalf("the approval keeps %v (%v)", shown.Headers, err)
 		}
 		if d := a.decide("approve", alice, acc.Approval.ID, ""); d.status != 200 {

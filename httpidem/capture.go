@@ -2,6 +2,9 @@ package httpidem
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
 	"net/http"
 
 	"github.com/idemgate/idemgate/contract"
@@ -9,7 +12,8 @@ import (
 )
 
 // capture holds the handler's response until its outcome is recorded. A
-// response larger than max, or one the handler flushes, is streamed instead.
+// response larger than max, or one the handler flushes, is streamed
+// instead, its size and digest kept (keyed.Outcome.Streamed).
 type capture struct {
 	w        http.ResponseWriter
 	header   http.Header
@@ -17,6 +21,8 @@ type capture struct {
 	buf      bytes.Buffer
 	max      int64
 	streamed bool
+	size     int64
+	sum      hash.Hash
 }
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
@@ -35,11 +41,12 @@ func (c *capture) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	if c.streamed {
-		return c.w.Write(p)
-	}
-	if int64(c.buf.Len()+len(p)) > c.max {
+	if !c.streamed && int64(c.buf.Len()+len(p)) > c.max {
 		c.stream()
+	}
+	if c.streamed {
+		c.size += int64(len(p))
+		c.sum.Write(p)
 		return c.w.Write(p)
 	}
 	return c.buf.Write(p)
@@ -60,8 +67,13 @@ func (c *capture) Unwrap() http.ResponseWriter { return c.w }
 
 func (c *capture) stream() {
 	c.streamed = true
+	c.size, c.sum = int64(c.buf.Len()), sha256.New()
+	c.sum.Write(c.buf.Bytes())
 	c.flush()
 }
+
+// digest is the hex SHA-256 of what a streamed response sent.
+func (c *capture) digest() string { return hex.EncodeToString(c.sum.Sum(nil)) }
 
 // flush sends what is held.
 func (c *capture) flush() {

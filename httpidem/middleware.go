@@ -1,17 +1,17 @@
-// Package httpidem is the data plane of idemgate (docs/design.md, "The
-// HTTP contract"): net/http middleware that gives a Go service's write
-// handlers keyed reservation, fingerprint binding, replay, in-progress and
-// unknown answers, approvals waited for, and problem responses. It is the
-// keyed write path and nothing else: the control API is package control's,
-// the background work package maintain's, the wire contract package
-// contract's. The gateway is built on it.
+// Package httpidem is the HTTP adapter of idemgate's keyed executor
+// (docs/design.md, "The HTTP contract"): net/http middleware that maps a
+// write route's request to a keyed.Command (its key, its fingerprint, its
+// policy) and the executor's Result back to HTTP: the handler's answer,
+// held until its outcome is recorded; a replay; a problem; a 202 waiting
+// for a human; an action's lease. The keyed write path itself is package
+// keyed's; the control API is package control's, the background work
+// package maintain's, the wire contract package contract's. The gateway's
+// routes, actions and webhook routes are built on it, and so is a Go
+// service's own use.
 //
-// A keyed request's walk: serve.go (read the request, reserve its key),
-// existing.go (a key that has an operation: replay, wait, refuse, or run
-// it again), approval.go (a human's decision first), execute.go (run the
-// handler under a lease, record its outcome, then answer), replay.go
-// (a stored answer); report.go is what every step reports (problems, logs,
-// audit events) and request.go, route.go the inputs.
+// A keyed request's walk: request.go and route.go read and check it (a
+// refusal changes nothing), serve.go hands it to the executor with the
+// handler as its effect, answer.go, replay.go and action.go answer.
 package httpidem
 
 import (
@@ -24,33 +24,20 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Store is what the data plane needs of a store: the steps of a keyed
-// write (reserve, acquire, heartbeat, complete, release, mark unknown,
-// reopen an approval) and the reads that answer its retries. A
-// ledger.Store is one, and so is one bound to a caller's transaction.
-type Store interface {
-	Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error)
-	Acquire(ctx context.Context, p ledger.AcquireParams) (ledger.Reservation, error)
-	Heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error)
-	Complete(ctx context.Context, l ledger.Lease, o ledger.Outcome) (*ledger.Operation, error)
-	Release(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error)
-	MarkUnknown(ctx context.Context, l ledger.Lease, n ledger.Note) (*ledger.Operation, error)
-	ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error)
-	Get(ctx context.Context, id string) (*ledger.Operation, error)
-	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
-	GetApproval(ctx context.Context, id string) (*ledger.Approval, error)
-	History(ctx context.Context, id string) ([]ledger.Event, error)
-}
-
-var _ Store = ledger.Store(nil)
-
 // Options configure the middleware. Store, Routes and Tenant are required.
 type Options struct {
-	Store  Store
-	Routes []Route
+	// Executor, if set, runs the routes' commands: one shared with the
+	// other surfaces of a configuration. Otherwise New builds one from
+	// the options below that configure it (Store, Actor, RecordDeadline,
+	// MaxWait, StatusBase, Admit, MaxTarget, MaxApprovalCommand, Recorded,
+	// ReplayCache, Logger, Audit, Observer).
+	Executor *keyed.Executor
+	Store    keyed.Store
+	Routes   []Route
 	// Tenant names the caller's tenant; an error answers 401. Keys are
 	// scoped by tenant: the same key in two tenants is two operations.
 	Tenant func(r *http.Request) (string, error)
@@ -86,7 +73,7 @@ type Options struct {
 	// request calls settle once, at its end, with whether it created the
 	// operation and left it live (not yet final), so that budgets stay
 	// true.
-	Admit func(ctx context.Context, tenant string, a Admission) (settle func(created, live bool), p *contract.Problem)
+	Admit func(ctx context.Context, tenant string, a keyed.Admission) (settle func(created, live bool), p *contract.Problem)
 	// MaxTarget bounds a keyed request's target, its method and path
 	// (default 8 KiB), and MaxApprovalCommand the command an approval
 	// holds and shows (default 64 KiB): each is kept on the operation and
@@ -106,24 +93,22 @@ type Options struct {
 	// Audit, if set, hears the audit events that record no transition
 	// (replays, conflicts, duplicates, locks, retries answered as they
 	// stand, answers that could not be recorded): docs/design.md, "Audit log".
-	Audit Recorder
+	Audit keyed.Recorder
 	// Observer, if set, hears how each keyed request ended (the metrics).
-	Observer Observer
+	Observer keyed.Observer
 }
 
 // Middleware puts the idempotency contract in front of handlers.
 type Middleware struct {
-	opts      Options
-	routes    *router
-	waiters   *waiters
-	cache     *replayCache
-	summaries summaries
+	opts   Options
+	routes *router
+	x      *keyed.Executor
 }
 
 // New checks opts and builds the middleware.
 func New(opts Options) (*Middleware, error) {
-	if opts.Store == nil || opts.Tenant == nil {
-		return nil, errors.New("httpidem: Store and Tenant are required")
+	if (opts.Store == nil && opts.Executor == nil) || opts.Tenant == nil {
+		return nil, errors.New("httpidem: Store (or Executor) and Tenant are required")
 	}
 	setDefaults(&opts)
 	var routes []*route
@@ -141,44 +126,46 @@ func New(opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpidem: %w", err)
 	}
-	m := &Middleware{opts: opts, routes: rt, waiters: newWaiters()}
-	if opts.ReplayCache > 0 && !ledger.IsRelaxed(opts.Store) {
-		m.cache = newReplayCache(opts.ReplayCache)
+	x := opts.Executor
+	if x == nil {
+		if x, err = keyed.New(executorOptions(opts)); err != nil {
+			return nil, fmt.Errorf("httpidem: %w", err)
+		}
 	}
-	m.announce(routes)
+	m := &Middleware{opts: opts, routes: rt, x: x}
+	names := make([]string, 0, len(routes))
+	for _, r := range routes {
+		names = append(names, r.name)
+	}
+	x.Announce(names)
 	return m, nil
 }
 
+// executorOptions are the options of the executor New builds.
+func executorOptions(o Options) keyed.Options {
+	return keyed.Options{Store: o.Store, Actor: o.Actor, RecordDeadline: o.RecordDeadline, MaxWait: o.MaxWait,
+		StatusBase: o.StatusBase, Admit: o.Admit, MaxTarget: o.MaxTarget, MaxApprovalCommand: o.MaxApprovalCommand,
+		Recorded: o.Recorded, ReplayCache: o.ReplayCache, Logger: o.Logger, Audit: o.Audit, Observer: o.Observer}
+}
+
 func setDefaults(o *Options) {
-	if o.Actor == "" {
+	if o.Actor == "" && o.Executor == nil {
 		o.Actor = "httpidem"
 	}
 	if o.Lease <= 0 {
-		o.Lease = 30 * time.Second
+		o.Lease = keyed.DefaultLease
 	}
 	if o.Retention <= 0 {
-		o.Retention = 24 * time.Hour
+		o.Retention = keyed.DefaultRetention
 	}
 	if o.MaxBody <= 0 {
-		o.MaxBody = 1 << 20
+		o.MaxBody = contract.DefaultMaxBody
 	}
 	if o.MaxResponse <= 0 {
 		o.MaxResponse = contract.DefaultMaxResponse
 	}
 	if o.MaxWait <= 0 {
-		o.MaxWait = time.Minute
-	}
-	if o.RecordDeadline <= 0 {
-		o.RecordDeadline = 30 * time.Second
-	}
-	if o.MaxTarget <= 0 {
-		o.MaxTarget = 8 << 10
-	}
-	if o.MaxApprovalCommand <= 0 {
-		o.MaxApprovalCommand = 64 << 10
-	}
-	if o.ReplayCache == 0 {
-		o.ReplayCache = 32 << 20
+		o.MaxWait = keyed.DefaultMaxWait
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -204,4 +191,7 @@ func (m *Middleware) Wrap() func(http.Handler) http.Handler { return m.Handler }
 
 // Changed tells the requests waiting on an operation (Prefer: wait) that
 // it changed elsewhere: decided or resolved on the web page, say.
-func (m *Middleware) Changed(opID string) { m.waiters.signal(opID) }
+func (m *Middleware) Changed(opID string) { m.x.Changed(opID) }
+
+// Executor is the executor the middleware runs its routes' commands on.
+func (m *Middleware) Executor() *keyed.Executor { return m.x }

@@ -3,6 +3,8 @@ package httpidem_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -365,8 +367,9 @@ func TestPanicLeavesUnknown(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("a panicking handler answered %d", resp.StatusCode)
 		}
-		op, err := s.GetByKey(context.Background(), "acme", "p")
-		if err != nil || op.State != ledger.Unknown || op.LastError != "handler_panic" {
+		op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "p"})
+		if err != nil || op.State != ledger.Unknown || op.LastError != "effect_panic" {
 			t.Fatalf("after a panic: %+v %v", op, err)
 		}
 		if r := a.post("p", "acme", `{}`); r.status != 409 || problemCode(t, r) != "outcome_unknown" {
@@ -375,21 +378,36 @@ func TestPanicLeavesUnknown(t *testing.T) {
 	})
 }
 
-func TestUncapturableResponseIsUnknown(t *testing.T) {
+// An answer larger than MaxResponse reaches its client whole, streamed;
+// the operation is final by its status, and keeps a stand-in that names
+// the answer, which every retry is given (docs/design.md, "An answer too
+// large to keep"): the effect is never run again, and never unknown.
+func TestAnswerTooLargeIsKeptAsAStandIn(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{MaxResponse: 100})
 		big := strings.Repeat("x", 1000)
 		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
+			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(201)
 			io.WriteString(w, big)
 		}
 		if r := a.post("big", "acme", `{}`); r.status != 201 || r.body != big {
 			t.Fatalf("a large answer must still reach its client: %d, %d bytes", r.status, len(r.body))
 		}
-		op, _ := s.GetByKey(context.Background(), "acme", "big")
-		if op.State != ledger.Unknown || op.LastError != "response_not_captured" {
+		op, _ := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "big"})
+		if op.State != ledger.Succeeded {
 			t.Fatalf("large response: %s %s", op.State, op.LastError)
+		}
+		r := a.post("big", "acme", `{}`)
+		var nk contract.NotKept
+		sum := sha256.Sum256([]byte(big))
+		if err := json.Unmarshal([]byte(r.body), &nk); err != nil || r.status != 201 ||
+			r.header.Get(contract.HeaderAnswerNotKept) != "true" || r.header.Get(contract.HeaderReplayed) != "true" ||
+			nk.Code != contract.CodeAnswerNotKept || nk.Size != 1000 || nk.SHA256 != hex.EncodeToString(sum[:]) ||
+			nk.Limit != 100 || a.effects.Load() != 1 {
+			t.Fatalf("the retry: %d %v %s (%d effects)", r.status, r.header, r.body, a.effects.Load())
 		}
 	})
 }
@@ -419,7 +437,8 @@ func TestLeaseIsExtendedWhileTheHandlerRuns(t *testing.T) {
 		r := a.post("slow", "acme", `{}`)
 		close(stop)
 		sweeps.Wait()
-		op, _ := s.GetByKey(context.Background(), "acme", "slow")
+		op, _ := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "slow"})
 		if r.status != 201 || op.State != ledger.Succeeded {
 			t.Fatalf("slow handler: %d, operation %s", r.status, op.State)
 		}
@@ -443,7 +462,8 @@ func TestClientGoneGetsReplay(t *testing.T) {
 			t.Fatal("the impatient client got an answer")
 		}
 		waitFor(t, func() bool {
-			op, err := s.GetByKey(context.Background(), "acme", "gone")
+			op, err := s.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "gone"})
 			return err == nil && op.State == ledger.Succeeded
 		})
 		if r := a.post("gone", "acme", `{}`); r.status != 201 || r.body != `{"ticket":"T-1"}` || a.effects.Load() != 1 {
@@ -611,7 +631,8 @@ func TestApprovalDeniedReplay(t *testing.T) {
 		cmd, _ := fingerprint.Parse([]byte(`{"environment":"production"}`), fingerprint.Limits{})
 		fp, _ := fingerprint.Of(fingerprint.Request{Method: "POST", Route: "/v1/tickets", Tenant: "acme", Command: cmd})
 		c := context.Background()
-		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
+		r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "deploy", Route: "POST /v1/tickets",
 			Fingerprint: fp, Retention: time.Hour, Actor: "approvals", Approval: &ledger.ApprovalRequest{
 				Target: "POST /v1/tickets", Command: []byte(`{"environment":"production"}`), RequestedBy: "agent",
 				Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})

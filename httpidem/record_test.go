@@ -101,7 +101,8 @@ func TestRecordRetriedWhileStoreUnavailable(t *testing.T) {
 			if first.status != 201 {
 				t.Fatalf("first: %+v", first)
 			}
-			op, err := o.store.GetByKey(context.Background(), "acme", "k")
+			op, err := o.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "k"})
 			if err != nil || op.State != ledger.Succeeded {
 				t.Fatalf("the answer the client saw is not recorded: %+v, %v", op, err)
 			}
@@ -200,7 +201,8 @@ func TestLeaseLapsedDuringOutage(t *testing.T) {
 				w.Write([]byte(`{"ticket":"T-1"}`))
 			}
 			first := a.post("k", "acme", `{"title":"x"}`)
-			op, err := o.store.GetByKey(context.Background(), "acme", "k")
+			op, err := o.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "k"})
 			if first.status != 201 || err != nil || op.State != ledger.Succeeded {
 				t.Fatalf("answered %+v, recorded %+v (%v)\n%s", first, op, err, log.String())
 			}

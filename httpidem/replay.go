@@ -12,7 +12,7 @@ import (
 // replay sends a final operation's stored response, byte for byte, marked
 // as a replay.
 func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
-	if _, ok := contract.ActionOf(op.Route); ok && op.LastError != contract.CodeApprovalDenied {
+	if op.Kind == ledger.KindAction {
 		m.replayAction(ctx, w, op)
 		return
 	}
@@ -30,15 +30,11 @@ func (m *Middleware) replay(ctx context.Context, w http.ResponseWriter, op *ledg
 	_, _ = w.Write(op.Response.Body)
 }
 
-// replayWithoutResponse answers for an operation that ended without a stored
-// answer: denied, or resolved by an operator who did not know it. The
-// latter is the operation's summary with its resolution, so that the agent
-// cannot take the body for the upstream's.
+// replayWithoutResponse answers for an operation that ended without a
+// stored answer, resolved by an operator who did not know it (a denial is
+// the executor's problem): the operation's summary with its resolution,
+// so that the agent cannot take the body for the upstream's.
 func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseWriter, op *ledger.Operation) {
-	if op.State == ledger.Failed && op.LastError == contract.CodeApprovalDenied {
-		m.problem(w, contract.NewProblem(contract.CodeApprovalDenied, "the approval for this operation was denied"), op)
-		return
-	}
 	status := http.StatusOK
 	if op.State == ledger.Failed {
 		status = http.StatusUnprocessableEntity
@@ -59,9 +55,9 @@ func (m *Middleware) replayWithoutResponse(ctx context.Context, w http.ResponseW
 func (m *Middleware) resolution(ctx context.Context, op *ledger.Operation) contract.ResolutionView {
 	res := contract.ResolutionView{Detail: "an operator resolved this operation as " + string(op.State) +
 		" without the upstream's answer: this body is the gateway's, not the upstream's"}
-	history, err := m.opts.Store.History(ctx, op.ID)
+	history, err := m.x.Store().History(ctx, op.ID)
 	if err != nil {
-		m.log(ctx, "history", op.ID, err)
+		m.opts.Logger.Error("history", "operation_id", op.ID, "error", err.Error())
 		return res
 	}
 	for i := len(history) - 1; i >= 0; i-- {

@@ -1,7 +1,6 @@
 package httpidem
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/internal/jsonptr"
-	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // request is a keyed write, read and checked, ready to be reserved.
@@ -35,27 +34,16 @@ type request struct {
 	rawQuery  string
 	headers   map[string]string
 	principal approval.Principal // set on routes that ask for approvals
-	reopened  bool               // this request tried to open a new approval
 	header    http.Header        // as received: an approval keeps it (approvalHeaders)
 	// The audit log's context: who (the principal's name), the agent run
 	// (Idempotency-Run), the W3C trace, and the target (method and path).
 	who, run, trace, target string
-	// What the metrics hear of it: what its retry met (see retryOf; ""
-	// for a new key, and for another request under a used key, which is a
-	// conflict, not a retry), and whether it created, and ran, an
-	// operation.
-	retry             string
-	created, executed bool
-	// ctx is the request's, and replayed the state of the operation a
-	// replay from memory answered: for the Observer.
-	ctx      context.Context
-	replayed ledger.State
 }
 
 // readRequest reads and checks everything about r before anything is
 // reserved: a refusal here changes nothing.
 func (m *Middleware) readRequest(r *http.Request, rt *route) (*request, *contract.Problem) {
-	req := &request{route: rt, header: r.Header, ctx: r.Context()}
+	req := &request{route: rt, header: r.Header}
 	var present bool
 	var err error
 	if rt.keyHeader != "" {
@@ -106,12 +94,9 @@ func (req *request) fingerprintOf(r *http.Request) *contract.Problem {
 		return contract.NewProblem(contract.CodeInvalidRequest, err.Error())
 	}
 	req.params, req.query, req.rawQuery, req.headers = params, query, r.URL.RawQuery, fingerprintHeaders(r, rt.Headers)
-	if rt.named() {
-		req.query, req.rawQuery = nil, "" // an action's or a tool's name is all it does: no query
+	if rt.Action != "" {
+		req.query, req.rawQuery = nil, "" // an action's name is all it does: no query
 		req.fingerprint, err = fingerprint.OfAction(rt.Action, req.tenant, req.command)
-		if rt.MCPServer != "" {
-			req.fingerprint, err = fingerprint.OfMCP(rt.MCPServer, rt.MCPTool, req.tenant, req.command)
-		}
 		if err != nil {
 			return contract.NewProblem(contract.CodeInvalidCommand, err.Error())
 		}
@@ -156,7 +141,7 @@ func (req *request) parseCommand(r *http.Request) *contract.Problem {
 		return contract.NewProblem(contract.CodeInvalidRequest, "two Content-Type headers; send one")
 	}
 	contentType := r.Header.Get("Content-Type")
-	if rt.named() {
+	if rt.Action != "" {
 		contentType = "application/json" // an action's command is JSON, whatever a no-code tool says
 	}
 	cmd, err := fingerprint.ParseBody(contentType, req.body,
@@ -179,7 +164,7 @@ func (req *request) parseCommand(r *http.Request) *contract.Problem {
 	// with no environment must not escape it. (A missing business key, by
 	// contrast, is a command with no business identity: a ticket without a
 	// source event.)
-	if rt.concurrent != nil && pointerValue(req.command, rt.concurrent) == "" {
+	if rt.concurrent != nil && keyed.KeyValue(req.command, rt.concurrent) == "" {
 		return contract.NewProblem(contract.CodeInvalidCommand, fmt.Sprintf("the command has no value at /%s, "+
 			"which this route's concurrency_key needs", strings.Join(rt.concurrent, "/")))
 	}
@@ -199,7 +184,7 @@ func (req *request) keyFromBody() *contract.Problem {
 	if !ok || s == "" {
 		return contract.NewProblem(contract.CodeMissingKey, "the body has no key at "+req.route.KeyFrom)
 	}
-	key, err := ParseKey(s)
+	key, err := contract.ParseKey(s)
 	if err != nil {
 		return contract.NewProblem(contract.CodeInvalidKey, err.Error())
 	}
@@ -220,34 +205,6 @@ func fingerprintHeaders(r *http.Request, names []string) map[string]string {
 	return h
 }
 
-// pointerValue returns the value at toks as a key string ("" if absent).
-func pointerValue(doc any, toks []string) string {
-	if toks == nil {
-		return ""
-	}
-	v, ok := jsonptr.Get(doc, toks)
-	if !ok || v == nil {
-		return ""
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	b, err := fingerprint.Canonical(v)
-	if err != nil {
-		return ""
-	}
-	return string(b)
-}
-
-// reserveParams is what the ledger is asked to reserve for req.
-func (m *Middleware) reserveParams(req *request) ledger.ReserveParams {
-	return ledger.ReserveParams{Tenant: req.tenant, Key: req.key, Route: req.route.name,
-		Fingerprint: req.fingerprint, Lease: req.route.Lease, Retention: req.route.Retention,
-		BusinessKey: req.businessKey(), ConcurrencyKey: pointerValue(req.command, req.route.concurrent),
-		Actor: m.opts.Actor, Principal: req.who, Target: req.target, RunID: req.run, TraceID: req.trace,
-		Probe: m.probeOf(req)}
-}
-
 // businessKey is the value at the route's business key, or the body's
 // digest where the route says so (Route.DigestKey).
 func (req *request) businessKey() string {
@@ -255,7 +212,7 @@ func (req *request) businessKey() string {
 		sum := sha256.Sum256(req.body)
 		return "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return pointerValue(req.command, req.route.business)
+	return keyed.KeyValue(req.command, req.route.business)
 }
 
 // probeOf renders the route's probe for req; one that cannot be rendered
@@ -282,11 +239,8 @@ func (m *Middleware) context(r *http.Request, req *request) *contract.Problem {
 		return p
 	}
 	req.trace, req.target = traceOf(r), req.route.Method+" "+r.URL.Path
-	switch {
-	case req.route.Action != "":
+	if req.route.Action != "" {
 		req.target = contract.ActionTarget(req.route.Action)
-	case req.route.MCPServer != "":
-		req.target = contract.MCPTarget(req.route.MCPServer, req.route.MCPTool)
 	}
 	if m.opts.Principal == nil {
 		return nil
@@ -321,32 +275,8 @@ func runOf(r *http.Request) (string, *contract.Problem) {
 
 func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
 
-// traceOf reads the trace id of a W3C traceparent header
-// ("00-<32 hex>-<16 hex>-<2 hex>"). One that does not parse is ignored,
-// as Trace Context asks: a trace is context, never a reason to refuse.
+// traceOf reads the trace id of r's W3C traceparent header
+// (contract.TraceID).
 func traceOf(r *http.Request) string {
-	v := strings.TrimSpace(r.Header.Get(contract.HeaderTraceparent))
-	parts := strings.Split(v, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || len(parts[1]) != 32 || len(parts[2]) != 16 ||
-		len(parts[3]) != 2 || (parts[0] == "00" && len(parts) != 4) {
-		return ""
-	}
-	for _, p := range parts[:4] {
-		if !lowerHex(p) {
-			return ""
-		}
-	}
-	if strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
-		return ""
-	}
-	return parts[1]
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
+	return contract.TraceID(r.Header.Get(contract.HeaderTraceparent))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/jsonptr"
 	"github.com/idemgate/idemgate/internal/resultref"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -76,20 +77,14 @@ type Route struct {
 	// (package control) end it; a final one replays its recorded result
 	// (contract.ActionReplay). The method must be POST.
 	Action string
-	// Name, if set, is the operation's route and the metrics' route label
-	// instead of "METHOD Pattern": an inbox consumer's "consumer:NAME",
-	// whose Pattern is only the middleware's way to find it.
-	Name string
-	// MCPServer and MCPTool, if set, make the route a guarded MCP tool
-	// call's (docs/design.md, "MCP proxy"): the body is the call's
-	// arguments, read as JSON and fingerprinted with the server, the tool
-	// and the tenant only (fingerprint.OfMCP); the operation's route is
-	// contract.MCPRoute. The handler forwards the call. The method must be
-	// POST.
-	MCPServer, MCPTool string
-	Lease              time.Duration
-	Retention          time.Duration
-	MaxBody            int64
+	// Kind and Namespace are the operations' (default: a route's, in the
+	// tenant's clients' namespace; a signed webhook route's are its own,
+	// ledger.WebhookNamespace).
+	Kind      ledger.Kind
+	Namespace string
+	Lease     time.Duration
+	Retention time.Duration
+	MaxBody   int64
 }
 
 // route is a Route ready to serve.
@@ -97,6 +92,8 @@ type route struct {
 	Route
 	template   string // the fingerprinted route: Pattern
 	name       string // the operation's route: "METHOD template", or "action:NAME"
+	namespace  string
+	policy     keyed.Policy // what the executor asks of its operations
 	params     []param
 	keyHeader  string
 	keyPointer []string
@@ -124,19 +121,21 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		}
 		c.requireKey = true
 	}
-	c.name = c.Method + " " + c.template
-	if r.Name != "" {
-		c.name = r.Name
+	c.name, c.namespace = c.Method+" "+c.template, r.Namespace
+	if c.namespace == "" {
+		c.namespace = ledger.NamespaceClients
+	}
+	if c.Kind == "" {
+		c.Kind = ledger.KindRoute
 	}
 	if r.Action != "" {
 		if err := c.compileAction(); err != nil {
 			return nil, err
 		}
 	}
-	if r.MCPServer != "" || r.MCPTool != "" {
-		if err := c.compileMCP(); err != nil {
-			return nil, err
-		}
+	if !c.Kind.Valid() || !ledger.Holdable(c.namespace) || len(c.namespace) > ledger.MaxNamespaceLen {
+		return nil, fmt.Errorf("route %s %s: kind %q, namespace %q: want one of %v, and 1 to %d bytes of UTF-8",
+			c.Method, c.Pattern, c.Kind, c.namespace, ledger.Kinds, ledger.MaxNamespaceLen)
 	}
 	if err := c.compileKeyFrom(); err != nil {
 		return nil, err
@@ -176,26 +175,9 @@ func (c *route) compileAction() error {
 	case c.RequireKey != nil && !*c.RequireKey:
 		return fmt.Errorf("action %s: an action always requires a key", c.Action)
 	}
-	c.name, c.requireKey = contract.ActionRoute(c.Action), true
+	c.name, c.requireKey, c.Kind = contract.ActionRoute(c.Action), true, ledger.KindAction
 	return nil
 }
-
-// compileMCP checks a tool call's route: a POST keyed by its
-// Idempotency-Key, whose body is the call's JSON arguments.
-func (c *route) compileMCP() error {
-	if c.MCPServer == "" || c.MCPTool == "" || c.Action != "" || c.Method != http.MethodPost || c.KeyFrom != "" ||
-		c.Opaque || len(c.Headers) > 0 || (c.RequireKey != nil && !*c.RequireKey) {
-		return fmt.Errorf("tool %s/%s: a POST keyed by %s, naming its server and tool, with JSON arguments",
-			c.MCPServer, c.MCPTool, contract.HeaderKey)
-	}
-	c.name, c.requireKey = contract.MCPRoute(c.MCPServer, c.MCPTool), true
-	return nil
-}
-
-// named reports whether the route's target is its name (an action, a
-// tool call) rather than a method and path: its body is JSON whatever its
-// media type says, and it has no query.
-func (c *route) named() bool { return c.Action != "" || c.MCPServer != "" }
 
 func (c *route) compileKeyFrom() error {
 	switch kind, ref, _ := strings.Cut(c.KeyFrom, ":"); kind {
@@ -231,8 +213,10 @@ func (c *route) defaults(o *Options) {
 		c.MaxBody = o.MaxBody
 	}
 	if c.Lease < ledger.MinDuration {
-		c.Lease = 30 * time.Second
+		c.Lease = keyed.DefaultLease
 	}
+	c.policy = keyed.Policy{Name: c.name, Kind: c.Kind, Lease: c.Lease, Retention: c.Retention, Resend: c.Resend,
+		Approval: c.Approval, MaxAnswer: o.MaxResponse}
 }
 
 // router finds the route of a request with net/http's own pattern matching.

@@ -3,17 +3,15 @@ package httpidem
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
-	"time"
 
-	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/keyed"
 )
 
+// serve is a keyed request's way: read and checked here (a refusal
+// changes nothing), run by the executor, answered here.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, next http.Handler) {
 	req, p := m.readRequest(r, rt)
 	if p != nil {
@@ -25,111 +23,68 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		next.ServeHTTP(w, r)
 		return
 	}
-	if p := m.targetBound(req); p != nil {
-		p.Write(w)
+	cmd := m.command(r, req)
+	var c *capture
+	var effect keyed.Effect
+	if rt.Action == "" {
+		c = newCapture(w, m.opts.MaxResponse)
+		effect = m.effect(r, rt, c, next)
+	}
+	res, err := m.x.Execute(r.Context(), cmd, effect)
+	if err != nil {
+		contract.ProblemFor(err).Write(w)
 		return
 	}
-	if m.opts.Observer != nil {
-		ow := &observed{ResponseWriter: w}
-		defer m.observe(req, ow, time.Now())
-		w = ow
+	m.answer(r.Context(), w, res, c)
+}
+
+// command is req as the executor takes it.
+func (m *Middleware) command(r *http.Request, req *request) *keyed.Command {
+	rt := req.route
+	cmd := &keyed.Command{Policy: &rt.policy, Tenant: req.tenant, Namespace: rt.namespace, Key: req.key,
+		Fingerprint: req.fingerprint, BusinessKey: req.businessKey(), ConcurrencyKey: keyed.KeyValue(req.command, rt.concurrent),
+		Principal: req.principal, Run: req.run, Trace: req.trace, Target: req.target, Probe: m.probeOf(req)}
+	cmd.Principal.Name = req.who
+	if wait, ok := preferWait(r, m.opts.MaxWait); ok {
+		cmd.Wait = wait
 	}
-	if op := m.cache.get(req.tenant, req.key); op != nil {
-		m.cached(r.Context(), w, req, op)
-		return
+	if rt.Approval != nil {
+		cmd.Approval = m.approvalInput(r, req)
 	}
-	if m.retried(w, r, req, next) {
-		return
-	}
-	apr, p := m.approvalFor(r, req)
-	if p == nil {
-		p = m.commandBound(apr)
-	}
-	if p != nil {
-		p.Write(w)
-		return
-	}
-	settle, p := m.admit(r.Context(), req, apr)
-	if p != nil {
-		p.Write(w)
-		return
-	}
-	live := false
-	defer func() { settle(req.created, live) }()
-	// Detached: a client that leaves must not cut a reservation between its
-	// commit and its reply, leaving an operation nobody owns.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
-	res, err := m.reserve(ctx, req, apr)
-	cancel()
-	req.created = err == nil && res.Created
-	switch {
-	case err != nil:
-		m.reserveFailed(ctx, err, res.Op)
-		m.noteRefusal(req, err, res.Op)
-		m.problem(w, contract.ProblemFor(err), res.Op)
-	case res.Owned():
-		live = m.run(w, r, req, res, next)
-	case res.Created: // prepared, waiting for its approval
-		live = true
-		if apr != nil {
-			m.summaries.put(apr.ID, apr.Summary)
+	return cmd
+}
+
+// effect runs the handler for an operation the request owns, its answer
+// held (capture) until the outcome is recorded: a client never hears an
+// answer that is not stored, so its retry gets the same bytes.
+func (m *Middleware) effect(r *http.Request, rt *route, c *capture, next http.Handler) keyed.Effect {
+	return func(ctx context.Context, run *keyed.Run) (keyed.Outcome, error) {
+		approved, err := run.Approved(ctx)
+		if err != nil {
+			return keyed.Outcome{}, contract.NotSent("approval", err)
 		}
-		m.approved(w, r, req, res.Op, next)
-	case res.Duplicate:
-		m.note(req, audit.Duplicate, res.Op, "a new key for the business identity of "+res.Op.ID)
-		m.duplicate(w, r, req, res.Op, next)
-	default:
-		m.existing(w, r, req, res.Op, next)
+		exec := &Execution{run: run}
+		hr := asApproved(r, rt, approved).WithContext(withExecution(r.Context(), exec))
+		c.Header().Set(contract.HeaderOperation, run.OperationID())
+		next.ServeHTTP(c, hr)
+		if err := exec.failure(); err != nil {
+			return keyed.Outcome{}, err
+		}
+		return m.outcome(rt, c, exec), nil
 	}
 }
 
-// reserveRetry bounds how long a reservation whose reply was lost is
-// repeated: long enough for a pool to replace a lost connection.
-const reserveRetry = 500 * time.Millisecond
-
-// reserve reserves req's operation. When the store's reply is lost (the
-// reservation may have committed) it repeats the very same reservation,
-// its id and token chosen here: one that committed is then recognised as
-// this request's, instead of being left executing with nobody to run it,
-// and turning unknown although nothing was sent. A store that cannot write
-// is refused at once.
-func (m *Middleware) reserve(ctx context.Context, req *request, apr *ledger.ApprovalRequest) (ledger.Reservation, error) {
-	p := m.reserveParams(req)
-	if apr != nil {
-		p.Lease, p.Approval = 0, apr
+// outcome is what the handler's answer means: by its status (the route's
+// Classify), unless the handler settled it.
+func (m *Middleware) outcome(rt *route, c *capture, exec *Execution) keyed.Outcome {
+	resp := c.response()
+	out := keyed.Outcome{Fate: rt.Classify(resp.Status), Answer: resp, InTx: exec.completedInTx(),
+		ResultRef: rt.resultRef.Of(resp.Status, c.header, resp.Body)}
+	if f, code, ok := exec.settled(); ok {
+		out.Fate, out.Code = f, code
 	}
-	p.ID, p.Token = ledger.NewID(), ledger.NewToken()
-	res, err := m.opts.Store.Reserve(ctx, p)
-	deadline := time.Now().Add(reserveRetry)
-	for wait := 10 * time.Millisecond; errors.Is(err, ledger.ErrReplyLost) && time.Now().Before(deadline); wait *= 2 {
-		select {
-		case <-ctx.Done():
-			return res, err
-		case <-time.After(wait/2 + rand.N(wait/2+1)):
-		}
-		res, err = m.opts.Store.Reserve(ctx, p)
+	if c.streamed {
+		out.Streamed, out.Size, out.SHA256 = true, c.size, c.digest()
 	}
-	return res, err
+	return out
 }
-
-// admit asks Admit whether req may create an operation (opening apr, if
-// set); one refused whose key exists already goes on, since its
-// reservation creates nothing.
-func (m *Middleware) admit(ctx context.Context, req *request, apr *ledger.ApprovalRequest) (
-	settle func(created, live bool), p *contract.Problem) {
-	if m.opts.Admit == nil {
-		return noSettle, nil
-	}
-	if settle, p = m.opts.Admit(ctx, req.tenant, req.admission(apr)); p == nil {
-		if settle == nil {
-			settle = noSettle
-		}
-		return settle, nil
-	}
-	if _, err := m.opts.Store.GetByKey(ctx, req.tenant, req.key); err == nil {
-		return noSettle, nil
-	}
-	return nil, p
-}
-
-func noSettle(bool, bool) {}

@@ -112,13 +112,15 @@ func TestCompletionInTheBusinessTransaction(t *testing.T) {
 			}
 			first := a.post("a", "acme", `{}`)
 			again := a.post("a", "acme", `{}`)
-			op, _ := b.store.GetByKey(context.Background(), "acme", "a")
+			op, _ := b.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "a"})
 			if first.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" ||
 				op.State != ledger.Succeeded || b.count() != 1 {
 				t.Fatalf("committed together: %+v %+v, %s, %d tickets", first, again, op.State, b.count())
 			}
 			failed := a.post("b", "acme", `{}`, "X-Fail", "1")
-			op, _ = b.store.GetByKey(context.Background(), "acme", "b")
+			op, _ = b.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: "b"})
 			if failed.status != 503 || op.State != ledger.Prepared || b.count() != 1 {
 				t.Fatalf("rolled back together: %d, %s, %d tickets", failed.status, op.State, b.count())
 			}

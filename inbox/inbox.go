@@ -70,14 +70,15 @@ type Verdict int
 
 // The verdicts.
 const (
-	// Ack: the operation is final or unknown; the message is done.
+	// Ack: the operation is final; the message is done.
 	Ack Verdict = iota
 	// Retry: the operation is not final yet (executing elsewhere, released,
 	// refused for a while); the message is delivered again after Delay.
 	Retry
 	// Park: the message can never be delivered as it is (a conflict, no
-	// identity, too many deliveries); it goes to the dead letter with
-	// Reason, and is acknowledged only once the dead letter has it.
+	// identity, too many deliveries), or its outcome is unknown and waits
+	// for a person; it goes to the dead letter with Reason, its body and
+	// its headers, and is acknowledged only once the dead letter has it.
 	Park
 )
 
@@ -86,6 +87,11 @@ const (
 	ReasonConflict      = "conflict"
 	ReasonNoIdentity    = "no_identity"
 	ReasonMaxDeliveries = "max_deliveries"
+	// ReasonUnknown: the message's operation is unknown (sent, and its
+	// answer lost, or the upstream answered a status that means unknown).
+	// The dead letter keeps the message, so that an operator who resolves
+	// the operation "not applied" can deliver it again.
+	ReasonUnknown = "unknown"
 )
 
 // Headers idemgate sets on a parked message.
@@ -147,8 +153,9 @@ func (c *Consumer) Handle(ctx context.Context, m Message) Decision {
 }
 
 // Decide maps a delivery's outcome to a verdict: acknowledged once the
-// operation is final or unknown (a replay is a duplicate recognised);
-// parked when the message can never run as it is; retried otherwise.
+// operation is final (a replay is a duplicate recognised); parked when
+// the message can never run as it is, or when its operation is unknown;
+// retried otherwise (released: not applied, delivered again later).
 func Decide(o Outcome) Decision {
 	d := Decision{OpID: o.OpID}
 	switch {
@@ -161,8 +168,10 @@ func Decide(o Outcome) Decision {
 	case o.Code == contract.CodeInvalidKey, o.Code == contract.CodeInvalidCommand,
 		o.Code == contract.CodePayloadTooLarge, o.Code == contract.CodeUnsupportedMediaType:
 		d.Verdict, d.Reason = Park, o.Code
-	case o.State.Final(), o.State == ledger.Unknown:
+	case o.State.Final():
 		d.Verdict, d.Reason = Ack, string(o.State)
+	case o.State == ledger.Unknown:
+		d.Verdict, d.Reason = Park, ReasonUnknown
 	case o.Code != "":
 		d.Verdict, d.Reason = Retry, o.Code
 	default:

@@ -8,8 +8,9 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Decide acknowledges only final and unknown operations, parks what can
-// never run as it is, and retries the rest.
+// Decide acknowledges only final operations, parks what can never run as
+// it is and what is unknown (for a person to resolve, the message kept),
+// and retries the rest.
 func TestDecide(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -19,8 +20,8 @@ func TestDecide(t *testing.T) {
 	}{
 		{"succeeded", inbox.Outcome{State: ledger.Succeeded}, inbox.Ack, "succeeded"},
 		{"failed", inbox.Outcome{State: ledger.Failed}, inbox.Ack, "failed"},
-		{"unknown", inbox.Outcome{State: ledger.Unknown}, inbox.Ack, "unknown"},
-		{"outcome unknown", inbox.Outcome{Code: contract.CodeOutcomeUnknown, State: ledger.Unknown}, inbox.Ack, "unknown"},
+		{"unknown", inbox.Outcome{State: ledger.Unknown}, inbox.Park, inbox.ReasonUnknown},
+		{"outcome unknown", inbox.Outcome{Code: contract.CodeOutcomeUnknown, State: ledger.Unknown}, inbox.Park, inbox.ReasonUnknown},
 		{"a replay", inbox.Outcome{Replayed: true}, inbox.Ack, "duplicate"},
 		{"executing elsewhere", inbox.Outcome{Code: contract.CodeInProgress, State: ledger.Executing}, inbox.Retry, contract.CodeInProgress},
 		{"released", inbox.Outcome{State: ledger.Prepared}, inbox.Retry, "state_prepared"},

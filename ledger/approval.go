@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"time"
@@ -56,7 +55,7 @@ type Approval struct {
 	// what is sent (a retry adds nothing; issue 24, 7.7). Nil (unlike
 	// empty) means none were kept: an approval opened before they were,
 	// whose execution sends the attempt's headers as they are.
-	Headers     http.Header
+	Headers     map[string][]string
 	Reversible  bool
 	RequestedBy string
 	Approvers   []string // roles that may decide
@@ -105,7 +104,7 @@ type ApprovalRequest struct {
 	Target      string
 	Summary     string
 	Command     []byte
-	Headers     http.Header // see Approval.Headers
+	Headers     map[string][]string // see Approval.Headers
 	Reversible  bool
 	RequestedBy string
 	Approvers   []string

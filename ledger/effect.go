@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"time"
@@ -31,18 +31,20 @@ import (
 
 // Effect is one effect as the store keeps it.
 type Effect struct {
-	ID           string
-	Tenant       string
-	OperationKey string // the key of the operation it is an effect of
+	ID     string
+	Tenant string
+	// Namespace and OperationKey are the operation's it is an effect of.
+	Namespace    string
+	OperationKey string
 	Name         string
-	Key          string // OperationKey + "/" + Name, sent with every delivery
+	Key          string // EffectKey(Namespace, OperationKey, Name), sent with every delivery
 	// Seq orders effects: those of one operation are delivered in
 	// increasing Seq, each once all before it succeeded.
 	Seq    int64
 	Target string // the relay's name for where it goes (its URL and credentials are the relay's)
 	Method string
 	Path   string // with its query, relative to the target's URL
-	Header http.Header
+	Header map[string][]string
 	Body   []byte
 	// Fingerprint binds the key to what the effect does: the same key
 	// enqueued again with another target, method, path, header or body is
@@ -73,23 +75,28 @@ func (e *Effect) Parked() bool {
 // NewEffectID returns a new effect id, "eff_" and a ULID.
 func NewEffectID() string { return "eff_" + ulid.Make().String() }
 
-// EffectKey is the derived key of an operation's effect.
-func EffectKey(operationKey, name string) string { return operationKey + "/" + name }
-
-// UpstreamKey is the Idempotency-Key an upstream (or an effect's target)
-// sees for a tenant's key: "acme:task-42/create-ticket". It sees one
-// caller, the sender's credentials, for every tenant: the bare key would
-// let one tenant's request be deduplicated against, and answered with,
-// another's. Past MaxKeyLen it is "sha256:" and the hex digest of that
-// string, as unique and as stable.
-func UpstreamKey(tenant, key string) string {
-	k := tenant + ":" + key
-	if len(k) <= MaxKeyLen {
-		return k
+// EffectKey is the derived key of an operation's effect: in the clients'
+// namespace (or "") operationKey "/" name, as before namespaces were; in
+// any other esc(namespace) "~" esc(operationKey) "~" name, where esc
+// escapes '%' (first), '~' and '/' as %25, %7E and %2F. A name holds
+// neither '/' nor '~', so each form is one string per operation and name,
+// and the second, which has no '/', never equals the first, which always
+// has one: the effects of two operations that share a key in two
+// namespaces never meet, in the store or at their target.
+func EffectKey(namespace, operationKey, name string) string {
+	if namespace == "" || namespace == NamespaceClients {
+		return operationKey + "/" + name
 	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return effectEsc.Replace(namespace) + "~" + effectEsc.Replace(operationKey) + "~" + name
 }
+
+// effectEsc escapes the separators of EffectKey's namespaced form.
+var effectEsc = strings.NewReplacer("%", "%25", "~", "%7E", "/", "%2F")
+
+// UpstreamKey is the Idempotency-Key an effect's target sees:
+// UpstreamKey of its derived key in the tenant's name, which names its
+// operation's namespace already.
+func (e *Effect) UpstreamKey() string { return UpstreamKey(e.Tenant, NamespaceClients, e.Key) }
 
 // MaxEffectBody bounds an effect's body, as a route's max_body bounds a
 // request's: an effect is a call to make, not a file to store.
@@ -100,13 +107,16 @@ const MaxEffectName = 64
 
 // EffectParams is an effect to enqueue.
 type EffectParams struct {
-	Tenant       string
+	Tenant string
+	// Namespace is the operation's: "" (NamespaceClients) for the keys
+	// of the tenant's clients, the operations a Go service reserves.
+	Namespace    string
 	OperationKey string
 	Name         string // 1 to 64 of A-Z a-z 0-9 . _ : -
 	Target       string
 	Method       string // default POST
 	Path         string
-	Header       http.Header
+	Header       map[string][]string
 	Body         []byte
 	// Retention is how long a final effect is kept (0: DefaultEffectRetention).
 	Retention time.Duration
@@ -116,7 +126,7 @@ type EffectParams struct {
 const DefaultEffectRetention = 7 * 24 * time.Hour
 
 // Key is the effect's derived key.
-func (p EffectParams) Key() string { return EffectKey(p.OperationKey, p.Name) }
+func (p EffectParams) Key() string { return EffectKey(p.Namespace, p.OperationKey, p.Name) }
 
 // Validate refuses an effect no store should write, so that both stores
 // answer bad input alike, before any driver sees it. Method is expected
@@ -126,6 +136,8 @@ func (p EffectParams) Validate() error {
 		return err
 	}
 	switch {
+	case !validNamespace(p.Namespace):
+		return invalid("an effect's namespace must be 1 to %d bytes of UTF-8 text", MaxNamespaceLen)
 	case p.OperationKey == "" || len(p.OperationKey) > MaxKeyLen || !cleanText(p.OperationKey):
 		return invalid("an effect's operation key must be 1 to %d bytes of UTF-8 text", MaxKeyLen)
 	case !effectName(p.Name):
@@ -155,10 +167,13 @@ func (p EffectParams) Validate() error {
 // WithDefaults fills in what an effect may leave out.
 func (p EffectParams) WithDefaults() EffectParams {
 	if p.Method == "" {
-		p.Method = http.MethodPost
+		p.Method = "POST"
 	}
 	if p.Retention == 0 {
 		p.Retention = DefaultEffectRetention
+	}
+	if p.Namespace == "" {
+		p.Namespace = NamespaceClients
 	}
 	return p
 }
@@ -185,7 +200,7 @@ func effectName(name string) bool {
 func (p EffectParams) Fingerprint() string {
 	header := map[string][]string{}
 	for k, v := range p.Header {
-		header[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+		header[textproto.CanonicalMIMEHeaderKey(k)] = slices.Clone(v)
 	}
 	b, _ := json.Marshal(struct {
 		Target string              `json:"target"`

@@ -4,18 +4,23 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 )
 
-// Operation is one intended business action, identified by (Tenant, Key).
+// Operation is one intended business action, identified by (Tenant,
+// Namespace, Key): see OpKey.
 type Operation struct {
-	ID          string // "op_" + a ULID: unique and ordered by creation time
-	Tenant      string
+	ID     string // "op_" + a ULID: unique and ordered by creation time
+	Tenant string
+	// Namespace is where Key means this operation (NamespaceClients, or
+	// a webhook route's, a consumer's, an MCP server's); Kind the surface
+	// it came through.
+	Namespace   string
 	Key         string
-	Route       string // the route template, e.g. /v1/tickets/{id}
+	Kind        Kind
+	Route       string // the route template, e.g. /v1/tickets/{id}; an action's, a consumer's or a tool's name
 	Fingerprint string
 	State       State
 	Attempts    int   // leases taken: each one is a possible delivery
@@ -47,7 +52,11 @@ type Operation struct {
 // Response is the stored answer replayed to every retry.
 type Response struct {
 	Status int
-	Header http.Header // selected headers only, no hop-by-hop
+	// Header holds selected headers only, no hop-by-hop. It is a plain
+	// map, not net/http's Header (which is assignable to it), so that the
+	// domain is the same for every surface, HTTP or not: an MCP result,
+	// a consumer's delivery.
+	Header map[string][]string
 	Body   []byte
 }
 

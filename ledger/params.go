@@ -10,10 +10,14 @@ import (
 // ReserveParams describes a new operation.
 type ReserveParams struct {
 	Tenant, Key, Route, Fingerprint string
-	Lease                           time.Duration // > 0: reserve with lease (executing); 0: prepared
-	Retention                       time.Duration // how long the key is remembered once final
-	BusinessKey, ConcurrencyKey     string
-	Actor                           string // recorded in the history
+	// Namespace is the key's (NamespaceClients, WebhookNamespace, …) and
+	// Kind the surface the operation comes through; both required.
+	Namespace                   string
+	Kind                        Kind
+	Lease                       time.Duration // > 0: reserve with lease (executing); 0: prepared
+	Retention                   time.Duration // how long the key is remembered once final
+	BusinessKey, ConcurrencyKey string
+	Actor                       string // recorded in the history
 	// Principal, Target, RunID and TraceID are the audit log's context of
 	// the request (docs/design.md, "Audit log"); all optional.
 	Principal, Target, RunID, TraceID string
@@ -51,6 +55,11 @@ func (p ReserveParams) Validate() error {
 		return invalid("id and token go together, as non-empty UTF-8 text")
 	case p.Key == "" || len(p.Key) > MaxKeyLen || !cleanText(p.Key):
 		return invalid("key must be 1 to %d bytes of UTF-8 text", MaxKeyLen)
+	case !validNamespace(p.Namespace):
+		return invalid("namespace must be 1 to %d bytes of UTF-8 text (%s for the clients' own)", MaxNamespaceLen,
+			NamespaceClients)
+	case !p.Kind.Valid():
+		return invalid("kind %q: want one of %v", p.Kind, Kinds)
 	case p.Lease != 0 && p.Lease < MinDuration:
 		return invalid("lease %v: want 0 (reserve only) or at least %v", p.Lease, MinDuration)
 	case p.Retention < MinDuration:
@@ -117,9 +126,10 @@ func (p ReserveParams) State() State {
 // store chose (the id) and read from its clock. Stores build it instead of
 // reading back a row they have just written.
 func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time.Time) *Operation {
-	op := &Operation{ID: id, Tenant: p.Tenant, Key: p.Key, Route: p.Route, Fingerprint: p.Fingerprint,
-		State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
-		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, Probe: p.Probe, CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
+	op := &Operation{ID: id, Tenant: p.Tenant, Namespace: p.Namespace, Key: p.Key, Kind: p.Kind, Route: p.Route,
+		Fingerprint: p.Fingerprint, State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
+		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, Probe: p.Probe,
+		CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
 	if op.State == Executing {
 		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
 	}

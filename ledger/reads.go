@@ -28,7 +28,7 @@ func ValidateEvents(events []audit.Event) error {
 		if !slices.Contains(audit.Recorded, e.Kind) {
 			return invalid("event kind %q is not recorded apart from a transition", e.Kind)
 		}
-		if err := texts(map[string]string{"tenant": e.Tenant}, e.OperationID, e.Principal, e.RunID, e.TraceID, e.Key,
+		if err := texts(map[string]string{"tenant": e.Tenant}, e.OperationID, e.Principal, e.RunID, e.TraceID, e.Namespace, e.Key,
 			e.Fingerprint, e.Route, e.Target, e.Actor, e.Reason, e.ResultRef, e.ResponseSHA256); err != nil {
 			return err
 		}

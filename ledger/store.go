@@ -19,8 +19,8 @@ import (
 // statement's start on PostgreSQL, statement_timestamp(), which in a caller's
 // long transaction is not its start) so that gateways with skewed clocks agree.
 type Steps interface {
-	// Reserve registers (Tenant, Key) atomically, guarded by a unique
-	// constraint. A new operation goes to executing with a lease when
+	// Reserve registers (Tenant, Namespace, Key) atomically, guarded by a
+	// unique constraint. A new operation goes to executing with a lease when
 	// p.Lease > 0 (the common path: one commit), or to prepared otherwise,
 	// and the caller owns it (Reservation.Lease is set). For an existing
 	// key it returns the existing operation and no lease; if that one is
@@ -104,7 +104,9 @@ type Store interface {
 	ListApprovals(ctx context.Context, p ApprovalListParams) (ApprovalPage, error)
 
 	Get(ctx context.Context, id string) (*Operation, error)
-	GetByKey(ctx context.Context, tenant, key string) (*Operation, error)
+	// GetByKey reads the operation of a tenant's key in its namespace;
+	// ErrInvalid without a namespace (OpKey.Lookup).
+	GetByKey(ctx context.Context, k OpKey) (*Operation, error)
 	// List pages through operations in id (creation) order.
 	List(ctx context.Context, p ListParams) (Page, error)
 	// History returns an operation's transitions, oldest first.
@@ -142,9 +144,9 @@ type Store interface {
 	// if an operator settled it meanwhile. The same result recorded again
 	// (a retry after a lost reply) is no error.
 	EffectResult(ctx context.Context, l EffectLease, o EffectOutcome) (*Effect, error)
-	// Effects reads the effects of a tenant's operation (by its key), in
-	// their order.
-	Effects(ctx context.Context, tenant, operationKey string) ([]*Effect, error)
+	// Effects reads the effects of a tenant's operation (by its
+	// identity), in their order.
+	Effects(ctx context.Context, k OpKey) ([]*Effect, error)
 	// GetEffect reads one effect, of whichever tenant: a caller serving
 	// a tenant checks the effect's.
 	GetEffect(ctx context.Context, id string) (*Effect, error)

@@ -60,7 +60,8 @@ func ctx() context.Context { return context.Background() }
 // > 0), failing t on error.
 func reserve(t *testing.T, s ledger.Store, key string, lease, retention time.Duration, probe string) ledger.Reservation {
 	t.Helper()
-	r, err := s.Reserve(ctx(), ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/x/{id}",
+	r, err := s.Reserve(ctx(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: "POST /v1/x/{id}",
 		Fingerprint: "sha256:aa", Lease: lease, Retention: retention, Actor: "test", Probe: probe})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,8 @@ func unknown(t *testing.T, s ledger.Store, key string, retention time.Duration, 
 // once.
 func waiting(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 	t.Helper()
-	r, err := s.Reserve(ctx(), ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/deploys",
+	r, err := s.Reserve(ctx(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: "POST /v1/deploys",
 		Fingerprint: "sha256:bb", Retention: time.Hour, Actor: "test",
 		Approval: &ledger.ApprovalRequest{Target: "POST /v1/deploys", Summary: "deploy", Command: []byte(`{}`),
 			RequestedBy: "agent", Approvers: []string{"approver"}, TTL: ledger.MinDuration, ValidFor: time.Hour}})

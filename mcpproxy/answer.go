@@ -1,7 +1,6 @@
 package mcpproxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,82 +12,85 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/keyed"
+	"github.com/idemgate/idemgate/ledger"
 )
 
-// envelope is what the keyed write path records of a call: the server's
-// result, or its JSON-RPC error. A replay answers it again.
+// envelope is what an operation of a call keeps: the server's result,
+// or its JSON-RPC error. A replay answers it again.
 type envelope struct {
 	Result *mcp.CallToolResult `json:"result,omitempty"`
 	Error  *jsonrpc.Error      `json:"error,omitempty"`
 }
 
-func writeEnvelope(w http.ResponseWriter, e envelope) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(e)
+// envelopeOutcome is a call's answer as the executor records it.
+func envelopeOutcome(fate contract.Fate, code string, e envelope) keyed.Outcome {
+	body, _ := json.Marshal(e)
+	return keyed.Outcome{Fate: fate, Code: code, Answer: &ledger.Response{Status: http.StatusOK,
+		Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}}
 }
 
-// answer is the keyed write path's answer to a call, held to be read
-// back as an MCP result.
-type answer struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func newAnswer() *answer { return &answer{header: http.Header{}} }
-
-// Header implements http.ResponseWriter.
-func (a *answer) Header() http.Header { return a.header }
-
-// WriteHeader implements http.ResponseWriter.
-func (a *answer) WriteHeader(status int) {
-	if a.status == 0 {
-		a.status = status
+// answer is the executor's result as the model reads it: the server's
+// result (marked as a replay when it is one), its JSON-RPC error, or a
+// refusal with its code and next step.
+func (ps *proxied) answer(ctx context.Context, req *mcp.CallToolRequest, res keyed.Result) (*mcp.CallToolResult, error) {
+	meta := mcp.Meta{}
+	if res.Op != nil {
+		meta[contract.MetaOperation] = res.Op.ID
 	}
-}
-
-// Write implements http.ResponseWriter.
-func (a *answer) Write(b []byte) (int, error) {
-	a.WriteHeader(http.StatusOK)
-	return a.body.Write(b)
-}
-
-// answer reads the keyed write path's answer as the model will: the
-// server's result (marked as a replay when it is one), its JSON-RPC
-// error, or a refusal with its code and next step.
-func (ps *proxied) answer(ctx context.Context, req *mcp.CallToolRequest, a *answer) (*mcp.CallToolResult, error) {
-	op := a.header.Get(contract.HeaderOperation)
-	switch ct := a.header.Get("Content-Type"); {
-	case a.status == http.StatusAccepted:
-		var acc contract.Accepted
-		if err := json.Unmarshal(a.body.Bytes(), &acc); err != nil {
-			return nil, fmt.Errorf("an unreadable answer: %w", err)
-		}
-		return ps.pending(ctx, req, acc), nil
-	case strings.HasPrefix(ct, "application/problem+json"):
-		var p contract.Problem
-		if err := json.Unmarshal(a.body.Bytes(), &p); err != nil {
-			return nil, fmt.Errorf("an unreadable answer: %w", err)
-		}
-		return refusal(p.Code, nextStep(p.Code, p.Detail), mcp.Meta{contract.MetaOperation: op}), nil
+	switch {
+	case res.Problem != nil:
+		return refusal(res.Problem.Code, nextStep(res.Problem.Code, res.Problem.Detail), meta), nil
+	case res.Accepted != nil:
+		return ps.pending(ctx, req, *res.Accepted), nil
+	case res.Answer == nil:
+		return resolvedWithout(res.Op, meta), nil
+	case keyed.NotKept(res.Answer):
+		return notKept(res, meta), nil
 	}
 	var e envelope
-	if err := json.Unmarshal(a.body.Bytes(), &e); err != nil || (e.Result == nil && e.Error == nil) {
-		return nil, fmt.Errorf("an unreadable answer (%d)", a.status)
+	if err := json.Unmarshal(res.Answer.Body, &e); err != nil || (e.Result == nil && e.Error == nil) {
+		return nil, fmt.Errorf("an unreadable answer of operation %s", res.Op.ID)
 	}
 	if e.Error != nil {
 		return nil, e.Error
 	}
-	res := e.Result
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
+	out := e.Result
+	out.Meta = unmarked(out.Meta)
+	if out.Meta == nil {
+		out.Meta = mcp.Meta{}
 	}
-	res.Meta[contract.MetaOperation] = op
-	if a.header.Get(contract.HeaderReplayed) == "true" {
-		res.Meta[contract.MetaReplayed] = true
+	for k, v := range meta {
+		out.Meta[k] = v
 	}
-	return res, nil
+	if res.Replayed {
+		out.Meta[contract.MetaReplayed] = true
+	}
+	if res.Unrecorded {
+		out.Meta[contract.MetaUnrecorded] = true
+	}
+	return out, nil
+}
+
+// resolvedWithout answers for an operation an operator resolved without
+// the server's result: said so, never taken for the server's.
+func resolvedWithout(op *ledger.Operation, meta mcp.Meta) *mcp.CallToolResult {
+	meta[contract.MetaReplayed] = true
+	return &mcp.CallToolResult{IsError: op.State == ledger.Failed, Meta: meta, Content: []mcp.Content{&mcp.TextContent{
+		Text: "This action was resolved as " + string(op.State) + " by an operator, without the MCP server's " +
+			"result: this text is idemgate's, not the server's. It will not run again." + keep}}}
+}
+
+// notKept answers a replay of a result too large to keep: what it was,
+// and that the call that ran it was given it whole.
+func notKept(res keyed.Result, meta mcp.Meta) *mcp.CallToolResult {
+	var nk contract.NotKept
+	_ = json.Unmarshal(res.Answer.Body, &nk)
+	meta[contract.MetaReplayed], meta[contract.MetaNotKept] = true, true
+	return &mcp.CallToolResult{IsError: res.State == ledger.Failed, Meta: meta, Content: []mcp.Content{&mcp.TextContent{
+		Text: fmt.Sprintf("This action already ran (%s). Its result was %d bytes, over the %d this server's results "+
+			"are kept within, so it is not kept: only the call that ran it was given it. It will not run again.%s",
+			res.State, nk.Size, nk.Limit, keep)}}}
 }
 
 // refusal is an isError result: the problem's code in _meta, and text
@@ -120,8 +122,8 @@ func nextStep(code, detail string) string {
 		return "Still running under this intent; nothing was sent again. Call operation_status with this tool and " +
 			"intent later, or call the tool again with the same intent and arguments: it never runs twice." + keep
 	case contract.CodeOutcomeUnknown:
-		return "Unknown: the call reached the MCP server and nobody knows whether it took effect (" + detail + "). Do " +
-			"not retry; call operation_status later, or ask a human to reconcile it." + keep
+		return "Unknown: nobody knows whether the call took effect (" + detail + "). Do not retry; call " +
+			"operation_status later, or ask a human to reconcile it." + keep
 	case contract.CodeConcurrencyLocked:
 		return "Another action of the same group is running; nothing was sent. Call again later with the same " +
 			"intent and arguments."

@@ -3,13 +3,8 @@ package mcpproxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -18,111 +13,173 @@ import (
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// handle is a tool's handler: a guarded call goes through the keyed write
-// path, any other is forwarded as it is.
-func (ps *proxied) handle(name string) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		t, m := ps.lookup(name)
-		if t == nil {
-			return refusal(contract.CodeNotFound, "the MCP server no longer lists the tool "+name+
-				"; list the tools again", nil), nil
+// guard is the proxy's receiving middleware: a tools/call that is guarded
+// goes through the executor; any other request goes on to the SDK (a tool
+// that is not, to its handler: forward).
+func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok := req.(*mcp.CallToolRequest)
+		if method != "tools/call" || !ok || call.Params == nil {
+			return next(ctx, method, req)
 		}
-		if !t.guarded {
-			return ps.forward(ctx, req)
+		t := ps.lookup(call.Params.Name)
+		if t == nil || !t.guards(call) {
+			return next(ctx, method, req)
 		}
-		pr, ok := principalIn(req)
+		pr, ok := principalIn(call)
 		if !ok {
 			return nil, errors.New("no principal")
 		}
-		c, refused := ps.readCall(t, pr, req)
+		c, refused := ps.readCall(t, pr, call)
 		if refused != nil {
 			return refused, nil
 		}
-		return ps.guarded(ctx, req, m, c)
+		return ps.guarded(ctx, call, c)
 	}
 }
 
-// forward sends an unguarded call as it came: nothing is recorded.
+// guards reports whether call is guarded: its tool is, or it names a key
+// (the intent argument, or _meta's) and the configuration did not say
+// otherwise. A key that was recorded is never sent again because the
+// server later calls its tool read-only.
+func (t *tool) guards(call *mcp.CallToolRequest) bool {
+	if t.guarded || t.configured {
+		return t.guarded
+	}
+	if _, ok := call.Params.Meta[contract.MetaIdempotencyKey]; ok {
+		return true
+	}
+	return t.intent != "" && hasMember(call.Params.Arguments, t.intent)
+}
+
+// hasMember reports whether raw is a JSON object with a member name.
+func hasMember(raw json.RawMessage, name string) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return false
+	}
+	_, ok := obj[name]
+	return ok
+}
+
+// forward sends an unguarded call, unrecorded: the intent argument, which
+// the server never declared, and the proxy's marks are left out.
 func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, ps.cfg.Timeout)
 	defer cancel()
+	args := req.Params.Arguments
+	if t := ps.lookup(req.Params.Name); t != nil && t.intent != "" && hasMember(args, t.intent) {
+		var obj map[string]json.RawMessage
+		_ = json.Unmarshal(args, &obj)
+		delete(obj, t.intent)
+		args, _ = json.Marshal(obj)
+	}
 	ctx, span, meta := ps.toolSpan(ctx, req.Params.Name, "", forwardedMeta(req.Params.Meta))
-	p := &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments, Meta: meta}
-	res, err := ps.up.call(ctx, p)
+	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
 	endToolSpan(span, res, err)
 	if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 		return refusal(contract.CodeUpstreamUnavailable, err.Error(), nil), nil
 	}
+	if res != nil {
+		res.Meta = unmarked(res.Meta)
+	}
 	return res, err
 }
 
-// call is a guarded call, read and checked: its key, its arguments
-// without the intent, and what goes with it upstream.
+// call is a guarded call, read and checked: its command and what goes
+// with it upstream.
 type call struct {
-	tool      *tool
-	principal approval.Principal
-	key       string
-	args      []byte // the arguments, the intent removed
-	meta      mcp.Meta
+	tool *tool
+	cmd  *keyed.Command
+	args []byte // the arguments, the intent removed
+	meta mcp.Meta
 }
 
 // readCall checks a guarded call before anything is reserved: a refusal
 // here changes nothing and sends nothing.
 func (ps *proxied) readCall(t *tool, pr approval.Principal, req *mcp.CallToolRequest) (*call, *mcp.CallToolResult) {
-	raw := req.Params.Arguments
-	args, err := fingerprint.Parse(raw, fingerprint.Limits{})
-	obj, isObj := args.(map[string]any)
-	switch {
-	case len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null":
-		obj, isObj, err = map[string]any{}, true, nil
-	case err != nil:
-		return nil, refusal(contract.CodeInvalidCommand, "the arguments are not valid JSON: "+err.Error(), nil)
-	case !isObj:
-		return nil, refusal(contract.CodeInvalidCommand, "the arguments must be a JSON object", nil)
+	obj, msg := arguments(req.Params.Arguments)
+	if msg != "" {
+		return nil, refusal(contract.CodeInvalidCommand, msg, nil)
 	}
 	intent, present := obj[t.intent]
 	delete(obj, t.intent)
-	key, msg := keyOf(ps.cfg.Name, t, pr, intent, present, req.Params.Meta)
+	ns, key, msg := ps.keyOf(t, pr, intent, present, req.Params.Meta)
 	if msg != "" {
 		return nil, refusal(contract.CodeMissingKey, msg, nil)
 	}
+	var command any = obj
+	if t.validate != nil {
+		v, err := t.validate(command)
+		if err != nil {
+			return nil, refusal(contract.CodeInvalidCommand, err.Error(), nil)
+		}
+		command = v
+	}
+	if t.concurrent != nil && keyed.KeyValue(command, t.concurrent) == "" {
+		return nil, refusal(contract.CodeInvalidCommand, "the arguments have no value at the tool's concurrency_key", nil)
+	}
 	body, err := json.Marshal(obj)
-	if err != nil {
+	fp, ferr := fingerprint.OfMCP(ps.cfg.Name, t.name, pr.Tenant, command)
+	if err = errors.Join(err, ferr); err != nil {
 		return nil, refusal(contract.CodeInvalidCommand, err.Error(), nil)
 	}
-	return &call{tool: t, principal: pr, key: key, args: body, meta: forwardedMeta(req.Params.Meta)}, nil
+	meta := forwardedMeta(req.Params.Meta)
+	tp, _ := meta["traceparent"].(string)
+	cmd := &keyed.Command{Policy: &t.policy, Tenant: pr.Tenant, Namespace: ns, Key: key, Fingerprint: fp,
+		BusinessKey: keyed.KeyValue(command, t.business), ConcurrencyKey: keyed.KeyValue(command, t.concurrent),
+		Principal: pr, Trace: contract.TraceID(tp), Target: contract.MCPTarget(ps.cfg.Name, t.name), Wait: ps.cfg.Timeout}
+	if t.policy.Approval != nil {
+		cmd.Approval = &keyed.ApprovalInput{Input: approval.Input{Method: "POST",
+			Path: contract.MCPPath + "/" + ps.cfg.Name + "/tools/" + t.name, Body: command, Principal: pr},
+			Command: command, Target: cmd.Target}
+	}
+	return &call{tool: t, cmd: cmd, args: body, meta: meta}, nil
 }
 
-// keyOf is a call's key: the client's own from _meta, else
-// mcp/<server>/<tool>/<principal>/<intent>. A key longer than the ledger
-// holds is that string's SHA-256, still one per intent. A refusal's
-// message says what the model must send.
-func keyOf(server string, t *tool, pr approval.Principal, intent any, present bool, meta mcp.Meta) (string, string) {
+// arguments reads a call's arguments: a JSON object (none is {}), or
+// what is wrong with them.
+func arguments(raw json.RawMessage) (map[string]any, string) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+		return map[string]any{}, ""
+	}
+	args, err := fingerprint.Parse(raw, fingerprint.Limits{})
+	if err != nil {
+		return nil, "the arguments are not valid JSON: " + err.Error()
+	}
+	obj, ok := args.(map[string]any)
+	if !ok {
+		return nil, "the arguments must be a JSON object"
+	}
+	return obj, ""
+}
+
+// keyOf is a call's namespace and key: the client's own from _meta, in
+// the server's namespace of clients' keys; else the key of the tool, the
+// principal and the intent (contract.MCPIntentKey, one per triple), in
+// the server's namespace of intents, which no client's key can claim. A
+// refusal's message says what the model must send.
+func (ps *proxied) keyOf(t *tool, pr approval.Principal, intent any, present bool, meta mcp.Meta) (ns, key, msg string) {
 	if v, ok := meta[contract.MetaIdempotencyKey]; ok {
 		s, _ := v.(string)
-		key, err := httpidem.ParseKey(s)
+		key, err := contract.ParseKey(s)
 		if err != nil {
-			return "", "_meta[\"" + contract.MetaIdempotencyKey + "\"]: " + err.Error()
+			return "", "", "_meta[\"" + contract.MetaIdempotencyKey + "\"]: " + err.Error()
 		}
-		return key, ""
+		return ledger.MCPMetaNamespace(ps.cfg.Name), key, ""
 	}
 	s, _ := intent.(string)
 	switch {
 	case !present:
-		return "", "the argument " + t.intent + " is required: " + intentDescription
+		return "", "", "the argument " + t.intent + " is required: " + intentDescription
 	case s == "" || utf8.RuneCountInString(s) > MaxIntent || !printable(s):
-		return "", "the argument " + t.intent + " must be 1 to 128 printable ASCII characters: " + intentDescription
+		return "", "", "the argument " + t.intent + " must be 1 to 128 printable ASCII characters: " + intentDescription
 	}
-	key := "mcp/" + server + "/" + t.name + "/" + pr.Name + "/" + s
-	if len(key) > ledger.MaxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		key = "mcp/sha256/" + hex.EncodeToString(sum[:])
-	}
-	return key, ""
+	return ledger.MCPNamespace(ps.cfg.Name), contract.MCPIntentKey(t.name, pr.Name, s), ""
 }
 
 func printable(s string) bool {
@@ -135,98 +192,69 @@ func printable(s string) bool {
 }
 
 // forwardedMeta is what of a call's _meta goes upstream: all of it (its
-// traceparent, its progress token) but the idempotency key, which is the
-// proxy's.
+// traceparent, its progress token) but the idempotency key and the
+// proxy's own marks.
 func forwardedMeta(m mcp.Meta) mcp.Meta {
 	if len(m) == 0 {
 		return nil
 	}
 	out := mcp.Meta{}
 	for k, v := range m {
-		if k != contract.MetaIdempotencyKey {
+		if k != contract.MetaIdempotencyKey && !contract.IsMark(k) {
 			out[k] = v
 		}
 	}
 	return out
 }
 
-// guarded takes a checked call through the keyed write path: a request of
-// the caller's, keyed, whose handler forwards the call once.
-func (ps *proxied) guarded(ctx context.Context, req *mcp.CallToolRequest, m *httpidem.Middleware, c *call) (
-	*mcp.CallToolResult, error) {
-	ctx = context.WithValue(ctx, callKey{}, c)
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.tool.path, bytes.NewReader(c.args))
+// unmarked is an upstream's _meta without any mark in the proxy's
+// namespace: only the proxy says what a result is.
+func unmarked(m mcp.Meta) mcp.Meta {
+	for k := range m {
+		if contract.IsMark(k) {
+			delete(m, k)
+		}
+	}
+	return m
+}
+
+// guarded runs a checked call on the executor: reserved, sent once,
+// recorded, then answered.
+func (ps *proxied) guarded(ctx context.Context, req *mcp.CallToolRequest, c *call) (*mcp.CallToolResult, error) {
+	res, err := ps.p.opts.Executor.Execute(ctx, c.cmd, ps.send(c))
 	if err != nil {
 		return nil, err
 	}
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set(contract.HeaderKey, quoteKey(c.key))
-	if tp, ok := c.meta["traceparent"].(string); ok {
-		r.Header.Set(contract.HeaderTraceparent, tp)
-	}
-	w := newAnswer()
-	m.Handler(http.HandlerFunc(ps.send)).ServeHTTP(w, r)
-	return ps.answer(ctx, req, w)
+	return ps.answer(ctx, req, res)
 }
 
-// quoteKey writes a key as a Structured-Field string, so that spaces at
-// its ends are kept.
-func quoteKey(k string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
-}
-
-type callKey struct{}
-
-// send is the handler the keyed write path runs for an operation this
-// call owns: it forwards the call, detached from the client (who may
-// leave: the answer is recorded for its retry), and settles its fate.
-func (ps *proxied) send(w http.ResponseWriter, r *http.Request) {
-	c, _ := r.Context().Value(callKey{}).(*call)
-	exec := httpidem.Current(r)
-	body, _ := io.ReadAll(r.Body)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ps.cfg.Timeout)
-	defer cancel()
-	ctx, span, meta := ps.toolSpan(ctx, c.tool.name, exec.OperationID(), c.meta)
-	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(body), Meta: meta})
-	endToolSpan(span, res, err)
-	var rpc *jsonrpc.Error
-	switch {
-	case errors.Is(err, errNotSent):
-		exec.Settle(contract.FateReleased, "mcp_not_connected")
-		contract.NewProblem(contract.CodeUpstreamUnavailable, "the MCP server is not connected: nothing was sent; "+
-			"call again with the same intent").Write(w)
-		return
-	case errors.As(err, &rpc):
-		exec.Settle(contract.FateFailed, "mcp_error")
-		writeEnvelope(w, envelope{Error: rpc})
-		return
-	case err != nil:
-		code := "mcp_no_answer"
-		if ctx.Err() != nil {
-			code = "mcp_timeout"
+// send is the effect of a call this command owns: the call, sent once,
+// and what its answer means. A call that never left (no session) is not
+// sent; one sent that got no answer may have taken effect.
+func (ps *proxied) send(c *call) keyed.Effect {
+	return func(ctx context.Context, run *keyed.Run) (keyed.Outcome, error) {
+		ctx, cancel := context.WithTimeout(ctx, ps.cfg.Timeout)
+		defer cancel()
+		ctx, span, meta := ps.toolSpan(ctx, c.tool.name, run.OperationID(), c.meta)
+		res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args), Meta: meta})
+		endToolSpan(span, res, err)
+		var rpc *jsonrpc.Error
+		switch {
+		case errors.Is(err, errNotSent):
+			return keyed.Outcome{}, contract.NotSent("mcp", err)
+		case errors.As(err, &rpc):
+			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
+		case err != nil && ctx.Err() != nil:
+			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
+		case err != nil:
+			return keyed.Outcome{}, contract.NoAnswer("mcp", err)
+		case res.IsError:
+			res.Meta = unmarked(res.Meta)
+			return envelopeOutcome(contract.FateFailed, "mcp_is_error", envelope{Result: res}), nil
 		}
-		exec.Settle(contract.FateUnknown, code)
-		contract.NewProblem(contract.CodeOutcomeUnknown, "the call was sent to the MCP server and no answer came ("+
-			code+"): it may have taken effect").WithStatus(http.StatusBadGateway).Write(w)
-		return
-	case res.IsError:
-		exec.Settle(contract.FateFailed, "mcp_is_error")
+		res.Meta = unmarked(res.Meta)
+		return envelopeOutcome(contract.FateSucceeded, "mcp_result", envelope{Result: res}), nil
 	}
-	writeEnvelope(w, envelope{Result: res})
-}
-
-// tenantOf and principalOf are the keyed write path's caller: the
-// principal the proxy put in the request's context.
-func tenantOf(r *http.Request) (string, error) {
-	p, err := principalOf(r)
-	return p.Tenant, err
-}
-
-func principalOf(r *http.Request) (approval.Principal, error) {
-	if c, ok := r.Context().Value(callKey{}).(*call); ok {
-		return c.principal, nil
-	}
-	return approval.Principal{}, errors.New("no principal")
 }
 
 // principalKey is where the caller's principal rides in the token info

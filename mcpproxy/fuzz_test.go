@@ -8,7 +8,8 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // FuzzReadCall: whatever a client sends as a guarded call's arguments and
@@ -22,7 +23,7 @@ func FuzzReadCall(f *testing.F) {
 	f.Add([]byte(`{"intent":7}`), "")
 	f.Add([]byte(`null`), "\x00")
 	ps := &proxied{cfg: Server{Name: "tickets"}}
-	t := &tool{name: "create_ticket", intent: "intent", guarded: true}
+	t := &tool{name: "create_ticket", intent: "intent", guarded: true, policy: keyed.Policy{Name: "mcp:tickets/create_ticket"}}
 	pr := approval.Principal{Name: "agent", Tenant: "acme"}
 	f.Fuzz(func(tt *testing.T, args []byte, metaKey string) {
 		req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: t.name, Arguments: args}}
@@ -36,8 +37,8 @@ func FuzzReadCall(f *testing.F) {
 			}
 			return
 		}
-		if _, err := httpidem.ParseKey(quoteKey(c.key)); err != nil {
-			tt.Fatalf("key %q: %v", c.key, err)
+		if c.cmd.Key == "" || len(c.cmd.Key) > ledger.MaxKeyLen || c.cmd.Namespace == "" {
+			tt.Fatalf("key %q in %q", c.cmd.Key, c.cmd.Namespace)
 		}
 		var obj map[string]any
 		if err := json.Unmarshal(c.args, &obj); err != nil || obj == nil {

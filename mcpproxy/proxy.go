@@ -1,16 +1,19 @@
 // Package mcpproxy is idemgate in front of MCP servers (docs/design.md,
 // "MCP proxy"): each configured server is served at /mcp/{name} over
-// Streamable HTTP, and each guarded tool call is an operation of the
-// caller's tenant, taken through the keyed write path of package
-// httpidem exactly as a keyed HTTP write is: reserved under the key its
-// intent names, fingerprinted by its arguments, forwarded once, recorded,
-// replayed, refused when changed, in progress, unknown or waiting for a
-// human. Both sides speak through the official MCP Go SDK.
+// Streamable HTTP, and each guarded tool call is a command of the keyed
+// executor (package keyed), as a keyed HTTP write is: reserved under the
+// key its intent names, in the server's own namespace, fingerprinted by
+// its arguments, forwarded once, recorded, replayed, refused when
+// changed, waited for while in progress, unknown or waiting for a human.
+// It is the executor's MCP adapter: a receiving middleware of the
+// official MCP Go SDK on typed tools/call requests, which maps a call to
+// a keyed.Command and the keyed.Result back to a tool result; no HTTP
+// request is made of a call.
 //
 // proxy.go is the wiring, upstream.go the connection to each server
 // (started again when it dies), tools.go what the proxy lists and checks
-// of a tool, call.go a guarded call through the keyed write path,
-// answer.go the answer a model reads, status.go operation_status.
+// of a tool, call.go a guarded call through the executor, answer.go the
+// answer a model reads, status.go operation_status.
 package mcpproxy
 
 import (
@@ -27,8 +30,7 @@ import (
 
 	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // Server is one MCP server behind the proxy: a stdio server the proxy
@@ -48,31 +50,25 @@ type Server struct {
 
 // Tool is a tool's settings. Guard, if set, decides whether it is
 // guarded; otherwise it is unless the server says readOnlyHint. The rest
-// are its operations' policies, as a route's.
+// are its operations' policies, as a route's; MaxResult bounds the result
+// an operation keeps (default contract.DefaultMaxResponse): a larger one
+// is given whole to the call that ran it, and a stand-in is kept.
 type Tool struct {
 	Guard                       *bool
 	BusinessKey, ConcurrencyKey string
 	Retention, Lease            time.Duration
 	Approval                    *approval.Policy
+	MaxResult                   int64
 }
 
-// Store is what the proxy reads itself: an operation by its key, for
-// operation_status. Every step of a call goes through httpidem.
-type Store interface {
-	GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error)
-}
-
-// Options configure the proxy. Servers, DataPlane, Caller and Store are
-// required.
+// Options configure the proxy. Servers, Executor and Caller are required.
 type Options struct {
 	Servers []Server
-	// DataPlane is the keyed write path's options (its store, the tenant's
-	// limits, the audit log, the metrics), as the gateway's routes are
-	// built with: the tools' routes and the caller are the proxy's own.
-	DataPlane httpidem.Options
+	// Executor runs the guarded calls: the one the gateway's routes share
+	// (its store, the tenants' limits, the audit log, the metrics).
+	Executor *keyed.Executor
 	// Caller is the principal the listener's authentication found.
 	Caller func(r *http.Request) (approval.Principal, bool)
-	Store  Store
 	// ApprovalURL is where a human decides an approval: the web page.
 	ApprovalURL func(id string) string
 	Logger      *slog.Logger
@@ -95,8 +91,8 @@ type Proxy struct {
 // timeout, for its tools: a client that connects at once sees them. A
 // server that is not up by then is connected to in the background.
 func New(opts Options) (*Proxy, error) {
-	if opts.Caller == nil || opts.Store == nil || opts.DataPlane.Store == nil {
-		return nil, errors.New("mcpproxy: Caller, Store and DataPlane.Store are required")
+	if opts.Caller == nil || opts.Executor == nil {
+		return nil, errors.New("mcpproxy: Caller and Executor are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -158,7 +154,7 @@ func (p *Proxy) mux() http.Handler {
 }
 
 // proxied is one server as the proxy serves it: its upstream, the MCP
-// server its clients talk to, and the keyed write path of its tools.
+// server its clients talk to, and its tools.
 type proxied struct {
 	p    *Proxy
 	cfg  Server
@@ -168,7 +164,6 @@ type proxied struct {
 
 	mu    sync.Mutex
 	tools map[string]*tool
-	m     *httpidem.Middleware
 }
 
 func newProxied(p *Proxy, s Server) *proxied {
@@ -178,6 +173,7 @@ func newProxied(p *Proxy, s Server) *proxied {
 		Logger:       p.opts.Logger,
 	})
 	ps.srv.AddTool(statusTool(), ps.status)
+	ps.srv.AddReceivingMiddleware(ps.guard)
 	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
 	ps.up.connected = ps.list
 	// JSONResponse: a call is answered with one application/json body

@@ -47,15 +47,15 @@ func (ps *proxied) status(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if !ok {
 		return nil, errors.New("no principal")
 	}
-	t, _ := ps.lookup(in.Tool)
-	if t == nil || !t.guarded {
+	t := ps.lookup(in.Tool)
+	if t == nil || t.intent == "" {
 		return refusal(contract.CodeNotFound, "no guarded tool "+in.Tool+" on this server", nil), nil
 	}
-	key, msg := keyOf(ps.cfg.Name, t, pr, in.Intent, true, nil)
+	ns, key, msg := ps.keyOf(t, pr, in.Intent, true, nil)
 	if msg != "" {
 		return refusal(contract.CodeInvalidKey, msg, nil), nil
 	}
-	op, err := ps.p.opts.Store.GetByKey(ctx, pr.Tenant, key)
+	op, err := ps.p.opts.Executor.Store().GetByKey(ctx, ledger.OpKey{Tenant: pr.Tenant, Namespace: ns, Key: key})
 	v := statusView{}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):

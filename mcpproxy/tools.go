@@ -7,14 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/jsonptr"
+	"github.com/idemgate/idemgate/keyed"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // MaxIntent bounds an intent, in characters.
@@ -26,10 +27,21 @@ const intentDescription = "Your name for this intended action: the same name whe
 
 // tool is one of the upstream's tools as the proxy serves it.
 type tool struct {
-	name    string
-	guarded bool
-	intent  string // the argument that carries the intent: "intent", or "_intent"
-	path    string // its route in the keyed write path
+	name string
+	// guarded is whether its calls are; configured says the configuration
+	// decided it (else the server's annotations did).
+	guarded, configured bool
+	// intent is the argument that carries the intent: "intent", or
+	// "_intent" when the tool has an argument "intent" of its own; "" when
+	// its schema has no room for one.
+	intent string
+	// validate checks a call's arguments against the tool's own schema
+	// (nil: it did not compile, and a guarded tool is left out).
+	validate func(any) (any, error)
+	// policy is its operations'; business and concurrent the pointers of
+	// its business and concurrency keys.
+	policy               keyed.Policy
+	business, concurrent []string
 }
 
 // guarded decides whether a tool is guarded: by its setting if it has
@@ -43,7 +55,7 @@ func guarded(setting *bool, t *mcp.Tool) bool {
 }
 
 // list reads the server's tools, and serves them: each guarded tool with
-// its intent argument, behind a keyed write path rebuilt for the list.
+// its intent argument.
 func (ps *proxied) list(ctx context.Context, s *mcp.ClientSession) error {
 	var ups []*mcp.Tool
 	for t, err := range s.Tools(ctx, nil) {
@@ -54,34 +66,64 @@ func (ps *proxied) list(ctx context.Context, s *mcp.ClientSession) error {
 	}
 	slices.SortFunc(ups, func(a, b *mcp.Tool) int { return cmpString(a.Name, b.Name) })
 	tools := map[string]*tool{}
-	var routes []httpidem.Route
 	served := make([]*mcp.Tool, 0, len(ups))
-	for i, up := range ups {
+	var names []string
+	for _, up := range ups {
 		if up.Name == statusToolName {
 			ps.p.opts.Logger.Warn("mcp server: a tool named " + statusToolName + " is hidden by the proxy's own")
 			continue
 		}
-		t := &tool{name: up.Name, guarded: guarded(ps.cfg.Tools[up.Name].Guard, up),
-			path: "/mcp/" + ps.cfg.Name + "/tools/" + strconv.Itoa(i)}
-		shown := up
-		if t.guarded {
-			route, schema, err := ps.route(t, up)
-			if err != nil {
-				ps.p.opts.Logger.Warn("mcp server: tool left out", "tool", up.Name, "error", err.Error())
-				continue
-			}
-			routes, shown = append(routes, route), schema
+		t, shown, err := ps.tool(up)
+		if err != nil {
+			ps.p.opts.Logger.Warn("mcp server: tool left out", "tool", up.Name, "error", err.Error())
+			continue
 		}
 		tools[up.Name], served = t, append(served, shown)
+		names = append(names, t.policy.Name)
 	}
-	opts := ps.p.opts.DataPlane
-	opts.Routes, opts.Tenant, opts.Principal = routes, tenantOf, principalOf
-	m, err := httpidem.New(opts)
-	if err != nil {
-		return err
-	}
-	ps.publish(tools, m, served)
+	ps.p.opts.Executor.Announce(names)
+	ps.publish(tools, served)
 	return nil
+}
+
+// tool is how the proxy serves up: its settings, its checks, and the tool
+// as its clients see it (a guarded one with its intent argument,
+// required). A guarded tool whose schema the proxy cannot check is left
+// out rather than its calls unchecked.
+func (ps *proxied) tool(up *mcp.Tool) (*tool, *mcp.Tool, error) {
+	c := ps.cfg.Tools[up.Name]
+	t := &tool{name: up.Name, guarded: guarded(c.Guard, up), configured: c.Guard != nil,
+		policy: keyed.Policy{Name: contract.MCPRoute(ps.cfg.Name, up.Name), Kind: ledger.KindMCP, Lease: c.Lease,
+			Retention: c.Retention, Approval: c.Approval, MaxAnswer: c.MaxResult}}
+	if t.policy.MaxAnswer <= 0 {
+		t.policy.MaxAnswer = contract.DefaultMaxResponse
+	}
+	var err error
+	if t.business, err = jsonptr.Parse(c.BusinessKey); err != nil {
+		return nil, nil, err
+	}
+	if t.concurrent, err = jsonptr.Parse(c.ConcurrencyKey); err != nil {
+		return nil, nil, err
+	}
+	raw, err := json.Marshal(up.InputSchema)
+	if err != nil {
+		return nil, nil, err
+	}
+	schema, intent, serr := withIntent(raw)
+	t.intent = intent
+	validate, verr := validator(raw)
+	t.validate = validate
+	switch {
+	case !t.guarded:
+		return t, up, nil
+	case verr != nil:
+		return nil, nil, fmt.Errorf("its input schema: %w", verr)
+	case serr != nil:
+		return nil, nil, serr
+	}
+	shown := *up
+	shown.InputSchema = schema
+	return t, &shown, nil
 }
 
 func cmpString(a, b string) int {
@@ -94,12 +136,13 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// publish swaps in a new list of tools and their keyed write path, and
-// tells the proxy's clients (the SDK sends tools/list_changed).
-func (ps *proxied) publish(tools map[string]*tool, m *httpidem.Middleware, served []*mcp.Tool) {
+// publish swaps in a new list of tools, and tells the proxy's clients
+// (the SDK sends tools/list_changed). A call is taken by the guard
+// middleware (call.go); the tools' own handlers forward what it lets by.
+func (ps *proxied) publish(tools map[string]*tool, served []*mcp.Tool) {
 	ps.mu.Lock()
 	old := ps.tools
-	ps.tools, ps.m = tools, m
+	ps.tools = tools
 	ps.mu.Unlock()
 	var gone []string
 	for name := range old {
@@ -111,32 +154,8 @@ func (ps *proxied) publish(tools map[string]*tool, m *httpidem.Middleware, serve
 		ps.srv.RemoveTools(gone...)
 	}
 	for _, t := range served {
-		ps.srv.AddTool(t, ps.handle(t.Name))
+		ps.srv.AddTool(t, ps.forward)
 	}
-}
-
-// route is a guarded tool's route, and the tool as its clients see it:
-// its input schema with the intent argument, required.
-func (ps *proxied) route(t *tool, up *mcp.Tool) (httpidem.Route, *mcp.Tool, error) {
-	raw, err := json.Marshal(up.InputSchema)
-	if err != nil {
-		return httpidem.Route{}, nil, err
-	}
-	validate, err := validator(raw)
-	if err != nil {
-		return httpidem.Route{}, nil, fmt.Errorf("its input schema: %w", err)
-	}
-	schema, intent, err := withIntent(raw)
-	if err != nil {
-		return httpidem.Route{}, nil, err
-	}
-	t.intent = intent
-	shown := *up
-	shown.InputSchema = schema
-	c := ps.cfg.Tools[up.Name]
-	return httpidem.Route{Method: http.MethodPost, Pattern: t.path, MCPServer: ps.cfg.Name, MCPTool: up.Name,
-		Validate: validate, BusinessKey: c.BusinessKey, ConcurrencyKey: c.ConcurrencyKey, Lease: c.Lease,
-		Retention: c.Retention, Approval: c.Approval}, &shown, nil
 }
 
 // withIntent adds the intent argument to an object schema, required: it
@@ -204,9 +223,9 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("%s: the proxy loads no schema from elsewhere", url)
 }
 
-// lookup is the tool named name and the keyed write path now served.
-func (ps *proxied) lookup(name string) (*tool, *httpidem.Middleware) {
+// lookup is the tool named name, as now served.
+func (ps *proxied) lookup(name string) *tool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	return ps.tools[name], ps.m
+	return ps.tools[name]
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -166,12 +168,32 @@ func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	if err != nil {
 		return nil, err
 	}
+	ctx, track := tracking(ctx)
 	res, err := s.CallTool(ctx, p)
-	if err != nil && !answered(err) {
-		return nil, fmt.Errorf("%w (%v)", errNoAnswer, err)
+	switch {
+	case err == nil, answered(err):
+		return res, err
+	case track.unsent():
+		// The POST that carries the call never wrote its headers (the
+		// connection was refused, the name did not resolve): nothing left.
+		return nil, fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	return res, err
+	return nil, fmt.Errorf("%w: %w", errNoAnswer, err)
 }
+
+// sendTrack says whether the HTTP request that carries a call wrote its
+// headers: the one proof that nothing reached the server. A call whose
+// request the transport never saw (a stdio server) is never unsent.
+type sendTrack struct{ seen, wrote atomic.Bool }
+
+type trackKey struct{}
+
+func tracking(ctx context.Context) (context.Context, *sendTrack) {
+	t := &sendTrack{}
+	return context.WithValue(ctx, trackKey{}, t), t
+}
+
+func (t *sendTrack) unsent() bool { return t.seen.Load() && !t.wrote.Load() }
 
 // errNoAnswer is a call sent that got no answer.
 var errNoAnswer = errors.New("no answer from the MCP server")
@@ -200,7 +222,12 @@ type withHeaders struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t withHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
+	ctx := r.Context()
+	if track, ok := ctx.Value(trackKey{}).(*sendTrack); ok {
+		track.seen.Store(true)
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { track.wrote.Store(true) }})
+	}
+	r = r.Clone(ctx)
 	for k, v := range t.headers {
 		r.Header.Set(k, v)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -24,7 +24,8 @@ func fill(b *testing.B, s ledger.Store, n int) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 32 {
-				p := ledger.ReserveParams{Tenant: fmt.Sprint("t", i%2), Key: fmt.Sprint("k-", i), Route: "POST /v1/t",
+				p := ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+					Tenant: fmt.Sprint("t", i%2), Key: fmt.Sprint("k-", i), Route: "POST /v1/t",
 					Fingerprint: "sha256:aa", Retention: time.Hour, Actor: "bench"}
 				if i%2 == 0 {
 					p.Lease = time.Hour
@@ -65,7 +66,7 @@ func BenchmarkScrape100k(b *testing.B) {
 // calls of a new key's path (its upstream call and its end).
 func BenchmarkObserve(b *testing.B) {
 	m := metrics.New(metrics.Options{})
-	o := httpidem.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: httpidem.OutcomeCreated, Created: true,
+	o := keyed.Observation{Route: "POST /v1/tickets", Tenant: "acme", Outcome: keyed.OutcomeCreated, Created: true,
 		Duration: time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

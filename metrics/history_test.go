@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -15,17 +15,18 @@ import (
 // its own store gauges, never another's; counters restart every interval.
 func TestHistoryPerTenant(t *testing.T) {
 	s := dbtest.SQLite(t)
-	if _, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "globex", Key: "k", Route: "POST /v1/t",
+	if _, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "globex", Key: "k", Route: "POST /v1/t",
 		Fingerprint: "sha256:aa", Lease: time.Microsecond, Retention: time.Hour, Actor: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New(metrics.Options{Store: s, StatsTTL: time.Nanosecond})
 	for range 3 {
-		m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeCreated,
+		m.Request(keyed.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: keyed.OutcomeCreated,
 			Created: true})
 	}
-	m.Request(httpidem.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: httpidem.OutcomeReplayed,
-		Retry: httpidem.RetryReplay})
+	m.Request(keyed.Observation{Route: "POST /v1/t", Tenant: "acme", Outcome: keyed.OutcomeReplayed,
+		Retry: keyed.RetryReplay})
 	m.Resolved("acme", ledger.Succeeded, 90*time.Second, true)
 	time.Sleep(time.Millisecond)
 	now := time.Now()

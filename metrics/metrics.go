@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Metrics is one gateway's registry. It implements httpidem.Observer.
+// Metrics is one gateway's registry. It implements keyed.Observer.
 type Metrics struct {
 	reg *prometheus.Registry
 
@@ -55,7 +55,7 @@ type Options struct {
 	Tenants []string
 }
 
-var _ httpidem.RouteObserver = (*Metrics)(nil)
+var _ keyed.RouteObserver = (*Metrics)(nil)
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idemgate", Name: name, Help: help}, labels)
@@ -132,17 +132,17 @@ func New(o Options) *Metrics {
 
 // retryFamilies are the retries' families known before any happens: what
 // a retry meets of its operation, besides the refusals that released it.
-var retryFamilies = []string{httpidem.RetryReplay, contract.CodeInProgress, contract.CodeOutcomeUnknown,
-	httpidem.RetryApproval}
+var retryFamilies = []string{keyed.RetryReplay, contract.CodeInProgress, contract.CodeOutcomeUnknown,
+	keyed.RetryApproval}
 
 // duplicateKinds are the kinds of duplicates recognised.
 var duplicateKinds = []string{"replay", "business_key"}
 
-// Routes implements httpidem.RouteObserver: each route's series, with
+// Routes implements keyed.RouteObserver: each route's series, with
 // each tenant's, start at zero.
 func (m *Metrics) Routes(names []string) {
 	for _, route := range names {
-		m.requests.WithLabelValues(route, httpidem.OutcomeCreated)
+		m.requests.WithLabelValues(route, keyed.OutcomeCreated)
 		m.upstream.WithLabelValues(route, "2xx")
 		for _, t := range m.tenants {
 			m.created.WithLabelValues(route, t)
@@ -194,22 +194,22 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // avoidedBy lists the outcomes answered without calling the upstream.
-var avoidedBy = map[string]bool{httpidem.OutcomeReplayed: true, httpidem.OutcomeDuplicate: true,
+var avoidedBy = map[string]bool{keyed.OutcomeReplayed: true, keyed.OutcomeDuplicate: true,
 	contract.CodeInProgress: true, contract.CodeOutcomeUnknown: true, contract.CodeFingerprintMismatch: true,
 	contract.CodeConcurrencyLocked: true}
 
-// Request implements httpidem.Observer.
-func (m *Metrics) Request(o httpidem.Observation) {
+// Request implements keyed.Observer.
+func (m *Metrics) Request(o keyed.Observation) {
 	m.requests.WithLabelValues(o.Route, o.Outcome).Observe(o.Duration.Seconds())
 	if o.Created {
 		m.created.WithLabelValues(o.Route, o.Tenant).Inc()
 		m.history.add(o.Tenant, iCreated)
 	}
 	switch o.Outcome {
-	case httpidem.OutcomeReplayed:
+	case keyed.OutcomeReplayed:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "replay").Inc()
 		m.history.add(o.Tenant, iDuplicates)
-	case httpidem.OutcomeDuplicate:
+	case keyed.OutcomeDuplicate:
 		m.duplicates.WithLabelValues(o.Route, o.Tenant, "business_key").Inc()
 		m.history.add(o.Tenant, iDuplicates)
 	case contract.CodeFingerprintMismatch:
@@ -226,7 +226,7 @@ func (m *Metrics) Request(o httpidem.Observation) {
 	}
 }
 
-// Upstream implements httpidem.Observer.
+// Upstream implements keyed.Observer.
 func (m *Metrics) Upstream(route string, status int, d time.Duration) {
 	m.upstream.WithLabelValues(route, statusClass(status)).Observe(d.Seconds())
 }
@@ -239,12 +239,12 @@ func statusClass(status int) string {
 	return string(rune('0'+status/100)) + "xx"
 }
 
-// Failure implements httpidem.Observer.
+// Failure implements keyed.Observer.
 func (m *Metrics) Failure(kind string) {
 	switch kind {
-	case httpidem.FailureFenced:
+	case keyed.FailureFenced:
 		m.fenced.Inc()
-	case httpidem.FailureStore:
+	case keyed.FailureStore:
 		m.storeErrors.Inc()
 	}
 }

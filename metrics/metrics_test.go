@@ -8,8 +8,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/metrics"
 )
 
@@ -89,11 +89,11 @@ func TestCreatedOnceWhateverThePath(t *testing.T) {
 	m := metrics.New(metrics.Options{Tenants: []string{"acme"}})
 	route := "POST /v1/deployments"
 	m.Routes([]string{route})
-	for _, o := range []httpidem.Observation{
-		{Outcome: httpidem.OutcomeCreated, Created: true},
+	for _, o := range []keyed.Observation{
+		{Outcome: keyed.OutcomeCreated, Created: true},
 		{Outcome: contract.CodeApprovalRequired, Created: true},
-		{Outcome: contract.CodeApprovalRequired, Retry: httpidem.RetryApproval},
-		{Outcome: httpidem.OutcomeExecuted, Retry: httpidem.RetryApproval},
+		{Outcome: contract.CodeApprovalRequired, Retry: keyed.RetryApproval},
+		{Outcome: keyed.OutcomeExecuted, Retry: keyed.RetryApproval},
 		{Outcome: contract.CodeFingerprintMismatch},
 	} {
 		o.Route, o.Tenant = route, "acme"

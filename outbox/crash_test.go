@@ -253,7 +253,8 @@ func checkOrders(t *testing.T, dsn string, orders []int, n int) {
 	}
 	defer s.Close()
 	for id := 1; id <= n+1; id++ {
-		es, err := s.Effects(ctx, "shop", fmt.Sprintf("order-%d", id))
+		es, err := s.Effects(ctx, ledger.OpKey{Tenant: "shop", Namespace: ledger.NamespaceClients,
+			Key: fmt.Sprintf("order-%d", id)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,12 +3,9 @@ package outbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,7 +25,7 @@ func (t *target) deliver(ctx context.Context, client *http.Client, e *ledger.Eff
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 	if t.Sender != nil {
-		return t.Sender.Send(ctx, e, ledger.UpstreamKey(e.Tenant, e.Key))
+		return t.Sender.Send(ctx, e, e.UpstreamKey())
 	}
 	sent := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
@@ -65,20 +62,21 @@ func (t *target) headers(h http.Header, e *ledger.Effect) {
 	// after writing it. That would hide an unknown delivery from the
 	// count of attempts. The target reads the name in any case.
 	delete(h, http.CanonicalHeaderKey(t.KeyHeader))
-	h[strings.ToLower(t.KeyHeader)] = []string{ledger.UpstreamKey(e.Tenant, e.Key)}
+	h[strings.ToLower(t.KeyHeader)] = []string{e.UpstreamKey()}
 }
 
-// failed is the outcome of a delivery that got no answer: nothing sent,
-// it was not applied; sent, it may have been.
+// failed is the outcome of a delivery that got no answer, by the
+// executor's one rule (keyed.Classify): nothing sent, it was not applied;
+// sent, it may have been.
 func failed(err error, sent bool) ledger.EffectOutcome {
-	if !sent {
-		return ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "target_unreachable"}
+	if sent {
+		err = contract.NoAnswer("target", err)
+	} else {
+		err = contract.NotSent("target", err)
 	}
-	code := "target_reset"
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.As(err, &ne) && ne.Timeout() {
-		code = "target_timeout"
+	fate, code, _ := contract.ClassifyFailure(err)
+	if fate == contract.FateReleased {
+		return ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: code}
 	}
 	return ledger.EffectOutcome{State: ledger.Unknown, ErrorCode: code}
 }

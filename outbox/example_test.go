@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/outbox"
 	"github.com/idemgate/idemgate/store/sqlite"
 )
@@ -73,7 +74,7 @@ func ExampleEnqueue() {
 	if err != nil {
 		panic(err)
 	}
-	es, err := store.Effects(ctx, "shop", "order-7")
+	es, err := store.Effects(ctx, ledger.OpKey{Tenant: "shop", Namespace: ledger.NamespaceClients, Key: "order-7"})
 	if err != nil {
 		panic(err)
 	}

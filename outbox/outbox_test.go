@@ -133,7 +133,7 @@ func drain(t *testing.T, r *outbox.Relay) outbox.Round {
 }
 
 func effectsOf(t *testing.T, s ledger.Store, opKey string) []*ledger.Effect {
-	es, err := s.Effects(context.Background(), "acme", opKey)
+	es, err := s.Effects(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: opKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,8 @@ func BenchmarkReconcile(b *testing.B) {
 		s := db.Open(b)
 		b.StopTimer()
 		for i := range b.N {
-			r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "t", Key: fmt.Sprint("k-", i),
+			r, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+				Tenant: "t", Key: fmt.Sprint("k-", i),
 				Route: "POST /v1/x/{id}", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour,
 				Actor: "b", Probe: fmt.Sprint("GET /v1/x/", i)})
 			if err == nil {

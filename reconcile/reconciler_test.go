@@ -30,7 +30,8 @@ func TestStoredProbeIsCheckedBeforeItIsSent(t *testing.T) {
 			"writes":  "DELETE /v1/refunds/R-1/status",
 		}
 		for key, p := range stored {
-			res, err := store.Reserve(ctx, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/refunds",
+			res, err := store.Reserve(ctx, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+				Tenant: "acme", Key: key, Route: "POST /v1/refunds",
 				Fingerprint: "sha256:x", Lease: time.Minute, Retention: time.Hour, Actor: "gw", Probe: p})
 			if err != nil {
 				t.Fatal(err)

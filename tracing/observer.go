@@ -5,14 +5,14 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // Observer names each keyed request's span by its route (the
 // conventions' "METHOD /route", and http.route) and adds its tenant, and
 // the state of an operation replayed from memory, which no ledger step
 // read. nil when tracing is off.
-func (t *Tracing) Observer() httpidem.Observer {
+func (t *Tracing) Observer() keyed.Observer {
 	if t == nil {
 		return nil
 	}
@@ -21,8 +21,8 @@ func (t *Tracing) Observer() httpidem.Observer {
 
 type observer struct{}
 
-// Request implements httpidem.Observer.
-func (observer) Request(o httpidem.Observation) {
+// Request implements keyed.Observer.
+func (observer) Request(o keyed.Observation) {
 	if o.Context == nil {
 		return
 	}
@@ -38,15 +38,15 @@ func (observer) Request(o httpidem.Observation) {
 	span.SetAttributes(AttrRoute.String(routeOf(o.Route)), AttrTenant.String(o.Tenant), AttrState.String(string(o.State)))
 }
 
-// Upstream implements httpidem.Observer: the client span says it.
+// Upstream implements keyed.Observer: the client span says it.
 func (observer) Upstream(string, int, time.Duration) {}
 
-// Failure implements httpidem.Observer: the step's span says it.
+// Failure implements keyed.Observer: the step's span says it.
 func (observer) Failure(string) {}
 
 // Observers tells each of os (nil ones left out) what happened; nil when
 // none is left.
-func Observers(os ...httpidem.Observer) httpidem.Observer {
+func Observers(os ...keyed.Observer) keyed.Observer {
 	var all fanout
 	for _, o := range os {
 		if o != nil {
@@ -62,33 +62,33 @@ func Observers(os ...httpidem.Observer) httpidem.Observer {
 	return all
 }
 
-type fanout []httpidem.Observer
+type fanout []keyed.Observer
 
-// Request implements httpidem.Observer.
-func (f fanout) Request(o httpidem.Observation) {
+// Request implements keyed.Observer.
+func (f fanout) Request(o keyed.Observation) {
 	for _, x := range f {
 		x.Request(o)
 	}
 }
 
-// Upstream implements httpidem.Observer.
+// Upstream implements keyed.Observer.
 func (f fanout) Upstream(route string, status int, d time.Duration) {
 	for _, x := range f {
 		x.Upstream(route, status, d)
 	}
 }
 
-// Failure implements httpidem.Observer.
+// Failure implements keyed.Observer.
 func (f fanout) Failure(kind string) {
 	for _, x := range f {
 		x.Failure(kind)
 	}
 }
 
-// Routes implements httpidem.RouteObserver for those that are one.
+// Routes implements keyed.RouteObserver for those that are one.
 func (f fanout) Routes(names []string) {
 	for _, x := range f {
-		if ro, ok := x.(httpidem.RouteObserver); ok {
+		if ro, ok := x.(keyed.RouteObserver); ok {
 			ro.Routes(names)
 		}
 	}

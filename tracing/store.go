@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -18,7 +18,7 @@ import (
 // known, and its failure as the problem code it maps to (never an error's
 // text, which may quote what a client sent). The request's span takes the
 // operation's state, the last step's last.
-func (t *Tracing) Store(s httpidem.Store) httpidem.Store {
+func (t *Tracing) Store(s keyed.Store) keyed.Store {
 	if t == nil {
 		return s
 	}
@@ -26,11 +26,11 @@ func (t *Tracing) Store(s httpidem.Store) httpidem.Store {
 }
 
 type store struct {
-	s httpidem.Store
+	s keyed.Store
 	t *Tracing
 }
 
-var _ httpidem.Store = (*store)(nil)
+var _ keyed.Store = (*store)(nil)
 
 // internal is every step span's kind, built once: a start option is an
 // allocation per span otherwise.
@@ -113,10 +113,10 @@ func (s *store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 }
 
 // GetByKey's span names the tenant, never the key.
-func (s *store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+func (s *store) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
 	return step(ctx, s, "ledger.GetByKey", func(ctx context.Context) (*ledger.Operation, error) {
-		return s.s.GetByKey(ctx, tenant, key)
-	}, itself, AttrTenant.String(tenant))
+		return s.s.GetByKey(ctx, k)
+	}, itself, AttrTenant.String(k.Tenant))
 }
 
 func (s *store) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {

@@ -16,7 +16,8 @@ import (
 // with lease.
 func (fx *fixture) reserve(key, route string, lease time.Duration) ledger.Reservation {
 	fx.t.Helper()
-	r, err := fx.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: key, Route: route,
+	r, err := fx.store.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: route,
 		Target: "POST " + route, Fingerprint: "sha256:" + strings.Repeat("ab", 32), Lease: lease, Retention: time.Hour,
 		Actor: "test", Principal: "bot"})
 	if err != nil {

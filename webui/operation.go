@@ -71,7 +71,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 		u.storeFail(w, r, s, err, "operations")
 		return
 	}
-	if data.Effects, err = u.opts.Store.Effects(r.Context(), op.Tenant, op.Key); err != nil {
+	if data.Effects, err = u.opts.Store.Effects(r.Context(), op.OpKey()); err != nil {
 		u.storeFail(w, r, s, err, "operations")
 		return
 	}

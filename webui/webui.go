@@ -104,7 +104,7 @@ type Store interface {
 	List(ctx context.Context, p ledger.ListParams) (ledger.Page, error)
 	ListApprovals(ctx context.Context, p ledger.ApprovalListParams) (ledger.ApprovalPage, error)
 	History(ctx context.Context, id string) ([]ledger.Event, error)
-	Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error)
+	Effects(ctx context.Context, k ledger.OpKey) ([]*ledger.Effect, error)
 	ledger.AuditProofReader
 }
 

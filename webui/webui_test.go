@@ -216,7 +216,8 @@ func TestRolesDecideWhatShows(t *testing.T) {
 func (fx *fixture) unknownCapture(key string) *ledger.Operation {
 	fx.t.Helper()
 	r := fx.call("bot", "POST", "/v1/payment-intents/pi_7/capture", key, `{"amount":4200,"currency":"EUR"}`)
-	op, err := fx.store.GetByKey(context.Background(), "acme", key)
+	op, err := fx.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: key})
 	if err != nil || op.State != ledger.Unknown {
 		fx.t.Fatalf("capture: %d %s, operation %v %v", r.status, r.body, op, err)
 	}
@@ -335,7 +336,8 @@ func TestResolveAnActionWithItsResult(t *testing.T) {
 	t.Parallel()
 	fx := newFixture(t)
 	c := context.Background()
-	r, err := fx.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
+	r, err := fx.store.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindAction,
+		Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
 		Fingerprint: "sha256:bb", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +374,7 @@ func TestApprovalShowsItsHeaders(t *testing.T) {
 	fx := newFixture(t)
 	a := fx.pending(fx.call("bot", "POST", "/v1/services/api/deployments", "dep-headers", prod,
 		"X-Target-Cluster", "eu-1"))
-	if got := a.Headers.Get("X-Target-Cluster"); got != "eu-1" {
+	if got := http.Header(a.Headers).Get("X-Target-Cluster"); got != "eu-1" {
 		t.Fatalf("the approval keeps headers %v", a.Headers)
 	}
 	page := fx.signIn(t, "alice").get("/ui/approvals/" + a.ID)

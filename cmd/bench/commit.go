@@ -61,9 +61,9 @@ func postgresCommit(ctx context.Context, pool *pgxpool.Pool) (probe, error) {
 func stepCommit(store ledger.Store) probe {
 	ctx := context.Background()
 	return func(i int) error {
-		_, err := store.Reserve(ctx, ledger.ReserveParams{Tenant: "commit-probe", Key: fmt.Sprint("probe-", i, "-",
-			time.Now().UnixNano()), Route: "/probe", Fingerprint: "sha256:0", Lease: time.Minute,
-			Retention: time.Minute, Actor: "bench"})
+		_, err := store.Reserve(ctx, ledger.ReserveParams{Tenant: "commit-probe", Namespace: ledger.NamespaceClients,
+			Key: fmt.Sprint("probe-", i, "-", time.Now().UnixNano()), Kind: ledger.KindRoute, Route: "/probe",
+			Fingerprint: "sha256:0", Lease: time.Minute, Retention: time.Minute, Actor: "bench"})
 		return err
 	}
 }

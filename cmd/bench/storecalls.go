@@ -69,9 +69,9 @@ func (s countedStore) Get(ctx context.Context, id string) (*ledger.Operation, er
 	return s.Store.Get(ctx, id)
 }
 
-func (s countedStore) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+func (s countedStore) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
 	defer s.tally.since(callGetByKey, time.Now())
-	return s.Store.GetByKey(ctx, tenant, key)
+	return s.Store.GetByKey(ctx, k)
 }
 
 func (s countedStore) History(ctx context.Context, id string) ([]ledger.Event, error) {
@@ -79,9 +79,9 @@ func (s countedStore) History(ctx context.Context, id string) ([]ledger.Event, e
 	return s.Store.History(ctx, id)
 }
 
-func (s countedStore) Effects(ctx context.Context, tenant, key string) ([]*ledger.Effect, error) {
+func (s countedStore) Effects(ctx context.Context, k ledger.OpKey) ([]*ledger.Effect, error) {
 	defer s.tally.since(callEffects, time.Now())
-	return s.Store.Effects(ctx, tenant, key)
+	return s.Store.Effects(ctx, k)
 }
 
 func (s countedStore) GetApproval(ctx context.Context, id string) (*ledger.Approval, error) {

@@ -67,29 +67,34 @@ func newAuditStore(t *testing.T) *auditStore {
 // build writes the operations' stories and seals them.
 func (a *auditStore) build(t *testing.T) {
 	c := context.Background()
-	r := a.reserve(t, ledger.ReserveParams{Tenant: "acme", Key: "k-1", Fingerprint: a.disputedFP,
+	r := a.reserve(t, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "k-1", Fingerprint: a.disputedFP,
 		Lease: time.Hour, Principal: "agent-7", RunID: "run-A", TraceID: a.traceDisputed})
 	a.disputed = r.Op
 	must(t, ignore(a.s.Release(c, *r.Lease, ledger.Note{Reason: "upstream 429"})))
 	r = a.acquire(t, r.Op.ID, "run-B")
 	a.complete(t, r, ledger.Succeeded, 201, "T-1")
 
-	r = a.reserve(t, ledger.ReserveParams{Tenant: "acme", Key: "k-2", Fingerprint: a.failedFP,
+	r = a.reserve(t, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "k-2", Fingerprint: a.failedFP,
 		Principal: "agent-8", RunID: "run-C"})
 	a.failed = r.Op
 	a.complete(t, a.acquire(t, r.Op.ID, ""), ledger.Failed, 422, "")
 
-	r = a.reserve(t, ledger.ReserveParams{Tenant: "globex", Key: "k-3", Fingerprint: "sha256:cc", Lease: time.Hour})
+	r = a.reserve(t, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "globex", Key: "k-3", Fingerprint: "sha256:cc", Lease: time.Hour})
 	a.complete(t, r, ledger.Succeeded, 200, "G-1")
 	a.seal(t, a.signedSealer)
 
-	r = a.reserve(t, ledger.ReserveParams{Tenant: "acme", Key: "k-5", Fingerprint: "sha256:dd", Lease: time.Hour,
+	r = a.reserve(t, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "k-5", Fingerprint: "sha256:dd", Lease: time.Hour,
 		RunID: "run-D"})
 	a.partial = r.Op
 	a.seal(t, a.signedSealer)
 	must(t, ignore(a.s.MarkUnknown(c, *r.Lease, ledger.Note{Reason: "upstream_timeout"})))
 
-	r = a.reserve(t, ledger.ReserveParams{Tenant: "acme", Key: "k-4", Fingerprint: "sha256:ee", Lease: time.Hour,
+	r = a.reserve(t, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "k-4", Fingerprint: "sha256:ee", Lease: time.Hour,
 		RunID: "run-E"})
 	a.pending = r.Op
 	a.seal(t, a.unsignedSealer)

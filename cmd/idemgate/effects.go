@@ -22,10 +22,10 @@ func newEffectsCmd() *cobra.Command {
 }
 
 func newEffectsListCmd() *cobra.Command {
-	var dsn, tenant string
+	var dsn, tenant, namespace string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list OPERATION_KEY --tenant T --store DSN [--json]",
+		Use:   "list OPERATION_KEY --tenant T [--namespace N] --store DSN [--json]",
 		Short: "List an operation's effects in their order: state, attempts, reference, last error",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -34,7 +34,7 @@ func newEffectsListCmd() *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			es, err := s.Effects(cmd.Context(), tenant, args[0])
+			es, err := s.Effects(cmd.Context(), ledger.OpKey{Tenant: tenant, Namespace: namespace, Key: args[0]})
 			if err != nil {
 				return err
 			}
@@ -46,6 +46,7 @@ func newEffectsListCmd() *cobra.Command {
 	}
 	storeFlag(cmd, &dsn)
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the operation's tenant (required)")
+	cmd.Flags().StringVar(&namespace, "namespace", ledger.NamespaceClients, "the namespace of the operation's key")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	_ = cmd.MarkFlagRequired("tenant")
 	return cmd

@@ -218,7 +218,8 @@ func TestOps(t *testing.T) {
 		var ops []*ledger.Operation
 		var leases []*ledger.Lease
 		for i, tenant := range []string{"acme", "acme", "globex"} {
-			r, err := s.Reserve(c, ledger.ReserveParams{Tenant: tenant, Key: "k" + string(rune('a'+i)),
+			r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+				Tenant: tenant, Key: "k" + string(rune('a'+i)),
 				Route: "/v1/tickets", Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 			if err != nil {
 				t.Fatal(err)
@@ -281,7 +282,8 @@ func TestOps(t *testing.T) {
 		}
 		// An operation waiting for a human: show says which approval,
 		// and --json carries it whole, as the control API renders it.
-		waiting, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "deploy", Route: "/v1/deployments",
+		waiting, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "deploy", Route: "/v1/deployments",
 			Fingerprint: "sha256:bb", Retention: time.Hour, Actor: "gw", Approval: &ledger.ApprovalRequest{
 				Target: "POST /v1/deployments", Summary: "Deploy api to production", Command: []byte(`{}`),
 				RequestedBy: "agent", Approvers: []string{"approver"}, TTL: time.Hour, ValidFor: time.Hour}})

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,7 +19,8 @@ import (
 func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 	t.Helper()
 	c := context.Background()
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "POST /v1/payments",
+	r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: "POST /v1/payments",
 		Fingerprint: "sha256:aa", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
 			t.Fatalf("ops resolve with an answer: %v %+v", err, r)
 		}
 		got, err := s.Get(context.Background(), op.ID)
-		want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
+		want := map[string][]string{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
 		if err != nil || got.Response.Status != 201 || string(got.Response.Body) != body ||
 			!reflect.DeepEqual(got.Response.Header, want) {
 			t.Fatalf("stored: %+v %v", got.Response, err)
@@ -105,7 +105,8 @@ func TestOpsResolveAnActionsResult(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()
-		r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
+		r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindAction,
+			Tenant: "acme", Key: "mail-1", Route: contract.ActionRoute("mail.send"),
 			Fingerprint: "sha256:bb", Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 		if err != nil {
 			t.Fatal(err)

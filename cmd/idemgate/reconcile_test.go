@@ -34,7 +34,8 @@ func TestReconcileOnce(t *testing.T) {
 	defer up.Close()
 	config, db := probedConfig(t, t.TempDir(), up.URL, "")
 	s := dbtest.SQLiteAt(t, db)
-	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "cap-7",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Minute, Retention: time.Hour,
 		Actor: "gw", Probe: "GET /v1/intents/7"})
 	if err == nil {
@@ -74,7 +75,8 @@ func TestReconcileOnceSweepsAndSeals(t *testing.T) {
 	}
 	config, db := probedConfig(t, dir, up.URL, fmt.Sprintf("audit: {signing_key: %s, checkpoint_interval: 1h}\n", key))
 	s := dbtest.SQLiteAt(t, db)
-	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-8",
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "cap-8",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:aa", Lease: time.Millisecond,
 		Retention: time.Hour, Actor: "dead-gateway", Probe: "GET /v1/intents/8"})
 	s.Close()

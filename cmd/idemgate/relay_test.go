@@ -100,7 +100,8 @@ func TestRelayCommand(t *testing.T) {
 		t.Fatalf("effects table: %+v", table)
 	}
 	// The operation the effects belong to shows them in its view.
-	res, err := f.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "dossier_42:v5",
+	res, err := f.store.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "dossier_42:v5",
 		Route: "POST /v1/dossiers", Fingerprint: "sha256:ab", Retention: time.Hour, Actor: "test"})
 	if err != nil {
 		t.Fatal(err)

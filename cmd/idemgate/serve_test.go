@@ -360,7 +360,8 @@ func unknownCapture(t *testing.T, path string) string {
 	t.Helper()
 	s := dbtest.SQLiteAt(t, path)
 	defer s.Close() // before the gateway opens the file
-	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "cap-7",
+	r, err := s.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "cap-7",
 		Route: "POST /v1/intents/{id}/capture", Fingerprint: "sha256:" + strings.Repeat("a", 64), Lease: time.Minute,
 		Retention: time.Hour, Actor: "gw", Probe: "GET /v1/intents/7"})
 	if err == nil {

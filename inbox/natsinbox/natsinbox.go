@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/keyed"
 )
 
 // Source is a JetStream consumer's settings.
@@ -31,11 +32,27 @@ type Source struct {
 	// must capture it, or nothing is parked (the message is retried).
 	DeadLetter  string
 	Concurrency int
+	// Start is where the durable consumer starts when it is missing
+	// (created for the first time, or lost, or renamed).
+	Start inbox.Start
 	// AckWait is how long the server waits for an acknowledgement before
 	// it delivers a message again (default 30s); a delivery that takes
 	// longer tells the server it is still in progress.
 	AckWait time.Duration
 	Logger  *slog.Logger
+}
+
+// startAt sets a new durable's delivery policy where s says, from now.
+func startAt(s inbox.Start, cc *jetstream.ConsumerConfig, now time.Time) {
+	switch {
+	case s.All:
+		cc.DeliverPolicy = jetstream.DeliverAllPolicy
+	case s.New:
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	default:
+		at := now.Add(-s.Since)
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &at
+	}
 }
 
 // Connect opens a connection that retries its first connection and
@@ -72,6 +89,9 @@ func (s *Source) defaults() {
 	if s.AckWait <= 0 {
 		s.AckWait = 30 * time.Second
 	}
+	if s.Start == (inbox.Start{}) {
+		s.Start.Since = keyed.DefaultRetention
+	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -86,17 +106,20 @@ type runner struct {
 	wg  sync.WaitGroup
 }
 
-// consumer is the durable consumer, created if missing: the operator
-// makes the stream, idemgate its own consumer.
+// consumer is the durable consumer, created if missing, where Start
+// says: the operator makes the stream, idemgate its own consumer.
 func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := r.js.Consumer(ctx, r.src.Stream, r.src.Consumer)
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return cons, err
 	}
-	return r.js.CreateConsumer(ctx, r.src.Stream, jetstream.ConsumerConfig{Durable: r.src.Consumer,
-		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: r.src.Concurrency, AckWait: r.src.AckWait,
-		FilterSubject: r.src.Subject, MaxDeliver: -1, DeliverPolicy: jetstream.DeliverAllPolicy,
-		Description: "idemgate consumer " + r.c.Name})
+	cc := jetstream.ConsumerConfig{Durable: r.src.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		MaxAckPending: r.src.Concurrency, AckWait: r.src.AckWait, FilterSubject: r.src.Subject, MaxDeliver: -1,
+		Description: "idemgate consumer " + r.c.Name}
+	startAt(r.src.Start, &cc, time.Now())
+	r.src.Logger.Warn("durable consumer missing: created", slog.String("consumer", r.c.Name),
+		slog.String("durable", r.src.Consumer), slog.String("start", r.src.Start.String()))
+	return r.js.CreateConsumer(ctx, r.src.Stream, cc)
 }
 
 // consume hands each message to a worker, at most Concurrency at once,

@@ -55,7 +55,7 @@ func TestRelayPublishesToJetStream(t *testing.T) {
 			}
 		}
 		// The relay's repeat after a crash: the same effect, the same key.
-		again := pub.Send(ctx, enqueued[0], ledger.UpstreamKey("acme", enqueued[0].Key))
+		again := pub.Send(ctx, enqueued[0], enqueued[0].UpstreamKey())
 		if again.State != ledger.Succeeded {
 			t.Fatalf("repeated publish: %+v", again)
 		}
@@ -79,7 +79,8 @@ func TestRelayPublishesToJetStream(t *testing.T) {
 }
 
 func effectsOf(t *testing.T, s ledger.Store) []*ledger.Effect {
-	es, err := s.Effects(context.Background(), "acme", "order-7")
+	es, err := s.Effects(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: "order-7"})
 	if err != nil {
 		t.Fatal(err)
 	}

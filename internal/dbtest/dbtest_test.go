@@ -23,7 +23,8 @@ func TestEachOpensHandlesOnOneDatabase(t *testing.T) {
 		}
 		c := context.Background()
 		a, b := db.Open(t), db.Open(t)
-		r, err := a.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "POST /v1/x",
+		r, err := a.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "k", Route: "POST /v1/x",
 			Fingerprint: "sha256:aa", Lease: time.Minute, Retention: time.Hour, Actor: "t"})
 		if err != nil || !r.Created {
 			t.Fatalf("reserve on a new database: %+v %v", r, err)

@@ -34,9 +34,13 @@ type rule struct {
 type violation struct {
 	rule, why, pkg, imp string
 	via                 []string
+	linked              bool // a package outside the module, linked by some path
 }
 
 func (v violation) String() string {
+	if v.linked {
+		return fmt.Sprintf("rule %s (%s): %s links %s", v.rule, v.why, v.pkg, v.imp)
+	}
 	if len(v.via) > 2 {
 		return fmt.Sprintf("rule %s (%s): %s links %s (through %s)", v.rule, v.why, v.pkg, v.imp,
 			strings.Join(v.via, " -> "))
@@ -64,7 +68,7 @@ var wiresStores = map[string]string{
 // rules are docs/design.md's Layout as checks.
 var rules = []rule{
 	{id: "a", why: "domain at the centre: stores import ledger, never the reverse",
-		binds:  func(p string) bool { return within(p, "ledger") && !within(p, "ledger/storetest") },
+		binds:  domain,
 		forbid: func(_, imp string) bool { return !ledgerMay(imp) }},
 	{id: "b", why: "a store is an adapter: neither the other store nor anything built on it",
 		binds: func(p string) bool { return within(p, stores...) },
@@ -106,11 +110,58 @@ var rules = []rule{
 			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
 				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
 		}},
-	{id: "m", why: "the MCP proxy takes tool calls through the keyed write path; only cmd/ wires it to the gateway",
+	{id: "m", why: "the MCP proxy is the executor's adapter, never the HTTP one's; only cmd/ wires it to the gateway",
 		binds: func(p string) bool { return within(p, "mcpproxy") },
 		forbid: func(_, imp string) bool {
-			return within(imp, "gateway", "control", "webui", "maintain", "outbox", "store")
+			return within(imp, "httpidem", "gateway", "control", "webui", "maintain", "outbox", "store")
 		}},
+	{id: "o", why: "the keyed executor knows no transport and no surface: they are its adapters",
+		binds: func(p string) bool { return within(p, "keyed") },
+		forbid: func(_, imp string) bool {
+			return within(imp, "httpidem", "gateway", "mcpproxy", "inbox", "control", "webui", "maintain", "outbox",
+				"store", "cmd", "tracing", "metrics")
+		}},
+}
+
+// links maps each module package to every package outside the module
+// (the standard library's, a dependency's) that it links, by import path.
+type links map[string][]string
+
+// extRule is a constraint on what a module package links from outside the
+// module, through any path: go list's Deps, which the module graph does
+// not hold.
+type extRule struct {
+	id, why string
+	binds   func(pkg string) bool
+	forbid  func(imp string) bool
+}
+
+// domain is the ledger, without its conformance suite (a test helper).
+func domain(p string) bool { return within(p, "ledger") && !within(p, "ledger/storetest") }
+
+// extRules are the rules on what the module links from outside.
+var extRules = []extRule{
+	{id: "n", why: "the domain speaks no HTTP: an outcome is a neutral response each surface writes in its own terms",
+		binds:  domain,
+		forbid: func(imp string) bool { return imp == "net/http" }},
+}
+
+// checkLinks returns every linked package an extRule forbids.
+func checkLinks(l links, rules []extRule) []violation {
+	var vs []violation
+	for _, pkg := range slices.Sorted(maps.Keys(l)) {
+		for _, r := range rules {
+			if !r.binds(pkg) {
+				continue
+			}
+			for _, imp := range l[pkg] {
+				if r.forbid(imp) {
+					vs = append(vs, violation{rule: r.id, why: r.why, pkg: pkg, imp: imp, linked: true})
+				}
+			}
+		}
+	}
+	return vs
 }
 
 // celUsers are the packages that link cel-go (and so protobuf and antlr).
@@ -206,17 +257,26 @@ func chain(from map[string]string, pkg, imp string) []string {
 	return c
 }
 
-// load reads the module's graph of non-test imports with go list, run
-// from the module root so that ./... is the whole module.
-func load(t *testing.T) graph {
+// load reads the module's graph of non-test imports, and what each
+// package links from outside the module, with go list, run from the
+// module root so that ./... is the whole module.
+func load(t *testing.T) (graph, links) {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...")
+	cmd := exec.Command("go", "list", "-f",
+		`{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{"\t"}}{{range .Deps}} {{.}}{{end}}`, "./...")
 	cmd.Dir = moduleRoot(t)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr(err))
 	}
-	return parse(string(out))
+	var imports, deps strings.Builder
+	for line := range strings.Lines(string(out)) {
+		imp, dep, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		pkg, _, _ := strings.Cut(imp, " ")
+		imports.WriteString(imp + "\n")
+		deps.WriteString(pkg + dep + "\n")
+	}
+	return parse(imports.String()), parseLinks(deps.String())
 }
 
 func moduleRoot(t *testing.T) string {
@@ -239,7 +299,22 @@ func stderr(err error) []byte {
 // parse reads go list's lines (a package, then what it imports), keeping
 // the module's packages only.
 func parse(out string) graph {
-	g := graph{}
+	return parseLines(out, func(f string) (string, bool) { return strings.CutPrefix(f, module+"/") })
+}
+
+// parseLinks reads lines of a package and what it links, keeping, for
+// the module's packages, what they link from outside it.
+func parseLinks(out string) links {
+	return parseLines(out, func(f string) (string, bool) {
+		return f, f != module && !strings.HasPrefix(f, module+"/")
+	})
+}
+
+// parseLines reads go list's lines (a package, then the packages it
+// names), keeping the module's packages, and of what each names what keep
+// keeps, as keep renames it.
+func parseLines(out string, keep func(string) (string, bool)) map[string][]string {
+	g := map[string][]string{}
 	for line := range strings.Lines(out) {
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
@@ -251,7 +326,7 @@ func parse(out string) graph {
 		}
 		g[pkg] = []string{}
 		for _, f := range fields[1:] {
-			if imp, ok := strings.CutPrefix(f, module+"/"); ok {
+			if imp, ok := keep(f); ok {
 				g[pkg] = append(g[pkg], imp)
 			}
 		}
@@ -260,7 +335,7 @@ func parse(out string) graph {
 }
 
 func TestLayout(t *testing.T) {
-	g := load(t)
+	g, l := load(t)
 	// A graph read wrong (another module path, an empty list) would pass
 	// every rule, so the packages the rules are about must be in it.
 	for _, pkg := range []string{"ledger", "contract", "httpidem", "store/sqlite", "store/postgres", "cmd/idemgate"} {
@@ -268,7 +343,10 @@ func TestLayout(t *testing.T) {
 			t.Fatalf("go list found no package %s in %d packages: the graph was read wrong", pkg, len(g))
 		}
 	}
-	for _, v := range check(g, rules) {
+	if !slices.Contains(l["ledger"], "context") {
+		t.Fatalf("go list says ledger links %v, without context: the links were read wrong", l["ledger"])
+	}
+	for _, v := range append(check(g, rules), checkLinks(l, extRules)...) {
 		t.Error(v)
 	}
 }
@@ -286,8 +364,9 @@ func clean() graph {
 		"internal/dbtest":  {"internal/testenv", "store/sqlite"},
 		"store/sqlite":     {"ledger", "internal/steps"},
 		"store/postgres":   {"ledger", "internal/steps"},
-		"httpidem":         {"contract", "ledger"},
-		"metrics":          {"httpidem"},
+		"keyed":            {"contract", "ledger", "approval", "fingerprint"},
+		"httpidem":         {"keyed", "contract", "ledger"},
+		"metrics":          {"keyed"},
 		"gateway":          {"httpidem", "metrics"},
 		"control/client":   {"contract", "internal/jsonptr"},
 		"internal/opsapi":  {"httpidem", "store/sqlite"},
@@ -296,13 +375,13 @@ func clean() graph {
 		"control":          {"contract", "ledger", "approval"},
 		"webui":            {"control", "contract", "ledger", "approval"},
 		"outbox":           {"contract", "ledger"},
-		"inbox":            {"contract", "ledger"},
+		"inbox":            {"keyed", "contract", "ledger"},
 		"inbox/natsinbox":  {"inbox", "ledger"},
 		"inbox/amqpinbox":  {"inbox"},
 		"maintain":         {"audit"},
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 		"inbox/webhook":    {},
-		"mcpproxy":         {"httpidem", "approval", "contract", "fingerprint", "ledger"},
+		"mcpproxy":         {"keyed", "approval", "contract", "fingerprint", "ledger"},
 	}
 }
 
@@ -335,6 +414,9 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"mcpproxy", "gateway", "m", "mcpproxy", "gateway"},
 		{"mcpproxy", "store/sqlite", "m", "mcpproxy", "store/sqlite"},
 		{"httpidem", "mcpproxy", "f", "httpidem", "mcpproxy"},
+		{"mcpproxy", "httpidem", "m", "mcpproxy", "httpidem"},
+		{"keyed", "httpidem", "o", "keyed", "httpidem"},
+		{"keyed", "inbox", "o", "keyed", "inbox"},
 	} {
 		g := clean()
 		g[c.from] = append(g[c.from], c.to)
@@ -342,6 +424,22 @@ func TestRulesCatchViolations(t *testing.T) {
 		if !slices.ContainsFunc(vs, func(v violation) bool { return v.rule == c.rule && v.pkg == c.pkg && v.imp == c.imp }) {
 			t.Errorf("%s -> %s: want rule %s on %s importing %s, got %v", c.from, c.to, c.rule, c.pkg, c.imp, vs)
 		}
+	}
+}
+
+// The rules on what the module links from outside catch a domain that
+// links net/http, however it comes in (here through httptest), and
+// nothing else.
+func TestLinkRulesCatchViolations(t *testing.T) {
+	clean := links{"ledger": {"context", "net/textproto"}, "ledger/storetest": {"net/http"}, "httpidem": {"net/http"}}
+	if vs := checkLinks(clean, extRules); len(vs) != 0 {
+		t.Fatalf("the clean links violate %v", vs)
+	}
+	l := links{"ledger": {"context", "net/http/httptest", "net/http"}}
+	vs := checkLinks(l, extRules)
+	want := "rule n (" + extRules[0].why + "): ledger links net/http"
+	if len(vs) != 1 || vs[0].String() != want {
+		t.Errorf("got %v, want %q", vs, want)
 	}
 }
 

@@ -62,3 +62,19 @@ func Pending(all []Migration, applied map[int]bool) []Migration {
 	}
 	return out
 }
+
+// LoadThrough returns the migrations in dir up to the one named name,
+// included: the schema of the release that name ended, which an
+// upgrade's test starts from.
+func LoadThrough(fsys fs.FS, dir, name string) ([]Migration, error) {
+	all, err := Load(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range all {
+		if m.Name == name {
+			return all[:i+1], nil
+		}
+	}
+	return nil, fmt.Errorf("no migration %s", name)
+}

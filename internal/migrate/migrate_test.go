@@ -28,3 +28,14 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadThrough(t *testing.T) {
+	fsys := fstest.MapFS{"m/0001_a.sql": {Data: []byte("A")}, "m/0002_b.sql": {Data: []byte("B")},
+		"m/0003_c.sql": {Data: []byte("C")}}
+	if got, err := LoadThrough(fsys, "m", "0002_b.sql"); err != nil || len(got) != 2 || got[1].SQL != "B" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := LoadThrough(fsys, "m", "0004_d.sql"); err == nil {
+		t.Fatal("a migration that is not there")
+	}
+}

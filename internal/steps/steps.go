@@ -59,12 +59,13 @@ type Change struct {
 type Driver interface {
 	// Insert creates the operation p describes with the given id (and, for
 	// a leased reservation, owner token) and its first history row; it
-	// returns ErrGuard if (tenant, key) or a business or concurrency key is
-	// taken, as a *KeyTaken when it could read the key's operation at once.
+	// returns ErrGuard if (tenant, namespace, key) or a business or
+	// concurrency key is taken, as a *KeyTaken when it could read the
+	// key's operation at once.
 	Insert(ctx context.Context, id, token string, p ledger.ReserveParams) (*ledger.Operation, error)
-	// Existing reads the operation holding (tenant, key), and whether it is
-	// executing past its lease by the store's clock.
-	Existing(ctx context.Context, tenant, key string) (op *ledger.Operation, lapsed bool, err error)
+	// Existing reads the operation holding (tenant, namespace, key), and
+	// whether it is executing past its lease by the store's clock.
+	Existing(ctx context.Context, k ledger.OpKey) (op *ledger.Operation, lapsed bool, err error)
 	// Apply makes c, or returns ErrGuard. The operation it returns need not
 	// carry the stored response: the caller knows what it wrote.
 	Apply(ctx context.Context, c Change) (*ledger.Operation, error)
@@ -175,7 +176,7 @@ func Reserve(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Rese
 			return r, err
 		}
 	}
-	return ledger.Reservation{}, fmt.Errorf("reserve: key %q keeps vanishing", p.Key)
+	return ledger.Reservation{}, fmt.Errorf("reserve: key %q of %s keeps vanishing", p.Key, p.Namespace)
 }
 
 // created is the reservation of an operation this reservation created.
@@ -246,7 +247,7 @@ func holder(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reser
 // is expired first: it is never a free key. Then a different fingerprint is
 // refused, with the operation for the caller's problem response.
 func existing(ctx context.Context, d Driver, p ledger.ReserveParams) (ledger.Reservation, error) {
-	op, lapsed, err := d.Existing(ctx, p.Tenant, p.Key)
+	op, lapsed, err := d.Existing(ctx, p.OpKey())
 	if err != nil {
 		return ledger.Reservation{}, fmt.Errorf("reserve: read existing: %w", err)
 	}

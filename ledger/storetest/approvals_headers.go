@@ -16,7 +16,7 @@ import (
 func testApprovalHeaders(t *testing.T, b Backend) {
 	s := b.Fresh(t)
 	c := ctx(t)
-	sent := http.Header{"X-Target-Cluster": {"eu-1"}, "Accept": {"application/json", "text/plain"}}
+	sent := map[string][]string{"X-Target-Cluster": {"eu-1"}, "Accept": {"application/json", "text/plain"}}
 	p := ApprovalParams(Long, Long)
 	p.Approval.Headers = sent
 	r := reserve(t, s, p)

@@ -61,14 +61,14 @@ func testReserve(t *testing.T, b Backend) {
 		t.Fatalf("reserve only: %+v owned %v", prep.Op, prep.Owned())
 	}
 
-	byKey, err := s.GetByKey(c, p.Tenant, p.Key)
+	byKey, err := s.GetByKey(c, clientKey(p.Tenant, p.Key))
 	if err != nil || byKey.ID != op.ID {
 		t.Fatalf("get by key: %v %v", byKey, err)
 	}
 	if _, err := s.Get(c, "op_missing"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Errorf("get missing: %v", err)
 	}
-	if _, err := s.GetByKey(c, "acme", "missing"); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := s.GetByKey(c, clientKey("acme", "missing")); !errors.Is(err, ledger.ErrNotFound) {
 		t.Errorf("get by missing key: %v", err)
 	}
 	if err := s.Ping(c); err != nil {
@@ -113,6 +113,12 @@ func testValidation(t *testing.T, b Backend) {
 		"bad UTF-8 key":  func(p *ledger.ReserveParams) { p.Key = "k\xff" },
 		"NUL in key":     func(p *ledger.ReserveParams) { p.Key = "k\x00" },
 		"bad UTF-8 bkey": func(p *ledger.ReserveParams) { p.BusinessKey = "\xfe" },
+		"no namespace":   func(p *ledger.ReserveParams) { p.Namespace = "" },
+		"long namespace": func(p *ledger.ReserveParams) { p.Namespace = string(bytes.Repeat([]byte("n"), 256)) },
+		"NUL in ns":      func(p *ledger.ReserveParams) { p.Namespace = "consumer/\x00" },
+		"bad UTF-8 ns":   func(p *ledger.ReserveParams) { p.Namespace = "consumer/\xff" },
+		"no kind":        func(p *ledger.ReserveParams) { p.Kind = "" },
+		"unknown kind":   func(p *ledger.ReserveParams) { p.Kind = "queue" },
 	}
 	for name, mutate := range bad {
 		p := Params(Long)
@@ -179,7 +185,7 @@ func testTenants(t *testing.T, b Backend) {
 		t.Fatal("the same key in two tenants is one operation")
 	}
 	for tenant, want := range map[string]string{"acme": a.Op.ID, "globex": g.Op.ID} {
-		op, err := s.GetByKey(c, tenant, p.Key)
+		op, err := s.GetByKey(c, clientKey(tenant, p.Key))
 		if err != nil || op.ID != want || op.Tenant != tenant {
 			t.Fatalf("get by key in %s: %v %v", tenant, op, err)
 		}
@@ -215,7 +221,7 @@ func testStoredResponse(t *testing.T, b Backend) {
 		if r == nil || r.Status != 201 || !bytes.Equal(r.Body, body) || got.ResultRef != "T-1" {
 			t.Fatalf("stored response %+v", r)
 		}
-		if len(r.Header) != 3 || r.Header.Get("Location") != "/v1/tickets/T-1" || len(r.Header["Set-Cookie"]) != 2 {
+		if len(r.Header) != 3 || http.Header(r.Header).Get("Location") != "/v1/tickets/T-1" || len(r.Header["Set-Cookie"]) != 2 {
 			t.Fatalf("stored headers %v", r.Header)
 		}
 		if got.LeaseUntil != (time.Time{}) {

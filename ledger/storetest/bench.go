@@ -39,7 +39,8 @@ func benchKey() string { return fmt.Sprintf("bench-%d-%d", time.Now().UnixNano()
 
 // ledgerLifecycle is the common write path: reserve with a lease, complete.
 func ledgerLifecycle(c context.Context, s ledger.Store, key string) error {
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/v1/tickets",
+	r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: key, Route: "/v1/tickets",
 		Fingerprint: "sha256:5f1c0a", Lease: 30 * time.Second, Retention: Retention, Actor: "bench"})
 	if err != nil {
 		return err
@@ -91,7 +92,7 @@ func BenchReplay(b *testing.B, s ledger.Store, f Floor) {
 		rawKeys = append(rawKeys, k)
 	}
 	lookup := func(i int) error {
-		op, err := s.GetByKey(c, "acme", ledgerKeys[i%keys])
+		op, err := s.GetByKey(c, clientKey("acme", ledgerKeys[i%keys]))
 		if err == nil && (op.Response == nil || len(op.Response.Body) != len(benchResponse.Body)) {
 			err = fmt.Errorf("replay of %s lost its response", op.ID)
 		}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func testEffectsEnqueue(t *testing.T, b Backend) {
 	for i, e := range got {
 		if e.Key != in[i].OperationKey+"/"+in[i].Name || e.State != ledger.Prepared || e.Method != "POST" ||
 			e.Attempts != 0 || e.NextAt.IsZero() || !bytes.Equal(e.Body, in[i].Body) ||
-			e.Header.Get("Content-Type") != "application/json" || (i > 0 && e.Seq <= got[i-1].Seq) {
+			http.Header(e.Header).Get("Content-Type") != "application/json" || (i > 0 && e.Seq <= got[i-1].Seq) {
 			t.Fatalf("effect %d: %+v", i, e)
 		}
 	}
@@ -67,11 +68,11 @@ func testEffectsEnqueue(t *testing.T, b Backend) {
 			t.Fatalf("enqueued again: %s, want the one there, %s", again[i].ID, got[i].ID)
 		}
 	}
-	listed, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
+	listed, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey))
 	if err != nil || len(listed) != 3 || listed[0].ID != got[0].ID || listed[2].ID != got[2].ID {
 		t.Fatalf("effects: %v %v", listed, err)
 	}
-	if other, err := s.Effects(ctx(t), "globex", in[0].OperationKey); err != nil || len(other) != 0 {
+	if other, err := s.Effects(ctx(t), clientKey("globex", in[0].OperationKey)); err != nil || len(other) != 0 {
 		t.Fatalf("another tenant's effects: %v %v", other, err)
 	}
 	one, err := s.GetEffect(ctx(t), got[1].ID)
@@ -108,7 +109,7 @@ func testEffectsAllOrNothing(t *testing.T, b Backend) {
 	fresh := effectsOf(1, "crm")[0]
 	_, err := s.Enqueue(ctx(t), []ledger.EffectParams{fresh, changed})
 	wantErr(t, "a batch with a changed effect", err, ledger.ErrFingerprintMismatch)
-	if got, err := s.Effects(ctx(t), "acme", fresh.OperationKey); err != nil || len(got) != 0 {
+	if got, err := s.Effects(ctx(t), clientKey("acme", fresh.OperationKey)); err != nil || len(got) != 0 {
 		t.Fatalf("the batch's other effect was written: %v %v", got, err)
 	}
 }
@@ -129,7 +130,7 @@ func testEffectsInTx(t *testing.T, b Backend) {
 		if err := end(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
+		got, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey))
 		want := map[bool]int{false: 0, true: 2}[commit]
 		if err != nil || len(got) != want || b.Rows(t, s, in[0].OperationKey) != want/2 {
 			t.Fatalf("commit=%t: %d effects, %d rows, want %d effects (%v)", commit, len(got),
@@ -196,7 +197,7 @@ func testEffectsInOrder(t *testing.T, b Backend) {
 	if more := claimEffects(t, s, 10); len(more) != 0 {
 		t.Fatalf("claimed %s after a failed effect", more[0].Effect.Key)
 	}
-	all, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
+	all, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey))
 	if err != nil || all[0].Attempts != 1 || all[1].Attempts != 2 || all[3].State != ledger.Prepared || all[3].Attempts != 0 {
 		t.Fatalf("effects: %+v %v", all, err)
 	}
@@ -296,7 +297,7 @@ func testEffectsPurge(t *testing.T, b Backend) {
 		if _, err := s.Purge(ctx(t), 100); err != nil {
 			t.Fatal(err)
 		}
-		if left, err := s.Effects(ctx(t), "acme", in[0].OperationKey); err != nil || len(left) != want {
+		if left, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey)); err != nil || len(left) != want {
 			t.Fatalf("after purge: %d effects (%v), want %d", len(left), err, want)
 		}
 	}
@@ -320,7 +321,7 @@ func testEffectsPurge(t *testing.T, b Backend) {
 	if c := claimEffects(t, s, 10); len(c) != 0 {
 		t.Fatalf("the effect behind a purged failure was released: %s", c[0].Effect.Key)
 	}
-	if es, err := s.Effects(ctx(t), "acme", held[0].OperationKey); err != nil || len(es) != 2 {
+	if es, err := s.Effects(ctx(t), clientKey("acme", held[0].OperationKey)); err != nil || len(es) != 2 {
 		t.Fatalf("a failure holding an effect back was purged: %v %v", es, err)
 	}
 }
@@ -378,7 +379,7 @@ func testEffectsFailedResumes(t *testing.T, b Backend) {
 		}
 		result(t, s, c[0], ledger.EffectOutcome{State: ledger.Succeeded, Status: 201})
 	}
-	es, err := s.Effects(ctx(t), "acme", in[0].OperationKey)
+	es, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey))
 	if err != nil || es[0].Attempts != 1 || es[1].Attempts != 2 || es[2].Attempts != 1 {
 		t.Fatalf("attempts after the resume: %+v %v", es, err)
 	}
@@ -411,7 +412,7 @@ func testEffectsEnqueuedAtOnce(t *testing.T, b Backend) {
 		t.Fatalf("the second transaction did not wait for the first (%v)", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if es, err := s.Effects(ctx(t), "acme", in[0].OperationKey); err != nil || len(es) != 0 {
+	if es, err := s.Effects(ctx(t), clientKey("acme", in[0].OperationKey)); err != nil || len(es) != 0 {
 		t.Fatalf("effects seen before either transaction committed: %v %v", es, err)
 	}
 	if err := t1.Commit(); err != nil {

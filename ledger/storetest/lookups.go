@@ -23,8 +23,11 @@ func testLookups(t *testing.T, b Backend) {
 	op, _ := reach(t, s, ledger.Succeeded) // something to list, and to find by mistake
 	for _, v := range append(unholdable, op.ID+"\x00", op.Key+"\x00") {
 		reads := map[string]func() error{
-			"Get":         func() error { _, err := s.Get(c, v); return err },
-			"GetByKey":    func() error { _, err := s.GetByKey(c, "acme", v); return err },
+			"Get": func() error { _, err := s.Get(c, v); return err },
+			"GetByKey": func() error {
+				_, err := s.GetByKey(c, clientKey("acme", v))
+				return err
+			},
 			"GetApproval": func() error { _, err := s.GetApproval(c, v); return err },
 			"GetEffect":   func() error { _, err := s.GetEffect(c, v); return err },
 			"List": func() error {
@@ -42,7 +45,7 @@ func testLookups(t *testing.T, b Backend) {
 			}
 		}
 		h, err := s.History(c, v)
-		effects, effErr := s.Effects(c, "acme", v)
+		effects, effErr := s.Effects(c, clientKey("acme", v))
 		events, evErr := s.AuditEvents(c, ledger.AuditParams{Tenant: "acme", OperationID: v})
 		if len(h) != 0 || err != nil || len(effects) != 0 || effErr != nil || len(events) != 0 || evErr != nil {
 			t.Errorf("%q: history %v %v, effects %v %v, events %v %v; want none, as for an unknown one",

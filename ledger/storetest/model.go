@@ -32,19 +32,22 @@ func (op *modelOp) expire() { op.state, op.lapsed, op.owner = ledger.Unknown, fa
 // model is a few lines of obvious code that says what the store must do.
 type model struct {
 	s   ledger.Store
-	ops map[string]*modelOp // by key
+	ops map[ledger.OpKey]*modelOp
 }
 
 var (
-	modelKeys = []string{"k1", "k2"}
-	modelFPs  = []string{approvalFP, otherFP}
+	// modelKeys are two keys of the clients' namespace, and the first
+	// again in a consumer's: another operation, whatever the first does.
+	modelKeys = []ledger.OpKey{clientKey("acme", "k1"), clientKey("acme", "k2"),
+		{Tenant: "acme", Namespace: ledger.ConsumerNamespace("model"), Key: "k1"}}
+	modelFPs = []string{approvalFP, otherFP}
 )
 
 // testModel drives random call sequences against the store and the model
 // side by side, and compares every operation after every call.
 func testModel(t *testing.T, b Backend) {
 	rapid.Check(t, func(rt *rapid.T) {
-		m := &model{s: b.Fresh(t), ops: map[string]*modelOp{}}
+		m := &model{s: b.Fresh(t), ops: map[ledger.OpKey]*modelOp{}}
 		rt.Cleanup(func() { m.s.Close() })
 		rt.Repeat(map[string]func(*rapid.T){
 			"reserve":   m.reserve,
@@ -63,8 +66,8 @@ func testModel(t *testing.T, b Backend) {
 }
 
 // pick draws one of the operations that exist.
-func (m *model) pick(rt *rapid.T) (string, *modelOp) {
-	var keys []string
+func (m *model) pick(rt *rapid.T) (ledger.OpKey, *modelOp) {
+	var keys []ledger.OpKey
 	for _, k := range modelKeys {
 		if m.ops[k] != nil {
 			keys = append(keys, k)
@@ -91,8 +94,11 @@ func (m *model) reserve(rt *rapid.T) {
 	key := rapid.SampledFrom(modelKeys).Draw(rt, "key")
 	fp := rapid.SampledFrom(modelFPs).Draw(rt, "fp")
 	leased := rapid.Bool().Draw(rt, "leased")
-	p := ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r", Fingerprint: fp,
-		Retention: Retention, Actor: "model"}
+	p := ledger.ReserveParams{Tenant: key.Tenant, Namespace: key.Namespace, Key: key.Key, Kind: ledger.KindRoute,
+		Route: "/r", Fingerprint: fp, Retention: Retention, Actor: "model"}
+	if key.Namespace != ledger.NamespaceClients {
+		p.Kind = ledger.KindConsumer
+	}
 	lapsing := false
 	if leased {
 		var l ledger.ReserveParams
@@ -107,7 +113,7 @@ func (m *model) reserve(rt *rapid.T) {
 	op := m.ops[key]
 	if op == nil {
 		if err != nil || !res.Created || res.Op.State != p.State() || res.Owned() != leased ||
-			(res.Op.Approval != nil) != (p.Approval != nil) {
+			(res.Op.Approval != nil) != (p.Approval != nil) || res.Op.OpKey() != key || res.Op.Kind != p.Kind {
 			rt.Fatalf("new reserve: %+v %v", res, err)
 		}
 		op = &modelOp{id: res.Op.ID, fp: fp, state: p.State(), lapsed: lapsing}
@@ -124,7 +130,7 @@ func (m *model) reserve(rt *rapid.T) {
 	if op.state == ledger.Executing && op.lapsed {
 		op.expire()
 	}
-	if res.Op == nil || res.Op.ID != op.id || res.Created || res.Owned() {
+	if res.Op == nil || res.Op.ID != op.id || res.Created || res.Owned() || res.Op.OpKey() != key {
 		rt.Fatalf("reserve of an existing key: %+v", res)
 	}
 	if fp != op.fp {
@@ -297,12 +303,12 @@ func (m *model) check(rt *rapid.T) {
 		rt.Fatalf("list: %d operations, model %d, err %v", len(page.Operations), len(m.ops), err)
 	}
 	for key, want := range m.ops {
-		got, err := m.s.GetByKey(ctx(rt), "acme", key)
+		got, err := m.s.GetByKey(ctx(rt), key)
 		if err != nil {
 			rt.Fatalf("get %s: %v", key, err)
 		}
 		if got.ID != want.id || got.State != want.state || got.Fence != want.fence || got.Attempts != want.attempts ||
-			got.Fingerprint != want.fp {
+			got.Fingerprint != want.fp || got.OpKey() != key {
 			rt.Fatalf("%s: store %s fence %d attempts %d; model %s fence %d attempts %d",
 				key, got.State, got.Fence, got.Attempts, want.state, want.fence, want.attempts)
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func testProbeVerdicts(t *testing.T, b Backend) {
 	}
 	got, _ := s.Get(c, a.ID)
 	if got.Response == nil || string(got.Response.Body) != string(answer.Body) || got.ResultRef != "pi_1" ||
-		got.Response.Header.Get("Idempotency-Reconciled") != "true" {
+		http.Header(got.Response.Header).Get("Idempotency-Reconciled") != "true" {
 		t.Fatalf("the stored replay: %+v", got)
 	}
 	if h := events(t, s, a.ID); h[len(h)-1] != "resolved unknown>succeeded "+ledger.ActorReconciler {

@@ -52,7 +52,8 @@ func Child(open func(ctx context.Context, dsn string) (ledger.Store, error)) {
 			go func() {
 				defer wg.Done()
 				key := fmt.Sprintf("proc-key-%d", k)
-				r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r",
+				r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+					Tenant: "acme", Key: key, Route: "/r",
 					Fingerprint: "sha256:aaaa", Lease: Long, Retention: Retention, Actor: fmt.Sprint("pid-", os.Getpid())})
 				mu.Lock()
 				defer mu.Unlock()

@@ -70,6 +70,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("RaceReserve", inParallel(b, testRaceReserve))
 	t.Run("RaceTwoHandles", inParallel(b, testRaceTwoHandles))
 	t.Run("RaceCompleteVsExpiry", inParallel(b, testRaceCompleteVsExpiry))
+	runNamespaces(t, b)
 	runApprovals(t, b)
 	runAuditLog(t, b)
 	t.Run("Stats", inParallel(b, testStats))
@@ -105,9 +106,15 @@ var seq atomic.Int64
 func Params(lease time.Duration) ledger.ReserveParams {
 	n := seq.Add(1)
 	return ledger.ReserveParams{
-		Tenant: "acme", Key: fmt.Sprintf("key-%d", n), Route: "/v1/tickets",
+		Tenant: "acme", Namespace: ledger.NamespaceClients, Key: fmt.Sprintf("key-%d", n), Kind: ledger.KindRoute,
+		Route:       "/v1/tickets",
 		Fingerprint: "sha256:aaaa", Lease: lease, Retention: Retention, Actor: "test-gateway",
 	}
+}
+
+// clientKey is the identity of a tenant's key in its clients' namespace.
+func clientKey(tenant, key string) ledger.OpKey {
+	return ledger.OpKey{Tenant: tenant, Namespace: ledger.NamespaceClients, Key: key}
 }
 
 // ctx returns a context for one call of a test (or of a rapid check).

@@ -123,7 +123,7 @@ func testTxRollback(t *testing.T, b Backend) {
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.GetByKey(ctx(t), op.Tenant, op.Key)
+	_, err := s.GetByKey(ctx(t), clientKey(op.Tenant, op.Key))
 	wantErr(t, "get after rollback", err, ledger.ErrNotFound)
 	if n := b.Rows(t, s, op.ID); n != 0 {
 		t.Fatalf("%d business rows after rollback", n)
@@ -132,7 +132,7 @@ func testTxRollback(t *testing.T, b Backend) {
 	if err != nil || len(events) != 0 {
 		t.Fatalf("audit events after rollback: %v %v", events, err)
 	}
-	again := reserve(t, s, ledger.ReserveParams{Tenant: op.Tenant, Key: op.Key, Route: op.Route,
+	again := reserve(t, s, ledger.ReserveParams{Tenant: op.Tenant, Namespace: op.Namespace, Key: op.Key, Kind: op.Kind, Route: op.Route,
 		Fingerprint: op.Fingerprint, Lease: Long, Retention: Retention, Actor: "test"})
 	if again.Op.ID == op.ID {
 		t.Fatal("the rolled-back operation came back")

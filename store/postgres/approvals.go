@@ -26,9 +26,9 @@ func us(param string) string { return param + `::bigint * interval '1 microsecon
 var reserveApprovalSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, fence, business_key,
 		concurrency_key, retention_us, created_at, updated_at, expires_at, approval_id, approval_status,
-		approval_expires_at, principal, target, run_id, trace_id, probe)
+		approval_expires_at, principal, target, run_id, trace_id, probe, namespace, kind)
 	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + ` + us("$8") + `,
-		$10, 'pending', statement_timestamp() + ` + us("$11") + `, $19, $20, $21, $22, $23)
+		$10, 'pending', statement_timestamp() + ` + us("$11") + `, $19, $20, $21, $22, $23, $25, $26)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -42,7 +42,7 @@ var reserveApprovalSQL = `WITH ins AS (
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
 SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
-	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+	FROM idem_operations WHERE tenant = $2 AND namespace = $25 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // decideSQL decides a pending approval, guarded by everything a decision
 // must match, and reflects it on the operation: granted, the approval's
@@ -139,7 +139,8 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 	}, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, nullable(p.BusinessKey),
 		nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, a.ID, micros(a.TTL), a.Target, a.Summary,
 		string(a.Command), a.Reversible, a.RequestedBy, a.Approvers, micros(a.ValidFor), nullable(p.Principal),
-		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe), steps.HeaderText(a.Headers))
+		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe), steps.HeaderText(a.Headers),
+		p.Namespace, string(p.Kind))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard

@@ -18,7 +18,7 @@ import (
 const auditColumns = `id, coalesce(seq, -1), tenant, at, kind, coalesce(operation_id, ''), coalesce(principal, ''),
 	coalesce(run_id, ''), coalesce(trace_id, ''), coalesce(key, ''), coalesce(fingerprint, ''), coalesce(route, ''),
 	coalesce(target, ''), coalesce(from_state, ''), coalesce(to_state, ''), coalesce(actor, ''), coalesce(reason, ''),
-	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, '')`
+	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, ''), coalesce(namespace, '')`
 
 // scanEvent reads one row of auditColumns.
 func scanEvent(r pgx.CollectableRow) (audit.Event, error) {
@@ -26,7 +26,7 @@ func scanEvent(r pgx.CollectableRow) (audit.Event, error) {
 	var kind string
 	err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &e.At, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
 		&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
-		&e.ResultRef, &e.ResponseSHA256)
+		&e.ResultRef, &e.ResponseSHA256, &e.Namespace)
 	e.Kind = audit.Kind(kind)
 	return e, err
 }
@@ -120,9 +120,10 @@ func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64)
 // recordSQL writes events recorded apart from a transition, in one
 // statement over arrays.
 const recordSQL = `INSERT INTO idem_audit_events (tenant, at, kind, operation_id, principal, run_id, trace_id, key,
-	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256)
+	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256, namespace)
 SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::text[], $16::text[])`
+	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::text[], $16::text[],
+	$17::text[])`
 
 // RecordEvents implements ledger.Store.
 func (s *Store) RecordEvents(ctx context.Context, events []audit.Event) error {
@@ -142,11 +143,14 @@ func (s *Store) RecordEvents(ctx context.Context, events []audit.Event) error {
 			cols[j] = append(cols[j], nullable(v))
 		}
 	}
-	sums := make([]*string, len(events))
+	sums, namespaces := make([]*string, len(events)), make([]*string, len(events))
 	for i, e := range events {
 		sums[i] = nullable(e.ResponseSHA256)
+		if e.Namespace != audit.ClientsNamespace { // kept as NULL, as before namespaces
+			namespaces[i] = nullable(e.Namespace)
+		}
 	}
 	_, err := s.pool.Exec(ctx, recordSQL, cols[0], at, cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7],
-		cols[8], cols[9], cols[10], cols[11], status, cols[12], sums)
+		cols[8], cols[9], cols[10], cols[11], status, cols[12], sums, namespaces)
 	return mapErr("record events", err)
 }

@@ -126,7 +126,7 @@ func TestOneBadStepSparesItsBatch(t *testing.T) {
 	if _, err := s.Reserve(c, waiting); err != nil { // prepared, no approval: it does not hold the group
 		t.Fatal(err)
 	}
-	prep, err := s.GetByKey(c, "acme", "waiting")
+	prep, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: "waiting"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,14 +161,14 @@ func TestOneBadStepSparesItsBatch(t *testing.T) {
 	if locked != 1 || ok != 1 {
 		t.Fatalf("locked %d, ok %d", locked, ok)
 	}
-	if _, err := s.GetByKey(c, "acme", "good"); err != nil {
+	if _, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: "good"}); err != nil {
 		t.Fatalf("the good step of a failed batch: %v", err)
 	}
 }
 
 func params(key string) ledger.ReserveParams {
-	return ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r", Fingerprint: "f", Lease: time.Hour,
-		Retention: time.Hour, Actor: "gw"}
+	return ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute, Tenant: "acme", Key: key,
+		Route: "/r", Fingerprint: "f", Lease: time.Hour, Retention: time.Hour, Actor: "gw"}
 }
 
 // TestBlockedStepRunsAlone: a step that waits on a row lock past lockWait
@@ -201,8 +201,9 @@ func TestBlockedStepRunsAlone(t *testing.T) {
 // TestMergedStepsAnswerEachStep: reservations and completions queued
 // behind a blocked batch run as one statement of each kind, and each step
 // is answered as if alone: a key reserved twice in the batch is created
-// once and found once; each completion stores its own answer; a stale
-// owner among them is refused, and changes nothing.
+// once and found once, each with its kind and namespace; each completion
+// stores its own answer; a stale owner among them is refused, and changes
+// nothing.
 func TestMergedStepsAnswerEachStep(t *testing.T) {
 	c := context.Background()
 	var sent sqlLog
@@ -242,7 +243,9 @@ func TestMergedStepsAnswerEachStep(t *testing.T) {
 	}()
 	for i := range 5 {
 		go func() {
-			r, err := s.Reserve(c, params(fmt.Sprint("new-", i%4))) // new-0 twice
+			p := params(fmt.Sprint("new-", i%4)) // new-0 twice
+			p.Kind, p.Namespace = ledger.KindConsumer, ledger.ConsumerNamespace("billing")
+			r, err := s.Reserve(c, p)
 			answers <- answer{i: 6 + i, r: r, err: err}
 		}()
 	}
@@ -263,8 +266,8 @@ func TestMergedStepsAnswerEachStep(t *testing.T) {
 				t.Fatalf("a stale owner's completion among merged ones: %v", a.err)
 			}
 		default:
-			if a.err != nil {
-				t.Fatalf("reservation %d: %v", a.i, a.err)
+			if a.err != nil || a.r.Op.Kind != ledger.KindConsumer || a.r.Op.Namespace != "consumer/billing" {
+				t.Fatalf("reservation %d: %+v %v", a.i, a.r.Op, a.err)
 			}
 			if a.r.Created {
 				created[a.r.Op.Key]++
@@ -283,7 +286,7 @@ func TestMergedStepsAnswerEachStep(t *testing.T) {
 	if op, err := s.Get(c, stale.OpID); err != nil || op.State != ledger.Executing {
 		t.Fatalf("the stale owner's operation: %+v %v", op, err)
 	}
-	if !sent.contains("FROM input ORDER BY tenant, key") ||
+	if !sent.contains("FROM input ORDER BY tenant, namespace, key") ||
 		!sent.contains("UPDATE idem_operations o SET") {
 		t.Fatal("the reservations and the completions were not merged")
 	}

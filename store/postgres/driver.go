@@ -15,7 +15,7 @@ import (
 
 // reserveSQL inserts the operation and its first history row in one
 // statement. ON CONFLICT DO NOTHING makes the unique constraints the
-// arbiters, (tenant, key) first, then the business and concurrency keys: of
+// arbiters, (tenant, namespace, key) first, then the business and concurrency keys: of
 // concurrent reservations exactly one inserts, and the others (having
 // waited for its commit) insert nothing. When nothing is inserted, the same
 // statement returns the key's operation if its snapshot sees it (a replay in
@@ -23,10 +23,10 @@ import (
 var reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-		principal, target, run_id, trace_id, probe)
+		principal, target, run_id, trace_id, probe, namespace, kind)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
 		CASE WHEN $9::bigint > 0 THEN statement_timestamp() + $9::bigint * interval '1 microsecond' END,
-		$10, $11, $12::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19)
+		$10, $11, $12::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19, $20, $21)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -35,12 +35,12 @@ var reserveSQL = `WITH ins AS (
 SELECT true, ` + opColumns + `, false FROM ins
 UNION ALL
 SELECT false, ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
-	FROM idem_operations WHERE tenant = $2 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
+	FROM idem_operations WHERE tenant = $2 AND namespace = $20 AND key = $3 AND NOT EXISTS (SELECT 1 FROM ins)`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the database's clock.
 const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < statement_timestamp())
-	FROM idem_operations WHERE tenant = $1 AND key = $2`
+	FROM idem_operations WHERE tenant = $1 AND namespace = $2 AND key = $3`
 
 // transitionSQL builds the one statement that makes a transition: a
 // conditional UPDATE guarded by the source state (and, for owner steps, the
@@ -176,7 +176,8 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 		return err
 	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
 		nullable(p.BusinessKey), nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, reason,
-		nullable(p.Principal), nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe))
+		nullable(p.Principal), nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe),
+		p.Namespace, string(p.Kind))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard
@@ -188,9 +189,9 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	return op, nil
 }
 
-func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
+func (d driver) Existing(ctx context.Context, k ledger.OpKey) (*ledger.Operation, bool, error) {
 	var lapsed bool
-	op, err := scanOp(scanExtra{d.read(ctx, existingSQL, tenant, key), &lapsed})
+	op, err := scanOp(scanExtra{d.read(ctx, existingSQL, k.Tenant, k.Namespace, k.Key), &lapsed})
 	return op, lapsed, mapErr("read existing", err)
 }
 

@@ -16,14 +16,15 @@ import (
 // effectColumns is the column list every effect statement returns, in
 // scanEffect's order.
 const effectColumns = `seq, id, tenant, op_key, name, key, target, method, path, headers, body, fingerprint, state,
-	attempts, fence, lease_until, next_at, status, result_ref, last_error, resolved_by, note, created_at, updated_at`
+	attempts, fence, lease_until, next_at, status, result_ref, last_error, resolved_by, note, created_at, updated_at,
+	namespace`
 
 // insertEffectSQL writes a new effect, prepared and due now, unless its
 // derived key is taken (by a concurrent transaction too: it waits for that
 // one's end).
 const insertEffectSQL = `INSERT INTO idem_effects (id, tenant, op_key, name, key, target, method, path, headers,
-	body, fingerprint, state, retention_us, next_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'prepared', $12, statement_timestamp(), statement_timestamp(), statement_timestamp())
+	body, fingerprint, state, retention_us, next_at, created_at, updated_at, namespace)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'prepared', $12, statement_timestamp(), statement_timestamp(), statement_timestamp(), $13)
 ON CONFLICT (tenant, key) DO NOTHING
 RETURNING ` + effectColumns
 
@@ -45,11 +46,11 @@ func (d driver) InsertEffect(ctx context.Context, id string, p ledger.EffectPara
 		return nil, errors.New("insert effect: outside a transaction")
 	}
 	if _, err := d.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
-		p.Tenant+"\n"+p.OperationKey); err != nil {
+		p.Tenant+"\n"+p.Namespace+"\n"+p.OperationKey); err != nil {
 		return nil, mapErr("insert effect: lock its operation", err)
 	}
 	e, err := scanEffect(d.read(ctx, insertEffectSQL, id, p.Tenant, p.OperationKey, p.Name, p.Key(), p.Target, p.Method,
-		p.Path, headers, body, fingerprint, micros(p.Retention)))
+		p.Path, headers, body, fingerprint, micros(p.Retention), p.Namespace))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -85,7 +86,7 @@ WHERE state = 'executing' AND lease_until < statement_timestamp()`
 	SELECT e.seq FROM idem_effects e
 	WHERE e.state IN ('prepared', 'unknown') AND e.next_at <= statement_timestamp() AND e.target = ANY($3)
 		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
-			AND b.seq < e.seq AND b.state <> 'succeeded')
+			AND b.namespace = e.namespace AND b.seq < e.seq AND b.state <> 'succeeded')
 	ORDER BY e.next_at, e.seq LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )
@@ -211,12 +212,12 @@ func (s *Store) ResolveEffect(ctx context.Context, p ledger.EffectResolveParams)
 }
 
 // Effects implements ledger.Store.
-func (s *Store) Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error) {
-	if !ledger.Holdable(tenant, operationKey) {
+func (s *Store) Effects(ctx context.Context, k ledger.OpKey) ([]*ledger.Effect, error) {
+	if !ledger.Holdable(k.Tenant, k.Namespace, k.Key) {
 		return nil, nil // as for any key it does not hold
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = $1 AND op_key = $2
-		ORDER BY seq`, tenant, operationKey)
+		AND namespace = $3 ORDER BY seq`, k.Tenant, k.Key, k.Namespace)
 	if err != nil {
 		return nil, mapErr("effects", err)
 	}
@@ -239,7 +240,7 @@ func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error
 const purgeEffectsSQL = `WITH due AS (
 	SELECT e.seq FROM idem_effects e WHERE e.state IN ('succeeded', 'failed') AND e.expires_at < statement_timestamp()
 		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
-			AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
+			AND b.namespace = e.namespace AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
 	ORDER BY e.expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ), gone AS (
@@ -258,7 +259,7 @@ func scanEffect(row pgx.Row) (*ledger.Effect, error) {
 	)
 	err := row.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OperationKey, &e.Name, &e.Key, &e.Target, &e.Method, &e.Path, &headers,
 		&e.Body, &e.Fingerprint, &state, &e.Attempts, &e.Fence, &leaseUntil, &nextAt, &status, &resultRef, &lastError,
-		&by, &note, &e.CreatedAt, &e.UpdatedAt)
+		&by, &note, &e.CreatedAt, &e.UpdatedAt, &e.Namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package postgres
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/idemgate/idemgate/audit"
+)
 
 // recorded is the INSERT of the audit events of the transitions in src (a
 // CTE returning operation columns), from and to being SQL expressions of
@@ -10,17 +14,18 @@ func recorded(src, from, to, at, actor, reason string) string {
 	r := strings.NewReplacer("{src}", src, "{from}", from, "{to}", to, "{at}", at, "{actor}", actor, "{reason}", reason)
 	return r.Replace(`INSERT INTO idem_audit_events (tenant, at, kind, operation_id, key, fingerprint, route,
 		from_state, to_state, actor, reason, upstream_status, result_ref, principal, run_id, trace_id, target,
-		response_sha256)
+		response_sha256, namespace)
 	SELECT {src}.tenant, {at}, ` + kindSQL + `, {src}.id, {src}.key, {src}.fingerprint, {src}.route,
 		{from}, {to}, {actor}, {reason},
 		CASE WHEN {to} IN ('succeeded', 'failed') THEN {src}.response_status END, {src}.result_ref,
 		{src}.principal, {src}.run_id, {src}.trace_id, {src}.target,
-		CASE WHEN {to} IN ('succeeded', 'failed') THEN {src}.response_sha256 END`)
+		CASE WHEN {to} IN ('succeeded', 'failed') THEN {src}.response_sha256 END,
+		nullif({src}.namespace, '` + audit.ClientsNamespace + `')`)
 }
 
 // eventContext is the operation columns recorded() reads besides those of
 // opColumns, for statements that return fewer, qualified by o.
-const eventContext = `o.principal, o.run_id, o.trace_id, o.target, o.response_sha256`
+const eventContext = `o.principal, o.run_id, o.trace_id, o.target, o.response_sha256, o.namespace`
 
 // kindSQL names a transition's event by its move (audit.Kind).
 const kindSQL = `CASE

@@ -26,6 +26,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.migrate(ctx, all)
+}
+
+// migrate applies what of all is pending: all of the embedded
+// migrations, or the first of them, the schema of an earlier release
+// (an upgrade's test).
+func (s *Store) migrate(ctx context.Context, all []migrate.Migration) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrationLockClass, s.schema); err != nil {
 			return mapErr("migrate: lock", err)

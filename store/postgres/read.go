@@ -19,12 +19,12 @@ func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 }
 
 // GetByKey implements ledger.Store.
-func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
-	if err := ledger.Lookup("get by key", tenant, key); err != nil {
+func (s *Store) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
+	if err := k.Lookup("get by key"); err != nil {
 		return nil, err
 	}
-	op, err := scanOp(s.pool.QueryRow(ctx,
-		`SELECT `+opColumns+` FROM idem_operations WHERE tenant = $1 AND key = $2`, tenant, key))
+	op, err := scanOp(s.pool.QueryRow(ctx, `SELECT `+opColumns+` FROM idem_operations
+		WHERE tenant = $1 AND namespace = $2 AND key = $3`, k.Tenant, k.Namespace, k.Key))
 	return op, mapErr("get by key", err)
 }
 

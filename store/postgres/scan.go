@@ -16,7 +16,7 @@ import (
 const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, lease_until,
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
-	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe`
+	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe, namespace, kind`
 
 // opColumnsNoBody returns the same columns without the stored response's
 // headers and body, for statements that wrote them and need not read them
@@ -27,7 +27,7 @@ var opColumnsNoBody = strings.Replace(opColumns, "response_headers, response_bod
 func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	var (
 		op                          ledger.Operation
-		state                       string
+		state, kind                 string
 		leaseUntil, approvalExpires *time.Time
 		businessKey, concurrencyKey *string
 		approvalID, approvalStatus  *string
@@ -40,11 +40,12 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	err := row.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
 		&respStatus, &respHeaders, &respBody, &resultRef, &lastError,
-		&op.CreatedAt, &op.UpdatedAt, &op.ExpiresAt, &principal, &target, &runID, &traceID, &sum, &probe)
+		&op.CreatedAt, &op.UpdatedAt, &op.ExpiresAt, &principal, &target, &runID, &traceID, &sum, &probe,
+		&op.Namespace, &kind)
 	if err != nil {
 		return nil, err
 	}
-	op.State = ledger.State(state)
+	op.State, op.Kind = ledger.State(state), ledger.Kind(kind)
 	op.LeaseUntil = deref(leaseUntil)
 	op.BusinessKey, op.ConcurrencyKey = deref(businessKey), deref(concurrencyKey)
 	op.ResultRef, op.LastError = deref(resultRef), deref(lastError)

@@ -16,7 +16,7 @@ import (
 const auditColumns = `id, coalesce(seq, -1), tenant, at, kind, coalesce(operation_id, ''), coalesce(principal, ''),
 	coalesce(run_id, ''), coalesce(trace_id, ''), coalesce(key, ''), coalesce(fingerprint, ''), coalesce(route, ''),
 	coalesce(target, ''), coalesce(from_state, ''), coalesce(to_state, ''), coalesce(actor, ''), coalesce(reason, ''),
-	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, '')`
+	coalesce(upstream_status, 0), coalesce(result_ref, ''), coalesce(response_sha256, ''), coalesce(namespace, '')`
 
 func scanEvent(r *sql.Rows) (audit.Event, error) {
 	var e audit.Event
@@ -24,7 +24,7 @@ func scanEvent(r *sql.Rows) (audit.Event, error) {
 	var kind string
 	err := r.Scan(&e.ID, &e.Seq, &e.Tenant, &at, &kind, &e.OperationID, &e.Principal, &e.RunID, &e.TraceID,
 		&e.Key, &e.Fingerprint, &e.Route, &e.Target, &e.From, &e.To, &e.Actor, &e.Reason, &e.UpstreamStatus,
-		&e.ResultRef, &e.ResponseSHA256)
+		&e.ResultRef, &e.ResponseSHA256, &e.Namespace)
 	e.At, e.Kind = fromMicro(at), audit.Kind(kind)
 	return e, err
 }
@@ -139,8 +139,8 @@ func (s *Store) AuditHashes(ctx context.Context, tenant string, indexes []int64)
 
 // recordSQL writes one event recorded apart from a transition.
 const recordSQL = `INSERT INTO idem_audit_events (tenant, at, kind, operation_id, principal, run_id, trace_id, key,
-	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	fingerprint, route, target, actor, reason, upstream_status, result_ref, response_sha256, namespace)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // RecordEvents implements ledger.Store, as one step of the writer: the
 // events ride in the next group commit.
@@ -154,13 +154,22 @@ func (s *Store) RecordEvents(ctx context.Context, events []audit.Event) error {
 			if _, err := q.ExecContext(ctx, recordSQL, e.Tenant, e.At.UnixMicro(), string(e.Kind), null(e.OperationID),
 				null(e.Principal), null(e.RunID), null(e.TraceID), null(e.Key), null(e.Fingerprint), null(e.Route),
 				null(e.Target), null(e.Actor), null(e.Reason), nullStatus(e.UpstreamStatus), null(e.ResultRef),
-				null(e.ResponseSHA256)); err != nil {
+				null(e.ResponseSHA256), eventNamespace(e.Namespace)); err != nil {
 				return struct{}{}, err
 			}
 		}
 		return struct{}{}, nil
 	})
 	return mapErr("record events", err)
+}
+
+// eventNamespace is how an event's namespace is kept: NULL for the
+// clients' (or none), as events of before namespaces have it.
+func eventNamespace(ns string) any {
+	if ns == audit.ClientsNamespace {
+		return nil
+	}
+	return null(ns)
 }
 
 // nullStatus is a status, 0 being none.

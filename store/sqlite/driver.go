@@ -17,22 +17,22 @@ import (
 // has millisecond resolution.
 const nowUS = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
 
-// reserveSQL inserts the operation unless (tenant, key), its business key
+// reserveSQL inserts the operation unless (tenant, namespace, key), its business key
 // or its concurrency key is taken: the unique constraints are the arbiters. The insert trigger writes the history row in
 // the same statement. ?9 is the lease in microseconds (0: reserve only) and
 // ?12 the retention.
 const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token,
 	fence, lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-	last_actor, last_reason, principal, target, run_id, trace_id, probe)
+	last_actor, last_reason, principal, target, run_id, trace_id, probe, namespace, kind)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN ` + nowUS + ` + ?9 END, ?10, ?11, ?12,
-	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
 ON CONFLICT DO NOTHING
 RETURNING created_at, lease_until, expires_at`
 
 // existingSQL reads the operation that holds a key, and whether its lease has
 // lapsed by the store's clock.
 const existingSQL = `SELECT ` + opColumns + `, (state = 'executing' AND lease_until < ` + nowUS + `)
-	FROM idem_operations WHERE tenant = ? AND key = ?`
+	FROM idem_operations WHERE tenant = ? AND namespace = ? AND key = ?`
 
 // transitionSQL builds the conditional UPDATE that makes a transition,
 // guarded by the source state (and, for owner steps, the owner token and
@@ -124,8 +124,8 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	var leaseUntil sql.NullInt64
 	err := queryRow(ctx, d.q, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
 		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
-		p.Actor, reason, null(p.Principal), null(p.Target), null(p.RunID), null(p.TraceID), null(p.Probe)).Scan(&created,
-		&leaseUntil, &expires)
+		p.Actor, reason, null(p.Principal), null(p.Target), null(p.RunID), null(p.TraceID), null(p.Probe),
+		p.Namespace, string(p.Kind)).Scan(&created, &leaseUntil, &expires)
 	switch {
 	case errors.Is(err, errNoRows):
 		return nil, steps.ErrGuard
@@ -139,7 +139,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 // free-space floor: an existing key is answered as usual (a replay needs
 // no space), a new one is refused before anything is written.
 func (d driver) belowFloor(ctx context.Context, p ledger.ReserveParams) error {
-	op, lapsed, err := d.Existing(ctx, p.Tenant, p.Key)
+	op, lapsed, err := d.Existing(ctx, p.OpKey())
 	switch {
 	case err == nil:
 		return &steps.KeyTaken{Op: op, Lapsed: lapsed}
@@ -149,9 +149,9 @@ func (d driver) belowFloor(ctx context.Context, p ledger.ReserveParams) error {
 	return err
 }
 
-func (d driver) Existing(ctx context.Context, tenant, key string) (*ledger.Operation, bool, error) {
+func (d driver) Existing(ctx context.Context, k ledger.OpKey) (*ledger.Operation, bool, error) {
 	var lapsed bool
-	op, err := scanOp(scanExtra{queryRow(ctx, d.q, existingSQL, tenant, key), &lapsed})
+	op, err := scanOp(scanExtra{queryRow(ctx, d.q, existingSQL, k.Tenant, k.Namespace, k.Key), &lapsed})
 	return op, lapsed, mapErr("read existing", err)
 }
 

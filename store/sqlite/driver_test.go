@@ -100,7 +100,8 @@ func testStore(t *testing.T, opts Options) (*Store, ledger.Reservation) {
 	if err := s.Migrate(c); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
+	r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+		Tenant: "acme", Key: "k", Route: "/r", Fingerprint: "f",
 		Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,13 +14,14 @@ import (
 // effectColumns is the column list every effect statement returns, in
 // scanEffect's order.
 const effectColumns = `seq, id, tenant, op_key, name, key, target, method, path, headers, body, fingerprint, state,
-	attempts, fence, lease_until, next_at, status, result_ref, last_error, resolved_by, note, created_at, updated_at`
+	attempts, fence, lease_until, next_at, status, result_ref, last_error, resolved_by, note, created_at, updated_at,
+	namespace`
 
 // insertEffectSQL writes a new effect, prepared and due now, unless its
 // derived key is taken.
 const insertEffectSQL = `INSERT INTO idem_effects (id, tenant, op_key, name, key, target, method, path, headers,
-	body, fingerprint, state, retention_us, next_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'prepared', ?12, ` + nowUS + `, ` + nowUS + `, ` + nowUS + `)
+	body, fingerprint, state, retention_us, next_at, created_at, updated_at, namespace)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'prepared', ?12, ` + nowUS + `, ` + nowUS + `, ` + nowUS + `, ?13)
 ON CONFLICT (tenant, key) DO NOTHING
 RETURNING ` + effectColumns
 
@@ -37,7 +38,7 @@ func (d driver) InsertEffect(ctx context.Context, id string, p ledger.EffectPara
 		body = []byte{}
 	}
 	e, err := scanEffect(queryRow(ctx, d.q, insertEffectSQL, id, p.Tenant, p.OperationKey, p.Name, p.Key(), p.Target,
-		p.Method, p.Path, headers, body, fingerprint, p.Retention.Microseconds()))
+		p.Method, p.Path, headers, body, fingerprint, p.Retention.Microseconds(), p.Namespace))
 	if errors.Is(err, errNoRows) {
 		return nil, steps.ErrGuard
 	}
@@ -67,7 +68,7 @@ WHERE seq IN (SELECT e.seq FROM idem_effects e
 	WHERE e.state IN ('prepared', 'unknown') AND e.next_at <= ` + nowUS + `
 		AND e.target IN (SELECT value FROM json_each(?3))
 		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
-			AND b.seq < e.seq AND b.state <> 'succeeded')
+			AND b.namespace = e.namespace AND b.seq < e.seq AND b.state <> 'succeeded')
 	ORDER BY e.next_at, e.seq LIMIT ?4)
 RETURNING ` + effectColumns + `, owner_token, lease_until`
 )
@@ -181,14 +182,14 @@ func (s *Store) ResolveEffect(ctx context.Context, p ledger.EffectResolveParams)
 }
 
 // Effects implements ledger.Store.
-func (s *Store) Effects(ctx context.Context, tenant, operationKey string) ([]*ledger.Effect, error) {
+func (s *Store) Effects(ctx context.Context, k ledger.OpKey) ([]*ledger.Effect, error) {
 	var out []*ledger.Effect
-	err := s.each(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = ? AND op_key = ? ORDER BY seq`,
-		[]any{tenant, operationKey}, func(r *sql.Rows) error {
-			e, err := scanEffect(r)
-			out = append(out, e)
-			return err
-		})
+	err := s.each(ctx, `SELECT `+effectColumns+` FROM idem_effects WHERE tenant = ? AND op_key = ? AND namespace = ?
+		ORDER BY seq`, []any{k.Tenant, k.Key, k.Namespace}, func(r *sql.Rows) error {
+		e, err := scanEffect(r)
+		out = append(out, e)
+		return err
+	})
 	return out, mapErr("effects", err)
 }
 
@@ -204,7 +205,7 @@ func (s *Store) GetEffect(ctx context.Context, id string) (*ledger.Effect, error
 const purgeEffectsSQL = `DELETE FROM idem_effects WHERE seq IN (SELECT e.seq FROM idem_effects e
 	WHERE e.state IN ('succeeded', 'failed') AND e.expires_at < ` + nowUS + `
 		AND NOT EXISTS (SELECT 1 FROM idem_effects b WHERE b.tenant = e.tenant AND b.op_key = e.op_key
-			AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
+			AND b.namespace = e.namespace AND b.seq > e.seq AND b.state NOT IN ('succeeded', 'failed'))
 	ORDER BY e.expires_at LIMIT ?1)`
 
 func scanEffect(r row) (*ledger.Effect, error) {
@@ -218,7 +219,7 @@ func scanEffect(r row) (*ledger.Effect, error) {
 	)
 	err := r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OperationKey, &e.Name, &e.Key, &e.Target, &e.Method, &e.Path, &headers,
 		&e.Body, &e.Fingerprint, &state, &e.Attempts, &e.Fence, &leaseUntil, &nextAt, &status, &resultRef, &lastError,
-		&by, &note, &created, &updated)
+		&by, &note, &created, &updated, &e.Namespace)
 	if err != nil {
 		return nil, err
 	}

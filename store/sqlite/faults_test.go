@@ -54,7 +54,7 @@ func TestFullDisk(t *testing.T) {
 	s.Close()
 	s = open(t, path, sqlite.Options{MinFree: -1}) // what is on disk, not in this process
 	for _, key := range kept {
-		op, err := s.GetByKey(c, "acme", key)
+		op, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: key})
 		if err != nil {
 			t.Fatalf("acknowledged reservation %s lost: %v", key, err)
 		}
@@ -63,7 +63,8 @@ func TestFullDisk(t *testing.T) {
 		}
 	}
 	for _, key := range refused {
-		if op, err := s.GetByKey(c, "acme", key); !errors.Is(err, ledger.ErrNotFound) {
+		if op, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: key}); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("refused reservation %s exists: %+v, %v", key, op, err)
 		}
 	}
@@ -102,7 +103,8 @@ func TestFreeSpaceFloor(t *testing.T) {
 	}
 	free()
 	waitReady(t, s)
-	if _, err := s.GetByKey(c, "acme", p.Key); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: p.Key}); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the key refused below the floor was reserved: %v", err)
 	}
 	storetest.Reserved(t, s)
@@ -124,7 +126,8 @@ func TestReadOnlyFile(t *testing.T) {
 	wantUnavailable(t, "ping on a read-only file", s.Ping(c))
 	undo()
 	waitReady(t, s)
-	if _, err := s.GetByKey(c, "acme", p.Key); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := s.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: p.Key}); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the key refused on a read-only file was reserved: %v", err)
 	}
 	storetest.Reserved(t, s)

@@ -22,7 +22,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = step(s, ctx, durable, func(ctx context.Context, d driver) (struct{}, error) {
+	return s.migrate(ctx, all)
+}
+
+// migrate applies what of all is pending: all of the embedded
+// migrations, or the first of them, the schema of an earlier release
+// (an upgrade's test).
+func (s *Store) migrate(ctx context.Context, all []migrate.Migration) error {
+	_, err := step(s, ctx, durable, func(ctx context.Context, d driver) (struct{}, error) {
 		return struct{}{}, migrateOn(ctx, d.q.(*writeConn).conn, all, s.now())
 	})
 	return err

@@ -14,8 +14,11 @@ func (s *Store) Get(ctx context.Context, id string) (*ledger.Operation, error) {
 }
 
 // GetByKey implements ledger.Store.
-func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
-	op, err := scanOp(queryRow(ctx, s.reads, selectByKeySQL, tenant, key))
+func (s *Store) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
+	if err := k.Lookup("get by key"); err != nil {
+		return nil, err
+	}
+	op, err := scanOp(queryRow(ctx, s.reads, selectByKeySQL, k.Tenant, k.Namespace, k.Key))
 	return op, mapErr("get by key", err)
 }
 

@@ -15,12 +15,13 @@ import (
 const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, lease_until,
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
-	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe`
+	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe,
+	namespace, kind`
 
 // The two lookups of one operation.
 const (
 	selectByIDSQL  = `SELECT ` + opColumns + ` FROM idem_operations WHERE id = ?`
-	selectByKeySQL = `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND key = ?`
+	selectByKeySQL = `SELECT ` + opColumns + ` FROM idem_operations WHERE tenant = ? AND namespace = ? AND key = ?`
 )
 
 // opColumnsNoBody returns the same columns without the stored response's
@@ -32,7 +33,7 @@ var opColumnsNoBody = strings.Replace(opColumns, "response_headers, response_bod
 func scanOp(r row) (*ledger.Operation, error) {
 	var (
 		op                                      ledger.Operation
-		state                                   string
+		state, kind                             string
 		leaseUntil, approvalExpires, respStatus sql.NullInt64
 		businessKey, concurrencyKey             sql.NullString
 		approvalID, approvalStatus              sql.NullString
@@ -45,11 +46,11 @@ func scanOp(r row) (*ledger.Operation, error) {
 	err := r.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
 		&respStatus, &respHeaders, &respBody, &resultRef, &lastError, &created, &updated, &expires,
-		&principal, &target, &runID, &traceID, &sum, &probe)
+		&principal, &target, &runID, &traceID, &sum, &probe, &op.Namespace, &kind)
 	if err != nil {
 		return nil, err
 	}
-	op.State = ledger.State(state)
+	op.State, op.Kind = ledger.State(state), ledger.Kind(kind)
 	op.LeaseUntil = micro(leaseUntil)
 	op.BusinessKey, op.ConcurrencyKey = businessKey.String, concurrencyKey.String
 	op.ResultRef, op.LastError = resultRef.String, lastError.String

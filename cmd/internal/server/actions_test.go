@@ -88,6 +88,7 @@ func TestActionReserveCompleteReplay(t *testing.T) {
 		g := decodeGrant(t, first)
 		if first.status != 201 || g.Lease.Token == "" || g.Lease.Fence != 1 || g.Operation.State != ledger.Executing ||
 			g.Operation.Route != "action:support.reply.send" || g.Operation.Target != "ACTION support.reply.send" ||
+			g.Operation.Kind != ledger.KindAction || g.Operation.Namespace != ledger.NamespaceClients ||
 			first.header.Get("Idempotency-Operation") != g.Operation.ID || first.header.Get("Cache-Control") != "no-store" {
 			t.Fatalf("reserve: %d %v %s", first.status, first.header, first.body)
 		}

@@ -41,7 +41,7 @@ func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbo
 	if k.Source.NATS != "" {
 		return natsinbox.Run(ctx, natsinbox.Source{URL: k.Source.NATS, Stream: k.Source.Stream,
 			Consumer: k.Source.Consumer, Subject: k.Source.Subject, DeadLetter: k.DeadLetter.Subject,
-			Concurrency: k.Concurrency, AckWait: 2 * k.Lease, Logger: log}, c)
+			Concurrency: k.Concurrency, Start: k.StartAt(), AckWait: 2 * k.Lease, Logger: log}, c)
 	}
 	return amqpinbox.Run(ctx, amqpinbox.Source{URL: k.Source.AMQP, Queue: k.Source.Queue,
 		Exchange: k.DeadLetter.Exchange, RoutingKey: k.DeadLetter.RoutingKey, Concurrency: k.Concurrency,

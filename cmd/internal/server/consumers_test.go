@@ -66,11 +66,14 @@ consumers:
 		if n := up.count("/v1/tickets"); n != 1 {
 			t.Fatalf("%d effects, want 1", n)
 		}
-		if key := up.lastHeaders().Get("Idempotency-Key"); key != "acme:evt-1" {
+		// The consumer's namespace goes upstream with the key: never a
+		// client's key evt-1, nor another consumer's.
+		if key := up.lastHeaders().Get("Idempotency-Key"); key != "acme~consumer/billing~evt-1" {
 			t.Fatalf("the upstream saw key %q", key)
 		}
 		op, err := store.Get(ctx, first.OpID)
-		if err != nil || op.Tenant != "acme" || op.Route != "consumer:billing" || op.Key != "evt-1" {
+		if err != nil || op.Tenant != "acme" || op.Route != "consumer:billing" || op.Key != "evt-1" ||
+			op.Kind != ledger.KindConsumer || op.Namespace != ledger.ConsumerNamespace("billing") {
 			t.Fatalf("operation %+v %v", op, err)
 		}
 		if h, err := store.History(ctx, op.ID); err != nil || len(h) == 0 {
@@ -79,7 +82,7 @@ consumers:
 		// Applied, and the answer lost: unknown, which is acknowledged (it
 		// waits for reconciliation in the ledger, not in the queue).
 		lost, err := s.Deliverer("lossy").Deliver(ctx, inbox.Delivery{Key: "pay-1", Body: []byte(`{"amount":1}`)})
-		if err != nil || lost.State != ledger.Unknown || inbox.Decide(lost).Verdict != inbox.Ack {
+		if err != nil || lost.State != ledger.Unknown || inbox.Decide(lost).Verdict != inbox.Park {
 			t.Fatalf("a lost answer: %+v %v", lost, err)
 		}
 		rec := httptest.NewRecorder()

@@ -18,7 +18,8 @@ func TestControlAPIEffects(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "dossier_42:v5")
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "plain")
-		op, err := e.store.GetByKey(context.Background(), "acme", "dossier_42:v5")
+		op, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "dossier_42:v5"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -401,7 +401,8 @@ func TestLostResponseIsUnknownAndNeverResent(t *testing.T) {
 		if retry.status != 409 || code(retry) != "outcome_unknown" {
 			t.Fatalf("retry: %+v", retry)
 		}
-		op, _ := e.store.GetByKey(context.Background(), "acme", "pay-1")
+		op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "pay-1"})
 		if op.State != ledger.Unknown || op.LastError != "upstream_reset" || e.up.count("/v1/lost") != 1 {
 			t.Fatalf("operation %s (%s), %d effects", op.State, op.LastError, e.up.count("/v1/lost"))
 		}
@@ -412,7 +413,8 @@ func TestTimeoutAfterSendingIsUnknown(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		r := e.do("POST", "/v1/slow", "agent-token", `{}`, "Idempotency-Key", "slow-1")
-		op, _ := e.store.GetByKey(context.Background(), "acme", "slow-1")
+		op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "slow-1"})
 		if r.status != 504 || code(r) != "outcome_unknown" || op.State != ledger.Unknown || op.LastError != "upstream_timeout" {
 			t.Fatalf("timeout: %+v, operation %s %s", r, op.State, op.LastError)
 		}
@@ -428,7 +430,8 @@ func TestNothingSentIsReleased(t *testing.T) {
 				t.Fatalf("attempt %d: %+v", i, r)
 			}
 		}
-		op, _ := e.store.GetByKey(context.Background(), "acme", "down-1")
+		op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "down-1"})
 		if op.State != ledger.Prepared || op.Attempts != 2 || op.LastError != "upstream_unreachable" {
 			t.Fatalf("after two dial errors: %s, %d attempts, %s", op.State, op.Attempts, op.LastError)
 		}
@@ -443,7 +446,8 @@ func TestUnknownIsResentWhereTheUpstreamHonoursTheKey(t *testing.T) {
 			t.Fatalf("first: %+v", first)
 		}
 		retry := e.do("POST", "/v1/honours", "agent-token", `{}`, "Idempotency-Key", "dedup-1")
-		op, _ := e.store.GetByKey(context.Background(), "acme", "dedup-1")
+		op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "dedup-1"})
 		if retry.status != 201 || retry.body != `{"id":"H-1"}` || op.State != ledger.Succeeded || op.Attempts != 2 {
 			t.Fatalf("re-sent: %+v, operation %s after %d attempts", retry, op.State, op.Attempts)
 		}
@@ -467,12 +471,12 @@ func TestUpstreamKey(t *testing.T) {
 		{"globex", "task-42", "globex:task-42"},
 		{"acme", long, "sha256:"},
 	} {
-		got := gateway.UpstreamKey(c.tenant, c.key)
+		got := ledger.UpstreamKey(c.tenant, ledger.NamespaceClients, c.key)
 		if !strings.HasPrefix(got, c.want) || len(got) > 255 {
 			t.Errorf("UpstreamKey(%q, %d chars) = %q", c.tenant, len(c.key), got)
 		}
 	}
-	if gateway.UpstreamKey("acme", long) == gateway.UpstreamKey("globex", long) {
+	if ledger.UpstreamKey("acme", ledger.NamespaceClients, long) == ledger.UpstreamKey("globex", ledger.NamespaceClients, long) {
 		t.Error("a long key must stay tenant-scoped")
 	}
 }
@@ -482,7 +486,8 @@ func TestControlAPI(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		e.do("POST", "/v1/lost", "agent-token", `{}`, "Idempotency-Key", "lost-1")
 		e.do("POST", "/v1/tickets", "agent-token", `{}`, "Idempotency-Key", "ok-1")
-		lost, _ := e.store.GetByKey(context.Background(), "acme", "lost-1")
+		lost, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "lost-1"})
 
 		r := e.do("GET", "/_idem/v1/operations/"+lost.ID, "agent-token", "")
 		var v contract.View
@@ -590,7 +595,8 @@ func TestRoutePoliciesThroughTheGateway(t *testing.T) {
 			t.Fatalf("business key: %+v %+v", a, b)
 		}
 		// concurrency_key: a second live deployment to one environment.
-		if _, err := e.store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "acme", Key: "running",
+		if _, err := e.store.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "running",
 			Route: "POST /v1/policy/deploys", Fingerprint: "sha256:x", ConcurrencyKey: "production", Lease: time.Hour,
 			Retention: time.Hour, Actor: "other-gateway"}); err != nil {
 			t.Fatal(err)
@@ -638,12 +644,14 @@ func TestBackgroundSweepAndPurge(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, e *env) {
 		c := context.Background()
-		lapsing, err := e.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "crashed", Route: "POST /v1/tickets",
+		lapsing, err := e.store.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "crashed", Route: "POST /v1/tickets",
 			Fingerprint: "sha256:x", Lease: time.Millisecond, Retention: time.Hour, Actor: "dead-gateway"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		old, err := e.store.Reserve(c, ledger.ReserveParams{Tenant: "acme", Key: "old", Route: "POST /v1/tickets",
+		old, err := e.store.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "acme", Key: "old", Route: "POST /v1/tickets",
 			Fingerprint: "sha256:x", Lease: time.Hour, Retention: time.Millisecond, Actor: "gw"})
 		if err != nil {
 			t.Fatal(err)

@@ -135,7 +135,8 @@ func TestSlowClientsAreCutWhileOthersAreServed(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	_, err := s.store.GetByKey(context.Background(), "acme", "stalled")
+	_, err := s.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: "stalled"})
 	if n := s.up.count("/v1/tickets"); n != served || !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("%d legitimate requests, %d effects; a stalled body's key: %v", served, n, err)
 	}

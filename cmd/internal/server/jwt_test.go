@@ -14,6 +14,7 @@ import (
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/idp"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // jwtEnv is a gateway with auth.jwt trusting p (its tenant in the claim
@@ -97,7 +98,8 @@ func TestJWTPrincipals(t *testing.T) {
 			static.header.Get("Idempotent-Replayed") != "true" || e.up.count("/v1/tickets") != 1 {
 			t.Fatalf("first %+v again %+v static %+v, %d effects", first, again, static, e.up.count("/v1/tickets"))
 		}
-		op, err := e.store.GetByKey(context.Background(), "acme", "k-1")
+		op, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "k-1"})
 		if err != nil || op.Principal != "jwt:alice" {
 			t.Fatalf("operation %+v, %v", op, err)
 		}

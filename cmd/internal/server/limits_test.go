@@ -88,7 +88,8 @@ func TestStoredBudget(t *testing.T) {
 
 func wantNoOperation(t *testing.T, e *env, tenant, key string) {
 	t.Helper()
-	if op, err := e.store.GetByKey(context.Background(), tenant, key); !errors.Is(err, ledger.ErrNotFound) {
+	if op, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: tenant, Namespace: ledger.NamespaceClients,
+		Key: key}); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("%s/%s was reserved: %+v, %v", tenant, key, op, err)
 	}
 }

@@ -19,8 +19,8 @@ func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
 	for _, c := range sn.cfg.MCPServers {
 		servers = append(servers, mcpServer(c))
 	}
-	return mcpproxy.New(mcpproxy.Options{Servers: servers, DataPlane: sn.gw.DataPlane(), Caller: gateway.CallerOf,
-		Store: s.store, Logger: s.log, Tracer: s.tracing.Tracer(), ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
+	return mcpproxy.New(mcpproxy.Options{Servers: servers, Executor: sn.gw.Executor(), Caller: gateway.CallerOf,
+		Logger: s.log, Tracer: s.tracing.Tracer(), ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
 }
 
 // mcpServer is one configured server as the proxy takes it.
@@ -28,7 +28,7 @@ func mcpServer(c *gateway.MCPServerConfig) mcpproxy.Server {
 	tools := make(map[string]mcpproxy.Tool, len(c.Tools))
 	for name, t := range c.Tools {
 		tools[name] = mcpproxy.Tool{Guard: t.Guard, BusinessKey: t.BusinessKey, ConcurrencyKey: t.ConcurrencyKey,
-			Retention: t.Retention, Lease: t.Lease, Approval: t.Policy}
+			Retention: t.Retention, Lease: t.Lease, Approval: t.Policy, MaxResult: int64(t.MaxResult)}
 	}
 	return mcpproxy.Server{Name: c.Name, Command: c.Command, URL: c.URL, Headers: c.Headers, Timeout: c.Timeout,
 		Tools: tools}

@@ -146,7 +146,8 @@ func benchReplays(b *testing.B, url string) {
 func benchCommit(b *testing.B, store ledger.Store, complete bool) {
 	prefix := ledger.NewID() + "-" // each run its own keys: b.N restarts at 0
 	for i := range b.N {
-		res, err := store.Reserve(context.Background(), ledger.ReserveParams{Tenant: "floor", Key: prefix + strconv.Itoa(i),
+		res, err := store.Reserve(context.Background(), ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute,
+			Tenant: "floor", Key: prefix + strconv.Itoa(i),
 			Route: "POST /floor", Fingerprint: "sha256:00", Lease: 30e9, Retention: 3600e9, ID: ledger.NewID(), Token: ledger.NewToken(),
 			Actor: "bench"})
 		if err != nil {

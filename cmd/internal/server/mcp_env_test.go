@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // mcpcounter builds the reference MCP server once per test binary.
@@ -67,6 +68,13 @@ func newMCPEnv(t *testing.T, db dbtest.DB, more string) *mcpEnv {
 	e := newEnv(t, db.Open(t), db.DSN, fmt.Sprintf(mcpServersTemplate, counterBinary(t), effects, more))
 	t.Cleanup(e.g.Close) // stops the servers the proxy started
 	return &mcpEnv{env: e, effects: effects}
+}
+
+// intentKey is the identity of the operation of an intent sent to the
+// tickets server's tool by a principal of tenant.
+func intentKey(tenant, tool, principal, intent string) ledger.OpKey {
+	return ledger.OpKey{Tenant: tenant, Namespace: ledger.MCPNamespace("tickets"),
+		Key: contract.MCPIntentKey(tool, principal, intent)}
 }
 
 // forEachMCPStore runs test on a proxy on a new store of each kind.

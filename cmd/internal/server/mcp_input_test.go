@@ -188,7 +188,7 @@ func TestMCPMetricsAndAudit(t *testing.T) {
 		if !strings.Contains(text, `route="mcp:tickets/create_ticket"`) {
 			t.Fatal("no metrics labelled mcp:tickets/create_ticket")
 		}
-		op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/create_ticket/agent/m")
+		op, err := e.store.GetByKey(context.Background(), intentKey("acme", "create_ticket", "agent", "m"))
 		if err != nil || op.Target != "MCP tickets/create_ticket" || op.Principal != "agent" {
 			t.Fatalf("the operation: %+v %v", op, err)
 		}

@@ -26,7 +26,7 @@ func TestMCPUpstreamDiesMidCall(t *testing.T) {
 		if codeOf(died) != contract.CodeOutcomeUnknown || !strings.Contains(textOf(died), "Do not retry") {
 			t.Fatalf("a call whose server died: %+v %s", died, textOf(died))
 		}
-		op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/die/agent/doomed")
+		op, err := e.store.GetByKey(context.Background(), intentKey("acme", "die", "agent", "doomed"))
 		if err != nil || op.State != ledger.Unknown {
 			t.Fatalf("the operation: %+v %v", op, err)
 		}
@@ -88,8 +88,8 @@ func TestMCPFailures(t *testing.T) {
 				t.Fatalf("a JSON-RPC error: %v", err)
 			}
 		}
-		for _, key := range []string{"mcp/tickets/fail/agent/f", "mcp/tickets/rpc_error/agent/r"} {
-			if op, err := e.store.GetByKey(context.Background(), "acme", key); err != nil || op.State != ledger.Failed {
+		for _, key := range []ledger.OpKey{intentKey("acme", "fail", "agent", "f"), intentKey("acme", "rpc_error", "agent", "r")} {
+			if op, err := e.store.GetByKey(context.Background(), key); err != nil || op.State != ledger.Failed {
 				t.Fatalf("%s: %+v %v", key, op, err)
 			}
 		}
@@ -112,7 +112,7 @@ func TestMCPUnguardedAndMeta(t *testing.T) {
 		if err != nil || textOf(res) != tp+` {"x":1}` {
 			t.Fatalf("trace: %v %+v", err, res)
 		}
-		op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/trace/agent/t1")
+		op, err := e.store.GetByKey(context.Background(), intentKey("acme", "trace", "agent", "t1"))
 		if err != nil || op.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
 			t.Fatalf("the traced operation: %+v %v", op, err)
 		}
@@ -123,8 +123,23 @@ func TestMCPUnguardedAndMeta(t *testing.T) {
 				t.Fatalf("a call with its own key: %v %+v", err, res)
 			}
 		}
-		if _, err := e.store.GetByKey(context.Background(), "acme", "client-key-1"); err != nil || e.effectCount() != 1 {
+		if _, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.MCPMetaNamespace("tickets"), Key: "client-key-1"}); err != nil || e.effectCount() != 1 {
 			t.Fatalf("the client's key: %v, %d effects", err, e.effectCount())
+		}
+		// A client's key that is an intent's derived key neither claims
+		// nor replays the intent's operation: another namespace.
+		callTool(t, s, "create_ticket", map[string]any{"intent": "mine", "title": "m"})
+		claim := &mcp.CallToolParams{Name: "create_ticket", Arguments: map[string]any{"title": "m"},
+			Meta: mcp.Meta{contract.MetaIdempotencyKey: contract.MCPIntentKey("create_ticket", "agent", "mine")}}
+		if res, err := s.CallTool(context.Background(), claim); err != nil || res.IsError ||
+			res.Meta[contract.MetaReplayed] != nil || e.effectCount() != 3 {
+			t.Fatalf("a client's key equal to an intent's: %v %+v, %d effects", err, res, e.effectCount())
+		}
+		intent, err := e.store.GetByKey(context.Background(), intentKey("acme", "create_ticket", "agent", "mine"))
+		meta, merr := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme",
+			Namespace: ledger.MCPMetaNamespace("tickets"), Key: intent.Key})
+		if err != nil || merr != nil || intent.ID == meta.ID || intent.Kind != ledger.KindMCP || meta.Kind != ledger.KindMCP {
+			t.Fatalf("the intent's %+v %v, the client's %+v %v", intent, err, meta, merr)
 		}
 	})
 }
@@ -185,7 +200,7 @@ func TestMCPConcurrencyGroup(t *testing.T) {
 		}()
 		s := e.session("agent-token", "tickets", nil)
 		eventually(t, "the first holds the group", func() bool {
-			op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/slow_ticket/agent/first")
+			op, err := e.store.GetByKey(context.Background(), intentKey("acme", "slow_ticket", "agent", "first"))
 			return err == nil && op.State == ledger.Executing
 		})
 		locked := callTool(t, s, "slow_ticket", map[string]any{"intent": "second", "title": "group", "ms": 0})

@@ -86,7 +86,7 @@ func TestMCPReplayAndChangedArguments(t *testing.T) {
 		if n := e.effectCount(); n != 1 {
 			t.Fatalf("%d effects, want 1", n)
 		}
-		op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/create_ticket/agent/ticket for order 42")
+		op, err := e.store.GetByKey(context.Background(), intentKey("acme", "create_ticket", "agent", "ticket for order 42"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestMCPPrincipalsAndTenants(t *testing.T) {
 			t.Fatalf("%d effects, want 3: one per principal", n)
 		}
 		for _, k := range [][2]string{{"acme", "agent"}, {"acme", "alice"}, {"globex", "other"}} {
-			if _, err := e.store.GetByKey(context.Background(), k[0], "mcp/tickets/create_ticket/"+k[1]+"/daily report"); err != nil {
+			if _, err := e.store.GetByKey(context.Background(), intentKey(k[0], "create_ticket", k[1], "daily report")); err != nil {
 				t.Errorf("%v: %v", k, err)
 			}
 		}

@@ -42,7 +42,7 @@ func TestTracesOfAnMCPToolCall(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("trace: %v %+v", err, res)
 	}
-	op, err := e.store.GetByKey(context.Background(), "acme", "mcp/tickets/trace/agent/INTENT-MARKER-3b7")
+	op, err := e.store.GetByKey(context.Background(), intentKey("acme", "trace", "agent", "INTENT-MARKER-3b7"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/ledger"
 )
 
 // TestProblemsNamingAnOperationLinkIt: the attempt that lost the answer
@@ -26,7 +27,8 @@ func TestProblemsNamingAnOperationLinkIt(t *testing.T) {
 		} {
 			key := "link" + c.path
 			r := e.do("POST", c.path, "agent-token", `{}`, "Idempotency-Key", key)
-			op, err := e.store.GetByKey(context.Background(), "acme", key)
+			op, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: key})
 			if err != nil {
 				t.Fatalf("%s: %v", c.path, err)
 			}

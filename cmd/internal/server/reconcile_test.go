@@ -170,12 +170,14 @@ func TestProbeValuesCannotSteerTheProbe(t *testing.T) {
 			t.Fatalf("the upstream was probed with %q, want %q", got, want)
 		}
 		for key := range refused {
-			op, _ := e.store.GetByKey(context.Background(), "acme", key)
+			op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+				Key: key})
 			if op.State != ledger.Unknown || op.Probe != "" {
 				t.Errorf("%s: %s, probe %q", key, op.State, op.Probe)
 			}
 		}
-		if op, _ := e.store.GetByKey(context.Background(), "acme", "honest"); op.State != ledger.Succeeded {
+		if op, _ := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: "honest"}); op.State != ledger.Succeeded {
 			t.Fatalf("the honest refund: %s", op.State)
 		}
 		logs := e.logs.String()

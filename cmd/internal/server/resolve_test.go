@@ -19,7 +19,8 @@ func lostOperation(t *testing.T, e *env, key string) *ledger.Operation {
 	if r := e.do("POST", "/v1/lost", "agent-token", `{"amount_minor":1999}`, "Idempotency-Key", key); r.status != 502 {
 		t.Fatalf("lost answer: %+v", r)
 	}
-	op, err := e.store.GetByKey(context.Background(), "acme", key)
+	op, err := e.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: key})
 	if err != nil || op.State != ledger.Unknown {
 		t.Fatalf("after a lost answer: %+v %v", op, err)
 	}

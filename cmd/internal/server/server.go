@@ -22,7 +22,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
-	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/keyed"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/limits"
 	"github.com/idemgate/idemgate/mcpproxy"
@@ -110,7 +110,7 @@ func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
 	if s.tracing != nil {
 		d.Transport = s.tracing.Transport
 	}
-	var m httpidem.Observer
+	var m keyed.Observer
 	if !cfg.Unobserved {
 		m = s.metrics // a nil interface otherwise, not a nil pointer
 	}

@@ -38,7 +38,7 @@ func TestLostReservationReplyIsRecognised(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the gateway has its error, and tries again
 	hold.Release()
 	r := <-answer
-	op, err := store.GetByKey(c, "acme", "lost-reply")
+	op, err := store.GetByKey(c, ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: "lost-reply"})
 	if r.status != 201 || err != nil || op.State != ledger.Succeeded || e.up.count("/v1/tickets") != 1 {
 		t.Fatalf("a reservation whose reply was lost: %d %s; operation %+v, %v; %d effects", r.status, r.body, op,
 			err, e.up.count("/v1/tickets"))

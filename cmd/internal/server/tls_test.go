@@ -138,7 +138,8 @@ func TestClientCertificates(t *testing.T) {
 		if err != nil || r.status != c.status {
 			t.Fatalf("%s: %+v %v", c.name, r, err)
 		}
-		op, err := g.store.GetByKey(context.Background(), "acme", c.key)
+		op, err := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+			Key: c.key})
 		if c.principal != "" && (err != nil || op.Principal != c.principal) {
 			t.Fatalf("%s: operation %+v, %v", c.name, op, err)
 		}
@@ -260,7 +261,8 @@ func TestClientCARotationEndsResumedSessions(t *testing.T) {
 	if r, err := g.post(c, "", "after"); err == nil {
 		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
 	}
-	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
+	if _, err := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients,
+		Key: "after"}); err == nil {
 		t.Fatal("refused, yet an operation was reserved")
 	}
 }
@@ -296,7 +298,7 @@ func TestCertificateSubjectIsItsRDNSequence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		op, gerr := g.store.GetByKey(context.Background(), "acme", "key-"+c.name)
+		op, gerr := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.NamespaceClients, Key: "key-" + c.name})
 		switch {
 		case c.principal == "" && (r.status != 401 || gerr == nil || !strings.Contains(r.body, `O=acme,CN=bot`)):
 			t.Errorf("%s: %d %s, reserved %v: want 401 and nothing reserved", c.name, r.status, r.body, gerr == nil)

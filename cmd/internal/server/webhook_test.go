@@ -124,7 +124,8 @@ func TestWebhookDeliveredOnceAndReplayed(t *testing.T) {
 }
 
 // wantOperation: h's one operation is the route tenant's, under h's key,
-// reserved by the route's principal, remembered at least a week.
+// reserved by the route's principal, of kind webhook in the route's own
+// namespace, remembered at least a week.
 func wantOperation(t *testing.T, e *env, h hook) {
 	t.Helper()
 	var mine []*ledger.Operation
@@ -137,7 +138,8 @@ func wantOperation(t *testing.T, e *env, h hook) {
 		t.Fatalf("%s: %d operations", h.scheme, len(mine))
 	}
 	op := mine[0]
-	if op.Tenant != "acme" || op.Key != h.id || op.Principal != "webhook:"+h.path() || op.State != ledger.Succeeded {
+	if op.Tenant != "acme" || op.Key != h.id || op.Principal != "webhook:"+h.path() || op.State != ledger.Succeeded ||
+		op.Kind != ledger.KindWebhook || op.Namespace != ledger.WebhookNamespace(h.path()) {
 		t.Fatalf("%s: operation %+v", h.scheme, op)
 	}
 	if time.Until(op.ExpiresAt) < 7*24*time.Hour-time.Minute {

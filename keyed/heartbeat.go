@@ -1,4 +1,4 @@
-package httpidem
+package keyed
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// heartbeater extends the lease every third of it while the handler runs:
+// heartbeater extends the lease every third of it while the effect runs:
 // a heartbeat held up by a busy store still has a second chance before the
 // lease lapses (a lapsed lease is never extended, and makes the operation
 // unknown).
@@ -26,7 +26,7 @@ type heartbeater struct {
 	away atomic.Bool
 }
 
-func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
+func (x *Executor) heartbeat(ctx context.Context, l ledger.Lease, d time.Duration) *heartbeater {
 	hb := &heartbeater{lease: l, done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(hb.stopped)
@@ -39,7 +39,7 @@ func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Durat
 			case <-t.C:
 			}
 			hb.mu.Lock()
-			next, err := m.opts.Store.Heartbeat(context.WithoutCancel(ctx), hb.lease, d)
+			next, err := x.opts.Store.Heartbeat(context.WithoutCancel(ctx), hb.lease, d)
 			if err == nil {
 				hb.lease = next
 			}
@@ -48,10 +48,10 @@ func (m *Middleware) heartbeat(ctx context.Context, l ledger.Lease, d time.Durat
 				hb.away.Store(true)
 			}
 			if errors.Is(err, ledger.ErrStaleOwner) {
-				m.log(ctx, "lease lost", l.OpID, err)
+				x.log(ctx, "lease lost", l.OpID, err)
 				return
 			} else if err != nil {
-				m.log(ctx, "heartbeat", l.OpID, err)
+				x.log(ctx, "heartbeat", l.OpID, err)
 			}
 		}
 	}()

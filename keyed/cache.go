@@ -1,4 +1,4 @@
-package httpidem
+package keyed
 
 import (
 	"container/list"
@@ -20,7 +20,7 @@ type replayCache struct {
 	items map[cacheKey]*list.Element
 }
 
-type cacheKey struct{ tenant, key string }
+type cacheKey = ledger.OpKey
 
 type cacheEntry struct {
 	key  cacheKey
@@ -32,15 +32,15 @@ func newReplayCache(maxBytes int64) *replayCache {
 	return &replayCache{max: maxBytes, lru: list.New(), items: map[cacheKey]*list.Element{}}
 }
 
-// get returns the final operation under (tenant, key), if held and not yet
+// get returns the final operation under k, if held and not yet
 // past its retention.
-func (c *replayCache) get(tenant, key string) *ledger.Operation {
+func (c *replayCache) get(k ledger.OpKey) *ledger.Operation {
 	if c == nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.items[cacheKey{tenant, key}]
+	el, ok := c.items[k]
 	if !ok {
 		return nil
 	}
@@ -72,7 +72,7 @@ func (c *replayCache) put(op *ledger.Operation) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := cacheKey{op.Tenant, op.Key}
+	k := ledger.OpKey{Tenant: op.Tenant, Namespace: op.Namespace, Key: op.Key}
 	if el, ok := c.items[k]; ok {
 		c.remove(el)
 	}

@@ -1,9 +1,7 @@
-package httpidem
+package keyed
 
 import (
 	"context"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,12 +9,12 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// Observer hears how each keyed request ended, what its upstream call
+// Observer hears how each keyed command ended, what its upstream call
 // took, and the failures the response cannot carry: the metrics' source.
 // Its methods are on the request's path and must not block.
 type Observer interface {
 	Request(o Observation)
-	// Upstream is one call of the handler (the upstream): the status it
+	// Upstream is one call of the effect (the upstream): the status it
 	// answered (0 when it answered nothing) and how long it took.
 	Upstream(route string, status int, d time.Duration)
 	// Failure is an owner step refused for a stale lease (FailureFenced) or
@@ -30,7 +28,7 @@ const (
 	FailureStore  = "store_error"
 )
 
-// Observation is one keyed request as it ended. Every field is bounded:
+// Observation is one keyed command as it ended. Every field is bounded:
 // the route template, never a key or an operation id.
 type Observation struct {
 	Route, Tenant string
@@ -66,17 +64,13 @@ type RouteObserver interface {
 	Routes(names []string)
 }
 
-// announce tells the Observer, if it asks, the names of the routes.
-func (m *Middleware) announce(routes []*route) {
-	ro, ok := m.opts.Observer.(RouteObserver)
-	if !ok {
-		return
+// Announce tells the Observer, if it asks (RouteObserver), the names of
+// the policies it will hear of: an adapter calls it once its routes,
+// tools or consumers are known.
+func (x *Executor) Announce(names []string) {
+	if ro, ok := x.opts.Observer.(RouteObserver); ok {
+		ro.Routes(names)
 	}
-	names := make([]string, 0, len(routes))
-	for _, rt := range routes {
-		names = append(names, rt.name)
-	}
-	ro.Routes(names)
 }
 
 // The outcomes that are not problem codes, and the retry families that
@@ -90,56 +84,23 @@ const (
 	RetryApproval    = "approval"
 )
 
-// observed is the response writer of an observed request: it keeps the
-// status and the code answered.
-type observed struct {
-	http.ResponseWriter
-	status int
-	code   string
-}
-
-func (o *observed) WriteHeader(status int) {
-	if o.status == 0 {
-		o.status = status
-	}
-	o.ResponseWriter.WriteHeader(status)
-}
-
-func (o *observed) Write(b []byte) (int, error) {
-	if o.status == 0 {
-		o.status = http.StatusOK
-	}
-	return o.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (o *observed) Unwrap() http.ResponseWriter { return o.ResponseWriter }
-
-// NoteCode keeps the code a problem or an acceptance answers with
-// (contract.CodeNoter), and tells the writer it wraps, which may keep it
-// too (an inbox consumer's in-process answer).
-func (o *observed) NoteCode(code string) {
-	o.code = code
-	contract.NoteCode(o.ResponseWriter, code)
-}
-
-// observe tells the Observer how req ended.
-func (m *Middleware) observe(req *request, w *observed, began time.Time) {
-	o := Observation{Route: req.route.name, Tenant: req.tenant, Retry: req.retry, Created: req.created,
-		Outcome: w.code, Duration: time.Since(began), Context: req.ctx, State: req.replayed}
-	switch h := w.Header(); {
-	case req.executed && req.created:
+// observe tells the Observer how e ended.
+func (x *Executor) observe(e *exec, res *Result, began time.Time) {
+	o := Observation{Route: e.Policy.Name, Tenant: e.Tenant, Retry: e.retry, Created: e.created,
+		Outcome: res.Code(), Duration: time.Since(began), Context: e.ctx, State: e.replayedState}
+	switch {
+	case e.ran && e.created:
 		o.Outcome = OutcomeCreated
-	case req.executed:
+	case e.ran:
 		o.Outcome = OutcomeExecuted
-	case h.Get(contract.HeaderReplayed) == "true" && h.Get(contract.HeaderDuplicateOf) != "":
+	case res.Replayed && res.Duplicate:
 		o.Outcome = OutcomeDuplicate
-	case h.Get(contract.HeaderReplayed) == "true":
+	case res.Replayed:
 		o.Outcome = OutcomeReplayed
 	case o.Outcome == "":
-		o.Outcome = "http_" + strconv.Itoa(w.status)
+		o.Outcome = "answered"
 	}
-	m.opts.Observer.Request(o)
+	x.opts.Observer.Request(o)
 }
 
 // retryOf names what a retry met: its operation as it stood.

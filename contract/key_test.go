@@ -1,4 +1,4 @@
-package httpidem
+package contract
 
 import (
 	"strings"
