@@ -94,7 +94,8 @@ class Operation:
         self._lost: Optional[LeaseLost] = None
         self._owner = threading.Lock()  # one owner step at a time: heartbeats and the rest
         self._heart_stopped = False  # no heartbeat may be sent any more
-        self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread
+        self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread, once started
+        self._beat_lock = threading.Lock()  # a heartbeat's start against stop: one or the other first
         self._entered = False
 
     # -- what the caller reads
@@ -404,8 +405,14 @@ class Heartbeats:
                     self._cond.wait(wait)
                     continue
                 heapq.heappop(self._due)
-                op._beat = threading.Thread(target=self._beat, args=(op,), name="idemgate-heartbeat", daemon=True)
-                op._beat.start()
+                with op._beat_lock:
+                    if op._heart_stopped:
+                        continue
+                    # Started before it is published: stop() joins only a
+                    # started thread (joining one not yet started raises).
+                    beat = threading.Thread(target=self._beat, args=(op,), name="idemgate-heartbeat", daemon=True)
+                    beat.start()
+                    op._beat = beat
 
     def _beat(self, op: Operation) -> None:
         period = max(op._lease / 3, 0.05)
@@ -426,8 +433,9 @@ class Heartbeats:
     def stop(op: Operation) -> None:
         """No heartbeat of op is sent after this returns: it waits for one
         in flight, and the scheduler forgets op."""
-        op._heart_stopped = True
-        beat = op._beat
+        with op._beat_lock:
+            op._heart_stopped = True
+            beat = op._beat
         if beat is not None and beat is not threading.current_thread():
             beat.join()
 
