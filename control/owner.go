@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
@@ -142,6 +145,26 @@ func checkStep(s Step, a Action) error {
 		return tooLarge(len(s.Result), a.maxResult())
 	case checkNote(s.Reason, false) != nil:
 		return checkNote(s.Reason, false)
+	}
+	return checkRef(s.ResultRef)
+}
+
+// MaxResultRef bounds a result_ref, in bytes: a ticket's or a message's
+// id, as the gateway keeps from an upstream's answer (a longer one it
+// drops).
+const MaxResultRef = 255
+
+// checkRef refuses a result_ref that is not a short reference: over
+// MaxResultRef bytes, not UTF-8, or holding a character that is not
+// printable (a newline, an escape), which would forge lines in a log or
+// colours in a terminal that shows it.
+func checkRef(ref string) error {
+	switch {
+	case len(ref) > MaxResultRef:
+		return invalid(fmt.Sprintf("result_ref of %d bytes: a reference is at most %d (an id, not the result)",
+			len(ref), MaxResultRef))
+	case !utf8.ValidString(ref) || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return invalid("result_ref holds a character that is not printable (a newline, a control character)")
 	}
 	return nil
 }

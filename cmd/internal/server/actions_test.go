@@ -293,6 +293,10 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 			{"result over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 80)+`"`), 413, "payload_too_large"},
 			{"body far over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 70<<10)+`"`), 413, "payload_too_large"},
 			{"result not JSON", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":{x}`), 422, "invalid_command"},
+			{"result_ref far too long", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"`+strings.Repeat("r", 60006)+`"`), 422, "invalid_command"},
+			{"result_ref over 255 bytes", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"`+strings.Repeat("r", 256)+`"`), 422, "invalid_command"},
+			{"result_ref with a newline", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"m-1\nInjected: yes"`), 422, "invalid_command"},
+			{"result_ref with an escape", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"m-1\u001b[31m"`), 422, "invalid_command"},
 			{"no state", "complete", "agent-token", owner(g.Lease, ""), 422, "invalid_command"},
 			{"state unknown", "complete", "agent-token", owner(g.Lease, `"state":"unknown"`), 422, "invalid_command"},
 			{"no token", "complete", "agent-token", fmt.Sprintf(`{"fence":%d,"state":"succeeded"}`, g.Lease.Fence), 422, "invalid_command"},
@@ -341,6 +345,8 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 			`{"state":"succeeded","note":"n","result":"` + strings.Repeat("x", 80) + `"}`,
 			`{"state":"prepared","note":"n","result":{}}`,
 			`{"state":"succeeded","note":"n","result":{},"response":{"status":200}}`,
+			`{"state":"succeeded","note":"n","result":{},"result_ref":"` + strings.Repeat("r", 256) + `"}`,
+			`{"state":"succeeded","note":"n","result":{},"result_ref":"m-1\nInjected: yes"}`,
 		} {
 			if r := e.do("POST", "/_idem/v1/operations/"+unk.Operation.ID+"/resolve", "alice-token", body); r.status/100 != 4 {
 				t.Errorf("resolve %s: %d %s", body, r.status, r.body)
