@@ -32,7 +32,7 @@ import (
 // it to listen.
 func startGateway(t *testing.T, config string) *testenv.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--config", config)
+	cmd := exec.Command(child, "serve", "--config", config)
 	cmd.Env = childEnv()
 	return testenv.StartProcess(t, cmd)
 }
