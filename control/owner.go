@@ -84,7 +84,12 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 		out.Op, err = o.Store.MarkUnknown(ctx, l, ledger.Note{Reason: "the owner says: " + s.Reason, ErrorCode: "owner_unknown"})
 	}
 	if err != nil {
-		return Owned{}, err
+		return Owned{}, o.settledOtherwise(ctx, s, op.ID, err)
+	}
+	if s.Name == contract.StepComplete && repeated(op) {
+		if err := o.completedOtherwise(ctx, s, op.ID); err != nil {
+			return Owned{}, err
+		}
 	}
 	if s.Name != contract.StepHeartbeat {
 		o.wake(op.ID)
@@ -93,6 +98,53 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 		}
 	}
 	return out, nil
+}
+
+// settledOtherwise says, for a step the store refused because this very
+// lease had settled the operation otherwise (ledger.ErrSettledOtherwise),
+// what it was settled as: a conflict, not a lost lease; err otherwise.
+func (o *Operator) settledOtherwise(ctx context.Context, s Step, id string, err error) error {
+	if !errors.Is(err, ledger.ErrSettledOtherwise) {
+		return err
+	}
+	state := "settled"
+	if op, gerr := o.Store.Get(ctx, id); gerr == nil {
+		state = string(op.State)
+	}
+	asked := s.Name
+	if s.State != "" {
+		asked += " as " + s.State
+	}
+	return &refused{Problem: contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("this lease made the "+
+		"operation %s already; %s changes nothing, and nothing was changed", state, asked)), cause: err}
+}
+
+// completedOtherwise refuses a complete repeated with the state it
+// recorded but another result or result_ref: the store answers such a
+// repeat as made (a reply the owner lost), and the first result stands;
+// the caller hears that its second one was not recorded, and what differs.
+func (o *Operator) completedOtherwise(ctx context.Context, s Step, id string) error {
+	op, err := o.Store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	var stored []byte
+	if op.Response != nil {
+		stored = op.Response.Body
+	}
+	var differ []string
+	if !bytes.Equal(stored, completion(s).Response.Body) {
+		differ = append(differ, "result")
+	}
+	if op.ResultRef != s.ResultRef {
+		differ = append(differ, "result_ref")
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("this lease completed the operation "+
+		"already (%s) with another %s; the first stands, and nothing was changed", op.State,
+		strings.Join(differ, " and ")))
 }
 
 // repeated reports whether the operation was final before the step: a
