@@ -74,10 +74,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 build:
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/idemgate ./cmd/idemgate
 
-# The Python client's tests (clients/python, standard library only): they
-# build idemgate once and run it (serve, and opsapi as the upstream), and
-# fail rather than skip under CI=true when go is missing.
+# The Python client: its type check (Debian's mypy, the settings in its
+# pyproject.toml) and lint (pyflakes), then its tests (standard library
+# only), which build idemgate once and run it (serve, and opsapi as the
+# upstream), and fail rather than skip under CI=true when go is missing.
 python:
+	cd clients/python && mypy && pyflakes3 idemgate tests bench.py _build
 	python3 -m unittest discover -s clients/python
 
 # Short coverage-guided runs of the parsers on every CI run.

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple
 
 from .canonical import canonical
 from .errors import ApprovalRequired, Error, LeaseLost, NotPerformed, Unavailable, error_for
@@ -273,7 +273,7 @@ class Operation:
 
     # -- exit
 
-    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> Literal[False]:
         try:
             if self.replayed or self._ended or not self._token:
                 return False
@@ -320,8 +320,8 @@ def _type_name(t: Any) -> str:
     """An exception's type, with its module unless it is a builtin: never
     the message, which may hold a recipient, a token or a payload."""
     mod = getattr(t, "__module__", "") or ""
-    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", "exception")
-    return name if mod in ("builtins", "") else mod + "." + name
+    name = str(getattr(t, "__qualname__", None) or getattr(t, "__name__", "exception"))
+    return name if mod in ("builtins", "") else str(mod) + "." + name
 
 
 def _wait_for(until: float, timeout: float) -> int:
