@@ -115,8 +115,8 @@ func (o *Operator) settledOtherwise(ctx context.Context, s Step, id string, err 
 	if s.State != "" {
 		asked += " as " + s.State
 	}
-	return &refused{Problem: contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("this lease made the "+
-		"operation %s already; %s changes nothing, and nothing was changed", state, asked)), cause: err}
+	return &refused{Problem: contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("the operation is %s "+
+		"already, settled under this lease; %s changes nothing, and nothing was changed", state, asked)), cause: err}
 }
 
 // completedOtherwise refuses a complete repeated with the state it

@@ -141,7 +141,7 @@ func alreadyDone(ctx context.Context, d Driver, c Change, current *ledger.Operat
 		return false, nil
 	}
 	if current.State != c.To {
-		return true, fmt.Errorf("%s %s: %w: %w: this lease made it %s, not %s", c.Step, c.ID, ledger.ErrSettledOtherwise,
+		return true, fmt.Errorf("%s %s: %w: %w: it is %s, not %s", c.Step, c.ID, ledger.ErrSettledOtherwise,
 			ledger.ErrIllegalTransition, current.State, c.To)
 	}
 	return true, nil

@@ -339,12 +339,12 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 		for body, says := range map[string]string{
 			owner(g.Lease, `"state":"failed","result":{"error":"other"}`):                      "with another result;",
 			owner(g.Lease, `"state":"failed","result":{"error":"bounced"},"result_ref":"m-9"`): "with another result_ref;",
-			owner(g.Lease, `"state":"succeeded","result":{"error":"bounced"}`):                 "made the operation failed already; complete as succeeded",
+			owner(g.Lease, `"state":"succeeded","result":{"error":"bounced"}`):                 "is failed already, settled under this lease; complete as succeeded",
 			owner(g.Lease, ""): "",
 		} {
 			step := "complete"
 			if body == owner(g.Lease, "") {
-				step, says = "release", "made the operation failed already; release changes nothing"
+				step, says = "release", "is failed already, settled under this lease; release changes nothing"
 			}
 			if r := e.step(id, step, "agent-token", body); r.status != 409 || code(r) != "illegal_transition" ||
 				!strings.Contains(r.body, says) {
