@@ -138,7 +138,10 @@ func FuzzParseScenario(f *testing.F) {
 func TestTemplatesAreBounded(t *testing.T) {
 	t.Setenv("DRILL_TOKEN", "x")
 	for name, c := range map[string]struct{ body, want string }{
-		"output": {`{"n":{{.n}},"x":"{{range 100000000}}xxxxxxxxxx{{end}}"}`, "renders more than 1048576 bytes"},
+		// 4 KiB a step: past the size bound in 257 steps, long before the
+		// time bound on any machine (10 bytes a step took 100,000 steps,
+		// and a loaded machine met the time bound first).
+		"output": {`{"n":{{.n}},"x":"{{range 100000000}}{{printf "%04096d" 0}}{{end}}"}`, "renders more than 1048576 bytes"},
 		"time":   {`{"n":{{.n}}{{range 200000000}}{{end}}}`, "takes longer than 1s to render"},
 	} {
 		text := strings.Replace(goodScenario, `'{"project":"OPS","title":"drill {{.run}} {{.n}}","priority":2}'`,
