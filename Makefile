@@ -1,26 +1,30 @@
 # The test command CI runs (through .ci/run) and README.md documents.
 # Fuzz budgets are execution counts, not durations: a duration ends on a
 # deadline that Go 1.26's fuzz coordinator can report as a failure
-# (golang/go#75804, fixed in Go 1.27). These take a few seconds each here.
-FUZZ_CANONICAL ?= 200000x
-FUZZ_FORM ?= 100000x
-FUZZ_KEY ?= 20000x
-FUZZ_CONTEXT ?= 10000x
-FUZZ_EVENT ?= 50000x
-FUZZ_CHECKPOINT ?= 20000x
-FUZZ_SCENARIO ?= 20000x
-FUZZ_WEBHOOK ?= 50000x
-FUZZ_CLAIMS ?= 20000x
-FUZZ_SUBJECT ?= 50000x
-FUZZ_CONFIG ?= 50000x
-FUZZ_KEYFROM ?= 100000x
-FUZZ_MCP_CALL ?= 20000x
-FUZZ_MCP_SCHEMA ?= 20000x
-FUZZ_MCP_SCENARIO ?= 10000x
-FUZZ_MCP_KEY ?= 50000x
-FUZZ_UPSTREAM_KEY ?= 50000x
+# (golang/go#75804, fixed in Go 1.27). These take a second or two each
+# here, past the instrumented build: a short run on every CI run, with the
+# seed corpora run by every go test too; a longer one is
+# `make fuzz FUZZ_CANONICAL=2000000x …`.
+FUZZ_CANONICAL ?= 50000x
+FUZZ_FORM ?= 25000x
+FUZZ_KEY ?= 10000x
+FUZZ_CONTEXT ?= 5000x
+FUZZ_EVENT ?= 20000x
+FUZZ_CHECKPOINT ?= 10000x
+FUZZ_SCENARIO ?= 10000x
+FUZZ_WEBHOOK ?= 20000x
+FUZZ_CLAIMS ?= 10000x
+FUZZ_SUBJECT ?= 20000x
+FUZZ_CONFIG ?= 20000x
+FUZZ_KEYFROM ?= 25000x
+FUZZ_LOCATION ?= 10000x
+FUZZ_MCP_CALL ?= 10000x
+FUZZ_MCP_SCHEMA ?= 10000x
+FUZZ_MCP_SCENARIO ?= 5000x
+FUZZ_MCP_KEY ?= 20000x
+FUZZ_UPSTREAM_KEY ?= 20000x
 
-.PHONY: test setup lint vet race fuzz bench python typescript integrations
+.PHONY: test setup lint vet race fuzz bench python typescript integrations tests checks
 
 # The modules beside the main one, each with its own go.mod (so that the
 # main module links neither Temporal nor DBOS): their tests run a real
@@ -29,7 +33,24 @@ INTEGRATIONS := integrations/temporal integrations/dbos
 # The runnable examples of those integrations: a module of their own too.
 EXAMPLE_MODULES := examples/durable
 
-test: setup lint race integrations fuzz python typescript
+# Two lanes at once, one per core: every test with -race, then the
+# integration modules', in one (their packages spend much of their time
+# waiting on processes, sockets and servers), and lint, the fuzz runs and
+# the Python and TypeScript clients' tests, one after the other, in the
+# other. Each line is printed whole as it comes;
+# the run fails if either lane does.
+test: setup
+	@$(MAKE) --no-print-directory -j2 -Oline tests checks
+
+tests:
+	@$(MAKE) --no-print-directory race
+	@$(MAKE) --no-print-directory integrations
+
+checks:
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory python
+	@$(MAKE) --no-print-directory typescript
 
 # What the tests need, made ready where the machine allows (as root: start
 # PostgreSQL and the brokers, install Chromium, npm ci the SDK projects);
@@ -79,10 +100,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 build:
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/idemgate ./cmd/idemgate
 
-# The Python client's tests (clients/python, standard library only): they
-# build idemgate once and run it (serve, and opsapi as the upstream), and
-# fail rather than skip under CI=true when go is missing.
+# The Python client: its type check (Debian's mypy, the settings in its
+# pyproject.toml) and lint (pyflakes), then its tests (standard library
+# only), which build idemgate once and run it (serve, and opsapi as the
+# upstream), and fail rather than skip under CI=true when go is missing.
 python:
+	cd clients/python && mypy && pyflakes3 idemgate tests bench.py _build
 	python3 -m unittest discover -s clients/python
 
 # The TypeScript client's tests (clients/typescript, Node's own test
@@ -108,6 +131,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzCanonicalSubject$$' -fuzztime $(FUZZ_SUBJECT) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
+	go test -run '^$$' -fuzz '^FuzzLocal$$' -fuzztime $(FUZZ_LOCATION) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
 	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy
 	go test -run '^$$' -fuzz '^FuzzWithIntent$$' -fuzztime $(FUZZ_MCP_SCHEMA) -fuzzminimizetime 1000x ./mcpproxy

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -83,6 +84,14 @@ type Entry struct {
 // OpenJournal opens (creating if needed) the journal at path. A file that
 // is not a journal, or not a database at all, is an error naming it.
 func OpenJournal(ctx context.Context, path string) (*Journal, error) {
+	// A new journal is created 0600, empty (an empty database to SQLite),
+	// before SQLite opens it: it holds the keys that prove an agent's
+	// intents, and SQLite gives its -wal and -shm files the main file's
+	// mode. An existing file keeps its mode; a failure here is SQLite's to
+	// report as it opens the file.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"+
 		"&_pragma=synchronous(FULL)&_txlock=immediate")
 	if err != nil {

@@ -133,8 +133,13 @@ func (p *Problem) Write(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	p.setHeaders(h)
-	body := ShapeOf(w).Render(h, p)
-	w.WriteHeader(p.Status)
+	shape := ShapeOf(w)
+	body := shape.Render(h, p)
+	status := p.Status
+	if s, ok := shape.(StatusShape); ok {
+		status = s.Status(p)
+	}
+	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 

@@ -18,6 +18,14 @@ type Shape interface {
 	Render(h http.Header, p *Problem) []byte
 }
 
+// StatusShape is a Shape whose API answers some refusals with another
+// status than the contract's, which its clients pick their errors by.
+type StatusShape interface {
+	Shape
+	// Status is the status p is answered with in this shape.
+	Status(p *Problem) int
+}
+
 // ProblemShape is RFC 9457's application/problem+json, the default.
 var ProblemShape Shape = problemShape{}
 
@@ -63,6 +71,19 @@ func (stripeShape) Render(h http.Header, p *Problem) []byte {
 		Error stripeError `json:"error"`
 	}{stripeError{Type: stripeType(p.Code), Code: p.Code, Message: message, DocURL: DocURL,
 		OperationID: p.OperationID, State: string(p.State), StatusURL: p.StatusURL}})
+}
+
+// Status is Stripe's for an idempotency_error, 400, which its SDKs
+// expect (the v1 SDK raises StripeIdempotencyError only for a 400), for
+// every idempotency refusal that a retry alone would not change (a reused
+// key, an unknown outcome, a closed approval); those a retry may change
+// keep theirs: a 409 in progress or locked (Stripe's own for a key in use,
+// which its SDKs retry), a 503 or 502 of a store or an upstream away.
+func (stripeShape) Status(p *Problem) int {
+	if stripeType(p.Code) == "idempotency_error" && !Retryable(p.Code) {
+		return http.StatusBadRequest
+	}
+	return p.Status
 }
 
 // stripeType is the type of Stripe's error object for a code: what the

@@ -44,6 +44,24 @@ func TestShapes(t *testing.T) {
 		e.StatusURL != "/_idem/v1/operations/op_holder" {
 		t.Fatalf("%+v", e)
 	}
+	// Stripe's status for an idempotency_error no retry changes is 400 (its
+	// v1 SDK raises StripeIdempotencyError only then); one a retry may
+	// change keeps the contract's, and so does every other shape.
+	for code, want := range map[string][2]int{contract.CodeFingerprintMismatch: {400, 422},
+		contract.CodeOutcomeUnknown: {400, 409}, contract.CodeInProgress: {409, 409},
+		contract.CodeStoreUnavailable: {503, 503}, contract.CodeUnauthorized: {401, 401}} {
+		for i, shape := range []contract.Shape{contract.StripeShape, contract.ProblemShape} {
+			rec := httptest.NewRecorder()
+			p := contract.NewProblem(code, "x")
+			if code == contract.CodeOutcomeUnknown {
+				p.Status = 409
+			}
+			p.Write(contract.Shaped(rec, shape))
+			if rec.Code != want[i] {
+				t.Errorf("%s in shape %d: %d, want %d", code, i, rec.Code, want[i])
+			}
+		}
+	}
 	plain := httptest.NewRecorder()
 	contract.NewProblem(contract.CodeOutcomeUnknown, "lost").For(&ledger.Operation{ID: "op_1", State: ledger.Unknown}, "").
 		Write(plain)

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/ledger"
@@ -81,7 +84,12 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 		out.Op, err = o.Store.MarkUnknown(ctx, l, ledger.Note{Reason: "the owner says: " + s.Reason, ErrorCode: "owner_unknown"})
 	}
 	if err != nil {
-		return Owned{}, err
+		return Owned{}, o.settledOtherwise(ctx, s, op.ID, err)
+	}
+	if s.Name == contract.StepComplete && repeated(op) {
+		if err := o.completedOtherwise(ctx, s, op.ID); err != nil {
+			return Owned{}, err
+		}
 	}
 	if s.Name != contract.StepHeartbeat {
 		o.wake(op.ID)
@@ -90,6 +98,53 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 		}
 	}
 	return out, nil
+}
+
+// settledOtherwise says, for a step the store refused because this very
+// lease had settled the operation otherwise (ledger.ErrSettledOtherwise),
+// what it was settled as: a conflict, not a lost lease; err otherwise.
+func (o *Operator) settledOtherwise(ctx context.Context, s Step, id string, err error) error {
+	if !errors.Is(err, ledger.ErrSettledOtherwise) {
+		return err
+	}
+	state := "settled"
+	if op, gerr := o.Store.Get(ctx, id); gerr == nil {
+		state = string(op.State)
+	}
+	asked := s.Name
+	if s.State != "" {
+		asked += " as " + s.State
+	}
+	return &refused{Problem: contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("the operation is %s "+
+		"already, settled under this lease; %s changes nothing, and nothing was changed", state, asked)), cause: err}
+}
+
+// completedOtherwise refuses a complete repeated with the state it
+// recorded but another result or result_ref: the store answers such a
+// repeat as made (a reply the owner lost), and the first result stands;
+// the caller hears that its second one was not recorded, and what differs.
+func (o *Operator) completedOtherwise(ctx context.Context, s Step, id string) error {
+	op, err := o.Store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	var stored []byte
+	if op.Response != nil {
+		stored = op.Response.Body
+	}
+	var differ []string
+	if !bytes.Equal(stored, completion(s).Response.Body) {
+		differ = append(differ, "result")
+	}
+	if op.ResultRef != s.ResultRef {
+		differ = append(differ, "result_ref")
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return contract.NewProblem(contract.CodeIllegalTransition, fmt.Sprintf("this lease completed the operation "+
+		"already (%s) with another %s; the first stands, and nothing was changed", op.State,
+		strings.Join(differ, " and ")))
 }
 
 // repeated reports whether the operation was final before the step: a
@@ -142,6 +197,26 @@ func checkStep(s Step, a Action) error {
 		return tooLarge(len(s.Result), a.maxResult())
 	case checkNote(s.Reason, false) != nil:
 		return checkNote(s.Reason, false)
+	}
+	return checkRef(s.ResultRef)
+}
+
+// MaxResultRef bounds a result_ref, in bytes: a ticket's or a message's
+// id, as the gateway keeps from an upstream's answer (a longer one it
+// drops).
+const MaxResultRef = 255
+
+// checkRef refuses a result_ref that is not a short reference: over
+// MaxResultRef bytes, not UTF-8, or holding a character that is not
+// printable (a newline, an escape), which would forge lines in a log or
+// colours in a terminal that shows it.
+func checkRef(ref string) error {
+	switch {
+	case len(ref) > MaxResultRef:
+		return invalid(fmt.Sprintf("result_ref of %d bytes: a reference is at most %d (an id, not the result)",
+			len(ref), MaxResultRef))
+	case !utf8.ValidString(ref) || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return invalid("result_ref holds a character that is not printable (a newline, a control character)")
 	}
 	return nil
 }

@@ -76,6 +76,9 @@ func (o *Operator) resolveParams(c Caller, r Resolution, op *ledger.Operation) (
 	if err := checkNote(r.Note, true); err != nil {
 		return ledger.ResolveParams{}, err
 	}
+	if err := checkRef(r.ResultRef); err != nil {
+		return ledger.ResolveParams{}, err
+	}
 	p := ledger.ResolveParams{ID: r.OperationID, To: to, Actor: c.Name, Note: r.Note, ResultRef: r.ResultRef}
 	if r.Duplicate {
 		p.Note = "duplicate: " + p.Note // the audit log keeps the operator's finding
@@ -162,6 +165,9 @@ func (o *Operator) ResolveEffect(ctx context.Context, c Caller, r EffectResoluti
 		return nil, err
 	}
 	if err := checkNote(r.Note, true); err != nil {
+		return nil, err
+	}
+	if err := checkRef(r.ResultRef); err != nil {
 		return nil, err
 	}
 	tenant := r.Tenant

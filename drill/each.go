@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/together"
@@ -78,13 +79,19 @@ func (r *Runner) approvalExpiry(context.Context) Result {
 }
 
 // longPause: the client gives up on a slow write, which lands later; it
-// retries after a pause longer than a short lease.
+// retries after a pause longer than a short lease. The write is held at the
+// proxy until the client has given up, then delivered and answered before
+// the pause begins: the order the check is about, whatever the load.
 func (r *Runner) longPause(ctx context.Context) Result {
 	a := r.next()
 	res, _ := r.judged(ctx, 1, func() (int, answer) {
-		_ = r.proxy.Next(Fault{Kind: Delay, Delay: time.Second})
-		r.giveUpInFlight(ctx, a, 300*time.Millisecond) // the target applies it later
-		time.Sleep(1500 * time.Millisecond)            // a long pause: past a short lease
+		_ = r.proxy.Next(Fault{Kind: Hold})
+		r.giveUpInFlight(ctx, r.client, a, 0)
+		r.proxy.Release() // the target applies it later
+		if err := r.proxy.Idle(ctx); err != nil {
+			return 1, answer{err: err}
+		}
+		time.Sleep(1500 * time.Millisecond) // a long pause: past a short lease
 		n, last := r.retry(ctx, a, 5)
 		return 1 + n, last
 	})
@@ -151,33 +158,33 @@ func (r *Runner) newKey(ctx context.Context) Result {
 
 // restarted: the agent's attempt is slow, the agent dies and a new process
 // (a new client, nothing but the key from its journal) retries at once,
-// while the first attempt is still on its way to the target.
+// while the first attempt is still on its way to the target: held at the
+// proxy until the retry has its answer, then delivered.
 func (r *Runner) restarted(ctx context.Context) Result {
 	a := r.next()
 	res, last := r.judged(ctx, 1, func() (int, answer) {
-		_ = r.proxy.Next(Fault{Kind: Delay, Delay: 800 * time.Millisecond})
-		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		r.send(short, a) // the agent dies with the request in flight
-		cancel()
+		_ = r.proxy.Next(Fault{Kind: Hold})
+		r.giveUpInFlight(ctx, r.client, a, 0) // the agent dies with the request in flight
 		n, last := r.retryWith(ctx, r.newClient(), a, 5)
+		r.proxy.Release()
 		return 1 + n, last
 	})
 	return lostAnswer(res, last)
 }
 
-// giveUpInFlight sends a and gives up after it has reached the proxy
-// and waited there patience, as a client whose timeout ends while the
+// giveUpInFlight sends a with c and gives up after it has reached the
+// proxy and waited there patience, as a client whose timeout ends while the
 // request is on its way. Counting from the moment it was sent instead
 // would, on a loaded machine, give up before it reached the proxy: the
-// delay queued for it would then fall on the retry, and a naive target
+// fault queued for it would then fall on the retry, and a naive target
 // would seem to pass.
-func (r *Runner) giveUpInFlight(ctx context.Context, a action, patience time.Duration) {
+func (r *Runner) giveUpInFlight(ctx context.Context, c *http.Client, a action, patience time.Duration) {
 	before := r.proxy.Counts().Requests
 	short, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); r.send(short, a) }()
-	for deadline := time.Now().Add(10 * time.Second); r.proxy.Counts().Requests == before && time.Now().Before(deadline); {
+	go func() { defer close(done); r.sendWith(short, c, a) }()
+	for deadline := time.Now().Add(time.Minute); r.proxy.Counts().Requests == before && time.Now().Before(deadline); {
 		select {
 		case <-done:
 			return // answered (or refused) before the proxy saw it: nothing to give up

@@ -30,7 +30,9 @@ type FaultKind string
 // nothing was delivered. Status answers in the target's place (429 with
 // Retry-After, 503, 500) without forwarding. Replaced forwards, lets the
 // target answer in full, and gives the client the status instead (a 500
-// after the write was applied). Delay forwards after a pause.
+// after the write was applied). Delay forwards after a pause. Hold
+// forwards once the drill calls Release: a request on its way for as long
+// as a check needs, whatever the machine's load.
 const (
 	Pass         FaultKind = ""
 	LostResponse FaultKind = "lost_response"
@@ -38,6 +40,7 @@ const (
 	Status       FaultKind = "status"
 	Replaced     FaultKind = "replaced"
 	Delay        FaultKind = "delay"
+	Hold         FaultKind = "hold"
 )
 
 // Fault is what happens to one request.
@@ -51,7 +54,7 @@ type Fault struct {
 // Validate refuses a fault the proxy cannot make.
 func (f Fault) Validate() error {
 	switch f.Kind {
-	case Pass, LostResponse, Reset:
+	case Pass, LostResponse, Reset, Hold:
 		return nil
 	case Status, Replaced:
 		if f.Status < 400 || f.Status > 599 {
@@ -64,7 +67,7 @@ func (f Fault) Validate() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("fault %q: want lost_response, reset, status, replaced or delay", f.Kind)
+	return fmt.Errorf("fault %q: want lost_response, reset, status, replaced, delay or hold", f.Kind)
 }
 
 // Proxy stands between the drill and the target. Faults are queued: each
@@ -76,7 +79,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	queue    []Fault
 	counts   Counts
-	inFlight atomic.Int64 // requests the proxy is still handling
+	held     chan struct{} // closed by Release; made anew for the next Hold
+	inFlight atomic.Int64  // requests the proxy is still handling
 }
 
 // Counts is what the proxy did, for a check's report.
@@ -92,7 +96,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("target %q: want http(s)://host[:port][/base]", target)
 	}
-	p := &Proxy{target: u}
+	p := &Proxy{target: u, held: make(chan struct{})}
 	p.rp = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
 		Transport: &http.Transport{DisableKeepAlives: true}, FlushInterval: -1,
 		ErrorLog: log.New(io.Discard, "", 0), // a client gone is part of the drill
@@ -111,6 +115,14 @@ func (p *Proxy) Next(f Fault) error {
 	defer p.mu.Unlock()
 	p.queue = append(p.queue, f)
 	return nil
+}
+
+// Release lets the requests held so far (Hold) go on to the target.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.held)
+	p.held = make(chan struct{})
 }
 
 // Idle waits until the proxy handles no request: a delayed one has been
@@ -133,16 +145,17 @@ func (p *Proxy) Counts() Counts {
 	return p.counts
 }
 
-func (p *Proxy) take() Fault {
+// take takes the next fault, and the channel a held request waits on.
+func (p *Proxy) take() (Fault, chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts.Requests++
 	if len(p.queue) == 0 {
-		return Fault{}
+		return Fault{}, p.held
 	}
 	f := p.queue[0]
 	p.queue = p.queue[1:]
-	return f
+	return f, p.held
 }
 
 func (p *Proxy) count(forwarded, cut int) {
@@ -156,7 +169,8 @@ func (p *Proxy) count(forwarded, cut int) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
-	switch f := p.take(); f.Kind {
+	f, held := p.take()
+	switch f.Kind {
 	case Reset:
 		_, _ = io.Copy(io.Discard, r.Body)
 		p.count(0, 1)
@@ -170,10 +184,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answerStatus(w, f)
 	case LostResponse:
 		p.lost(w, r)
-	case Delay:
+	case Delay, Hold:
 		// A client that gives up meanwhile does not stop the request:
 		// delivered late, as a slow network delivers it.
-		time.Sleep(f.Delay)
+		if f.Kind == Hold {
+			<-held
+		} else {
+			time.Sleep(f.Delay)
+		}
 		p.count(1, 0)
 		p.rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
 	default:

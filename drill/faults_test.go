@@ -101,19 +101,35 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// TestDelayOutlivesTheClient: a client that gives up on a delayed request
-// does not stop it: the target applies it late, and Idle waits for it.
-func TestDelayOutlivesTheClient(t *testing.T) {
+// TestHeldOutlivesTheClient: a client that gives up on a held request
+// does not stop it: once released, the target applies it late, and Idle
+// waits for it. The client gives up once the proxy holds its request (an
+// event), not after a time.
+func TestHeldOutlivesTheClient(t *testing.T) {
 	tgt := newTarget(t)
 	p, err := NewProxy(tgt.srv.URL)
 	must(t, err)
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
-	must(t, p.Next(Fault{Kind: Delay, Delay: 300 * time.Millisecond}))
-	client := &http.Client{Timeout: 50 * time.Millisecond}
-	if _, err := client.Post(front.URL+"/w", "application/json", strings.NewReader(`x`)); err == nil {
+	must(t, p.Next(Fault{Kind: Hold}))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", front.URL+"/w", strings.NewReader(`x`))
+		_, err := http.DefaultClient.Do(req)
+		errc <- err
+	}()
+	for p.Counts().Requests == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err == nil {
 		t.Fatal("the client should have given up")
 	}
+	if n := tgt.effects.Load(); n != 0 {
+		t.Fatalf("the target applied %d before the release", n)
+	}
+	p.Release()
 	must(t, p.Idle(context.Background()))
 	if n := tgt.effects.Load(); n != 1 {
 		t.Fatalf("the target applied %d, want the late one", n)

@@ -129,11 +129,18 @@ func (s *Scenario) errorf(key, format string, args ...any) error {
 	return fmt.Errorf("%s:%d: %s", s.file, line, fmt.Sprintf(format, args...))
 }
 
+// MaxHeaders bounds a scenario's headers: more is no API's client, and
+// each is sent with every request.
+const MaxHeaders = 100
+
 // check validates everything a drill depends on, before any request.
 func (s *Scenario) check() error {
 	u, err := url.Parse(s.Target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return s.errorf("target", "target %q: want http(s)://host[:port]", s.Target)
+	}
+	if len(s.Headers) > MaxHeaders {
+		return s.errorf("headers", "headers: %d of them; a scenario sends at most %d", len(s.Headers), MaxHeaders)
 	}
 	for name, v := range s.Headers {
 		if !validHeader(name, v) {

@@ -1,7 +1,11 @@
-// Package gateway is `idemgate serve`: a reverse proxy that puts the
-// idempotency contract (package httpidem) in front of any HTTP API, holds
-// the upstream credentials, authenticates agents by bearer token, and
-// serves the control API.
+// Package gateway is the data plane of `idemgate serve` in front of any
+// HTTP API: its configuration, the authentication of callers (bearer
+// tokens, JWTs, client certificates, webhook signatures), TLS, routing, and
+// the reverse proxy that puts the idempotency contract (package httpidem)
+// in front of each upstream and holds its credentials, with the outcome
+// mapping, actions' reservations and the consumers' keyed delivery. The
+// control API is package control's; cmd/internal/server mounts the two on
+// one listener.
 package gateway
 
 import (

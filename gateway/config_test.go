@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,9 @@ func TestConfigMistakesNameFileAndLine(t *testing.T) {
 }
 
 // TestExampleConfig keeps examples/gateway.yaml and its schemas valid.
+// It runs clean on a fresh machine (issue 34, item 28): it needs nothing
+// but its store and the ops API, so its consumer, which needs a stream the
+// operator makes, is left commented; uncommented, it is valid too.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("OPS_API_TOKEN", "example")
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_example")
@@ -152,6 +156,43 @@ func TestExampleConfig(t *testing.T) {
 			}
 		}
 	}
+	if len(cfg.Consumers) != 0 {
+		t.Errorf("the example has %d consumers: on a machine without their stream, serve logs \"stream not found\" "+
+			"for ever", len(cfg.Consumers))
+	}
+	text, err := os.ReadFile("../examples/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, ok := commentedBlock(string(text), "#consumers:")
+	if !ok {
+		t.Fatal("no commented consumers: block in the example")
+	}
+	enabled, err := ParseConfig("gateway.yaml", []byte(string(text)+block))
+	if err != nil || len(enabled.Consumers) != 1 {
+		t.Fatalf("the example's consumer, uncommented: %v", err)
+	}
+}
+
+// commentedBlock is the block of text from the line that starts with
+// start to the last commented line after it, uncommented ("#" and one
+// space taken off each line).
+func commentedBlock(text, start string) (string, bool) {
+	i := strings.Index(text, "\n"+start)
+	if i < 0 {
+		return "", false
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(text[i+1:], "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		line = strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ")
+		if strings.HasPrefix(line, "consumers:") || strings.HasPrefix(line, " ") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String(), true
 }
 
 // TestActionConfig: actions take their defaults, an actions-only

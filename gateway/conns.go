@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -185,9 +186,13 @@ type limitedConn struct {
 	l      *connLimit
 	client netip.Prefix
 	once   sync.Once
+	linger atomic.Bool // drain before closing (linger.go)
 }
 
 func (c *limitedConn) Close() error {
+	if c.linger.CompareAndSwap(true, false) {
+		c.drain()
+	}
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		<-c.l.slots

@@ -172,39 +172,37 @@ func ipv4Part(p string) (uint64, bool) {
 	return v, err == nil
 }
 
-// local returns ref as the gateway's path if it points at o: an absolute
-// or scheme-relative URL of o's origin, or an absolute path (resolved
-// against the upstream, so under its prefix); ok is false when ref stays.
+// local returns ref as the gateway's path if a browser reads it as o's
+// (readReference): an absolute or scheme-relative URL of o's origin, or an
+// absolute path (resolved against the upstream, so under its prefix); ok
+// is false when ref stays. The path never begins with two slashes, which a
+// browser would read as another origin.
 func (o *origin) local(ref string) (local string, ok bool) {
-	if o.prefix == "" && strings.HasPrefix(ref, "/") && !strings.HasPrefix(ref, "//") {
-		return "", false // a path at the upstream is the same path here
-	}
-	u, err := url.Parse(ref)
+	r, opaque := readReference(ref)
 	switch {
-	case err != nil:
+	case opaque: // another scheme (urn:, mailto:)
 		return "", false
-	case u.Host != "":
-		scheme := strings.ToLower(cmp.Or(u.Scheme, o.scheme))
-		if scheme != o.scheme || !o.same(scheme, u.Hostname(), u.Port()) {
+	case r.hasAuthority:
+		host, port, valid := hostPort(r.authority)
+		scheme := cmp.Or(r.scheme, o.scheme)
+		if !valid || scheme != o.scheme || !o.same(scheme, host, port) {
 			return "", false
 		}
-	case u.Scheme != "" || !strings.HasPrefix(u.Path, "/"):
-		return "", false // relative, or another scheme (urn:, mailto:)
+	case !strings.HasPrefix(r.rest, "/"):
+		return "", false // relative
+	case o.prefix == "":
+		return "", false // a path at the upstream is the same path here
 	}
-	path := u.EscapedPath()
+	path, tail := r.rest, ""
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path, tail = path[:i], path[i:]
+	}
+	path = "/" + strings.TrimLeft(path, "/")
 	switch {
 	case o.prefix != "" && path == o.prefix:
 		path = "/"
 	case o.prefix != "" && strings.HasPrefix(path, o.prefix+"/"):
-		path = path[len(o.prefix):]
-	case path == "":
-		path = "/"
+		path = "/" + strings.TrimLeft(path[len(o.prefix):], "/")
 	}
-	if u.RawQuery != "" || u.ForceQuery {
-		path += "?" + u.RawQuery
-	}
-	if u.Fragment != "" {
-		path += "#" + u.EscapedFragment()
-	}
-	return path, true
+	return path + tail, true
 }

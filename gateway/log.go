@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 func (g *Gateway) logged(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, ctx: r.Context()}
 		if r.Body != nil && r.Body != http.NoBody {
 			sw.body = &eofBody{ReadCloser: r.Body}
 			r.Body = sw.body
@@ -43,17 +44,21 @@ func (g *Gateway) logged(next http.Handler) http.Handler {
 // connection after an answer given before the request's body was read to
 // its end (a refusal, mostly): the server would otherwise read what is left
 // of the body before it sends the answer, and a client that trickles it
-// would get its 401 only at the body deadline, holding its connection.
+// would get its 401 only at the body deadline, holding its connection. The
+// close lingers (linger.go), so that a client still writing its body can
+// read why.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	body   *eofBody // nil: the request has no body
 	wrote  bool
+	ctx    context.Context // the request's
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if !s.wrote && s.body != nil && !s.body.eof.Load() {
 		s.Header().Set("Connection", "close")
+		lingerAfter(s.ctx)
 	}
 	s.status, s.wrote = code, true
 	s.ResponseWriter.WriteHeader(code)

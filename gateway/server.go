@@ -27,6 +27,7 @@ func (g *Gateway) NewServer(h http.Handler) *Server {
 	return &Server{maxConns: c.MaxConns, perClient: c.MaxConnsPerClient, tls: c.ListenerTLS(), srv: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ConnContext:       withConn, // for a lingering close (linger.go)
 		// The whole request's deadline: a body that trickles, or that
 		// announces 100 bytes and sends one, is cut there, whether the
 		// handler reads it or the server drains it after a refusal. The

@@ -68,13 +68,16 @@ func TestMistypedFieldNeverBypassesApproval(t *testing.T) {
 
 // TestRequesterStaysRequesterAfterReopen: an approval reopened by another
 // principal's retry still names the requester, who still cannot approve.
+// The retry goes through a middleware whose approvals last an hour, so
+// that the decision finds the reopened one pending however slow the
+// machine.
 func TestRequesterStaysRequesterAfterReopen(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		cfg := prodPolicy
 		cfg.TTL = 300 * time.Millisecond
-		a := newDeployApp(t, s, cfg)
 		const carol = "carol:acme:agent,approver"
-		first := accepted(t, a.do("POST", "/v1/services/api/deployments", carol, "dep-c", prod))
+		first := accepted(t, newDeployApp(t, s, cfg).do("POST", "/v1/services/api/deployments", carol, "dep-c", prod))
+		a := newDeployApp(t, s, prodPolicy)
 		time.Sleep(time.Until(first.Approval.ExpiresAt) + 20*time.Millisecond)
 		again := accepted(t, a.deploy("dep-c", prod)) // bot's retry of carol's operation
 		if again.Code != contract.CodeApprovalExpired || again.Approval.Summary != first.Approval.Summary {
@@ -89,16 +92,44 @@ func TestRequesterStaysRequesterAfterReopen(t *testing.T) {
 	})
 }
 
-// refusing stands for a store whose clock is behind this process's: it
-// refuses to reopen an approval this process sees as lapsed.
+// refusing stands for a store whose clock is behind this process's: once
+// behind is set, the approvals it returns have lapsed by this process's
+// clock (their expiry an hour back), while it refuses to reopen them.
 type refusing struct {
 	ledger.Store
-	calls atomic.Int64
+	calls  atomic.Int64
+	behind atomic.Bool
+}
+
+// lapsed is op as this process's clock, ahead, reads it.
+func (s *refusing) lapsed(op *ledger.Operation) *ledger.Operation {
+	if op != nil && op.Approval != nil && s.behind.Load() {
+		ref := *op.Approval
+		ref.ExpiresAt = time.Now().Add(-time.Hour)
+		op.Approval = &ref
+	}
+	return op
+}
+
+func (s *refusing) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.Reservation, error) {
+	res, err := s.Store.Reserve(ctx, p)
+	res.Op = s.lapsed(res.Op)
+	return res, err
+}
+
+func (s *refusing) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
+	op, err := s.Store.GetByKey(ctx, tenant, key)
+	return s.lapsed(op), err
+}
+
+func (s *refusing) Get(ctx context.Context, id string) (*ledger.Operation, error) {
+	op, err := s.Store.Get(ctx, id)
+	return s.lapsed(op), err
 }
 
 func (s *refusing) ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*ledger.Operation, error) {
 	s.calls.Add(1)
-	op, err := s.Store.Get(ctx, p.OpID)
+	op, err := s.Get(ctx, p.OpID)
 	if err != nil {
 		return nil, err
 	}
@@ -106,15 +137,17 @@ func (s *refusing) ReopenApproval(ctx context.Context, p ledger.ReopenParams) (*
 }
 
 // TestReopenOncePerRequest: when the clocks disagree, a retry tries one
-// reopening and answers 202; it never loops.
+// reopening and answers 202; it never loops. The approval lasts an hour by
+// the store's clock, so that no pause of a loaded machine lapses it early.
 func TestReopenOncePerRequest(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		st := &refusing{Store: s}
-		cfg := prodPolicy
-		cfg.TTL = 200 * time.Millisecond
-		a := newDeployApp(t, st, cfg)
-		acc := accepted(t, a.deploy("dep-s", prod))
-		time.Sleep(time.Until(acc.Approval.ExpiresAt) + 20*time.Millisecond)
+		a := newDeployApp(t, st, prodPolicy)
+		accepted(t, a.deploy("dep-s", prod))
+		if n := st.calls.Load(); n != 0 {
+			t.Fatalf("a new approval reopened %d times", n)
+		}
+		st.behind.Store(true)
 		r := a.deploy("dep-s", prod)
 		if n := st.calls.Load(); n != 1 || r.status != 202 {
 			t.Fatalf("one retry: %d reopenings, answered %d %s", n, r.status, r.body)

@@ -352,13 +352,16 @@ func TestDenied(t *testing.T) {
 
 // TestApprovalExpired: an approval that expires before it is used is never
 // used: the next identical retry opens a new one for the same operation
-// (the workflow article's test 7), and that one works.
+// (the workflow article's test 7), and that one works. The first approval
+// lasts 300ms; the retries go through a second middleware on the same
+// store whose approvals last an hour, so that nothing after the lapse
+// rests on how soon a loaded machine runs the next step.
 func TestApprovalExpired(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		cfg := prodPolicy
 		cfg.TTL = 300 * time.Millisecond
-		a := newDeployApp(t, s, cfg)
-		acc := accepted(t, a.deploy("dep", prod))
+		acc := accepted(t, newDeployApp(t, s, cfg).deploy("dep", prod))
+		a := newDeployApp(t, s, prodPolicy)
 		time.Sleep(time.Until(acc.Approval.ExpiresAt) + 20*time.Millisecond)
 		if r := a.decide("approve", alice, acc.Approval.ID, ""); r.status != 409 || problemCode(t, r) != contract.CodeApprovalClosed {
 			t.Fatalf("late decision: %d %s", r.status, r.body)

@@ -254,11 +254,21 @@ func TestInProgressAndWait(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	if !until(cond) {
+		t.Fatal("condition not met in 30s")
+	}
+}
+
+// until waits for cond, at most 30s (a bound for a stuck test, not a
+// window), and reports whether it held; a handler's goroutine, which must
+// not call t.Fatal, uses it.
+func until(cond func() bool) bool {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
+			return false
 		}
 	}
+	return true
 }
 
 func TestDuplicateStorm(t *testing.T) {
@@ -412,12 +422,24 @@ func TestAnswerTooLargeIsKeptAsAStandIn(t *testing.T) {
 	})
 }
 
+// TestLeaseIsExtendedWhileTheHandlerRuns: a handler that runs past its
+// first lease's end, with a sweeper busy all along, keeps its operation:
+// the heartbeats extended the lease. The handler waits for that moment,
+// not for a time; the lease is a second, so that two heartbeats in a row
+// would have to be missed for it to lapse.
 func TestLeaseIsExtendedWhileTheHandlerRuns(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{Routes: []httpidem.Route{
-			{Method: "POST", Pattern: "/v1/tickets", Lease: 200 * time.Millisecond}}})
+			{Method: "POST", Pattern: "/v1/tickets", Lease: time.Second}}})
 		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
-			time.Sleep(700 * time.Millisecond)
+			first := httpidem.Current(r).Lease()
+			if !until(func() bool {
+				op, err := s.Get(context.Background(), first.OpID)
+				return err == nil && op.State == ledger.Executing && time.Now().After(first.Until) &&
+					op.LeaseUntil.After(first.Until)
+			}) {
+				t.Error("the handler never ran past its first lease with the operation still its own")
+			}
 			w.WriteHeader(201)
 		}
 		stop := make(chan struct{})
@@ -449,7 +471,7 @@ func TestClientGoneGetsReplay(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s ledger.Store) {
 		a := newApp(t, s, httpidem.Options{})
 		a.behave = func(w http.ResponseWriter, r *http.Request, n int64) {
-			time.Sleep(300 * time.Millisecond) // the client gives up meanwhile
+			<-r.Context().Done() // the client gives up meanwhile
 			w.WriteHeader(201)
 			fmt.Fprintf(w, `{"ticket":"T-%d"}`, n)
 		}

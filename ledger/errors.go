@@ -23,6 +23,11 @@ var (
 	// lease, a reservation's ID and Token) is told whether it happened;
 	// without it, the step was not made.
 	ErrReplyLost = errors.New("the store's reply was lost: the step may have been made")
+	// ErrSettledOtherwise comes with ErrIllegalTransition when an owner's
+	// step finds the operation settled already by its own lease (its
+	// token and fence) in another state: a repeat asking for another
+	// outcome, which changes nothing. The operation is returned with it.
+	ErrSettledOtherwise = errors.New("settled already by this lease, otherwise")
 )
 
 // invalid wraps ErrInvalid with what is wrong.

@@ -84,7 +84,7 @@ func TestDemoHelpIsTrue(t *testing.T) {
 // that reads it; each works, and the demo stops cleanly on SIGINT.
 func TestDemoKeepSaysWhereEverythingIs(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(os.Args[0], "demo", "--keep")
+	cmd := exec.Command(child, "demo", "--keep")
 	cmd.Env = childEnv()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

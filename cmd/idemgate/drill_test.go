@@ -128,11 +128,12 @@ func TestDrillRefusesAnUnboundedTemplate(t *testing.T) {
 	if err := os.WriteFile(path, []byte(scenario), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
 	r := run(t, "", "drill", "--scenario", path)
+	// Whichever bound it meets first: the size, or on a loaded machine the
+	// time (the drill package's tests hold each bound to its own).
 	if r.code != 1 || !strings.Contains(r.stderr, "drill.yaml:5: write.body") ||
-		!strings.Contains(r.stderr, "renders more than 1048576 bytes") || time.Since(began) > 30*time.Second {
-		t.Fatalf("an unbounded template: exit %d after %s: %s", r.code, time.Since(began), r.stderr)
+		!strings.Contains(r.stderr, "renders more than 1048576 bytes") && !strings.Contains(r.stderr, "longer than 1s to render") {
+		t.Fatalf("an unbounded template: exit %d: %s", r.code, r.stderr)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,14 +19,39 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// The tests run the CLI as a real process: this test binary, re-executed
-// with mainEnv set, is idemgate.
+// The tests run the CLI as a real process, child: this test binary,
+// re-executed with mainEnv set, is idemgate; under -race, idemgate built
+// once without it (as e2e's), since a race-built child runs its server
+// several times slower, and the CLI's hundred-odd children were most of
+// make test's time. The race detector covers that code in its own
+// packages' in-process tests (cmd/internal/server is every plane of
+// serve in one process).
 const mainEnv = "IDEMGATE_TEST_RUN_MAIN"
+
+// child is the program the tests run as idemgate.
+var child = os.Args[0]
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
 		main()
 		os.Exit(0)
+	}
+	if raceBuilt {
+		dir, err := os.MkdirTemp("", "idemgate-cli")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		child = filepath.Join(dir, "idemgate")
+		build := exec.Command("go", "build", "-o", child, ".")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build idemgate:", err)
+			os.Exit(1)
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
 	}
 	m.Run()
 }
@@ -41,10 +67,9 @@ func run(t *testing.T, stdin string, args ...string) result {
 }
 
 // childEnv is the environment idemgate runs in as a child: this
-// process's with mainEnv set, and env. A race-built child would sleep a
-// second before a clean exit (GORACE's atexit_sleep_ms), for most of the
-// time of these tests; it does not. A race it finds is still reported,
-// and still makes it exit 66. The agent's secret is set, so that a child
+// process's with mainEnv set, and env. A race-built child (this test
+// binary, when it is the child) would sleep a second before a clean exit
+// (GORACE's atexit_sleep_ms); it does not. The agent's secret is set, so that a child
 // never makes one in the home directory (a test unsets it to see that).
 func childEnv(env ...string) []string {
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
@@ -54,7 +79,7 @@ func childEnv(env ...string) []string {
 // runEnv is run with more environment variables.
 func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := exec.Command(child, args...)
 	cmd.Env = childEnv(env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer

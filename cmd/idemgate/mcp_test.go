@@ -77,7 +77,7 @@ func newAgentFixtureWith(t *testing.T, settings string) *agentFixture {
 // connects to it over its stdin and stdout.
 func (f *agentFixture) mcp(t *testing.T, env ...string) *mcp.ClientSession {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "mcp")
+	cmd := exec.Command(child, "mcp")
 	cmd.Env = childEnv(append(append([]string{}, f.env...), env...)...)
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-model", Version: "1"}, nil).

@@ -18,7 +18,7 @@ import (
 // startServing starts serve on config with a pid file, as a real process.
 func startServing(t *testing.T, config, pidFile string) *testenv.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--config", config, "--pid-file", pidFile)
+	cmd := exec.Command(child, "serve", "--config", config, "--pid-file", pidFile)
 	cmd.Env = childEnv()
 	return testenv.StartProcess(t, cmd)
 }
@@ -71,6 +71,12 @@ func TestReloadUnderLoad(t *testing.T) {
 				}
 			}()
 			config := writeConfig(t, store(t), up.srv.URL, "limits: {default: {rate: 100000/s, burst: 100000}}\n")
+			// A lease of minutes: the storm is about reloads, and a 1s lease
+			// whose heartbeats a loaded machine delays lapses (outcome_unknown).
+			longLease := strings.Replace(mustReadFile(t, config), "upstream: app, lease: 1s}", "upstream: app, lease: 5m}", 1)
+			if err := os.WriteFile(config, []byte(longLease), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			pidFile := filepath.Join(t.TempDir(), "idemgate.pid")
 			g := startServing(t, config, pidFile)
 			base := mustReadFile(t, config)

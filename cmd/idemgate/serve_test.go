@@ -32,7 +32,7 @@ import (
 // it to listen.
 func startGateway(t *testing.T, config string) *testenv.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--config", config)
+	cmd := exec.Command(child, "serve", "--config", config)
 	cmd.Env = childEnv()
 	return testenv.StartProcess(t, cmd)
 }
@@ -148,7 +148,8 @@ func TestServeRefusesAnEmptyWebhookSecret(t *testing.T) {
 func TestCrashMidRequest(t *testing.T) {
 	t.Parallel()
 	up := newSlowUpstream(t, 1500*time.Millisecond)
-	config := writeConfig(t, "sqlite:"+filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, "")
+	dbPath := filepath.Join(t.TempDir(), "gw.db")
+	config := writeConfig(t, "sqlite:"+dbPath, up.srv.URL, "")
 	g := startGateway(t, config)
 	for _, path := range []string{"/v1/writes", "/dedup/writes"} {
 		go post(t, g.URL, path, "crash-"+path)
@@ -157,7 +158,7 @@ func TestCrashMidRequest(t *testing.T) {
 	g.Cmd.Process.Signal(syscall.SIGKILL)
 	<-g.Done
 	g = startGateway(t, config)
-	time.Sleep(1500 * time.Millisecond) // leases lapse; the sweep runs every 100ms
+	waitUnknown(t, dbPath, 2) // leases lapse; the sweep runs every 100ms
 	status, body := post(t, g.URL, "/v1/writes", "crash-/v1/writes")
 	if status != 409 || !strings.Contains(body, "outcome_unknown") {
 		t.Fatalf("retry after the crash: %d %s", status, body)
@@ -168,6 +169,22 @@ func TestCrashMidRequest(t *testing.T) {
 	}
 	if n := up.effects.Load(); n != 2 {
 		t.Fatalf("%d effects, want one per key", n)
+	}
+}
+
+// waitUnknown waits until n operations of the store at dbPath are unknown:
+// the event the sweep makes, rather than a time it may miss on a loaded
+// machine (a minute is a bound for a stuck test, not a window).
+func waitUnknown(t *testing.T, dbPath string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		r := run(t, "", "ops", "list", "--store", "sqlite:"+dbPath, "--json")
+		if strings.Count(r.stdout, `"state": "unknown"`) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d unknown operations after a minute: %s", n, r.stdout)
+		}
 	}
 }
 
@@ -284,7 +301,7 @@ func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 		t.Fatalf("after the cut-off: %s", r.stdout)
 	}
 	g = startGateway(t, config)
-	time.Sleep(1500 * time.Millisecond) // the 1s lease lapses; the sweep runs every 100ms
+	waitUnknown(t, dbPath, 1) // the 1s lease lapses; the sweep runs every 100ms
 	if status, body := post(t, g.URL, "/v1/writes", "cut-off"); status != 409 || !strings.Contains(body, "outcome_unknown") {
 		t.Fatalf("retry after the cut-off: %d %s", status, body)
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// Lease is each write's lease in default mode (httpidem's default when
 	// zero): how long a killed worker's operation stays in progress.
 	Lease time.Duration
+	// Now is the simulated controller's clock (time.Now when nil): a test
+	// moves it instead of waiting for a rollout.
+	Now func() time.Time
 }
 
 // Server is the API.
@@ -47,6 +50,8 @@ type Server struct {
 	ledger *sqlite.Store
 	faults *faults
 	now    func() time.Time
+	// capturing counts the captures in progress (payments.go).
+	capturing inProgress
 }
 
 // New opens (creating if needed) the database and its tables.
@@ -69,6 +74,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	db.SetMaxOpenConns(1) // one business writer, like the ledger's
 	s := &Server{opts: opts, db: db, ledger: st, faults: &faults{}, now: time.Now}
+	if opts.Now != nil {
+		s.now = opts.Now
+	}
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("opsapi schema: %w", err)

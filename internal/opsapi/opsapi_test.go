@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +17,35 @@ import (
 )
 
 type client struct {
-	t   *testing.T
-	url string
-	n   int
+	t     *testing.T
+	url   string
+	n     int
+	clock *clock
+}
+
+// clock is the API's controller clock, moved by the test: a rollout's
+// states are read at chosen times, never raced.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 func start(t *testing.T, naive, faults bool) *client {
+	clk := &clock{now: time.Now()}
 	s, err := opsapi.New(context.Background(), opsapi.Options{Path: filepath.Join(t.TempDir(), "ops.db"),
-		Naive: naive, Faults: faults, DeployDuration: 400 * time.Millisecond, Synchronous: "OFF"})
+		Naive: naive, Faults: faults, DeployDuration: 400 * time.Millisecond, Synchronous: "OFF", Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +56,7 @@ func start(t *testing.T, naive, faults bool) *client {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &client{t: t, url: srv.URL}
+	return &client{t: t, url: srv.URL, clock: clk}
 }
 
 // call sends a request; key "" means a fresh key for every write.
@@ -160,13 +182,14 @@ func TestDeployments(t *testing.T) {
 		t.Fatalf("one active deployment: %d %v, %d %v", s, d1, s2, locked)
 	}
 	id := fmt.Sprint(d1["id"])
-	seen := map[string]bool{}
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !seen["succeeded"]; time.Sleep(20 * time.Millisecond) {
+	var seen []string
+	for range 3 {
 		_, got := c.call("GET", "/v1/deployments/"+id, "", "")
-		seen[fmt.Sprint(got["state"])] = true
+		seen = append(seen, fmt.Sprint(got["state"]))
+		c.clock.advance(200 * time.Millisecond)
 	}
-	if !seen["running"] || !seen["succeeded"] {
-		t.Fatalf("states seen: %v", seen)
+	if fmt.Sprint(seen) != "[queued running succeeded]" {
+		t.Fatalf("states seen at 0, 200 and 400ms: %v", seen)
 	}
 	moved := `{"service":"api","environment":"production","artifact":"` + strings.Repeat("c", 40) + `","expected_current_version":"` + strings.Repeat("9", 40) + `"}`
 	if s, _ := c.call("POST", "/v1/deployments", "", moved); s != 409 {
@@ -190,12 +213,9 @@ func TestDeployments(t *testing.T) {
 		}
 		id := fmt.Sprint(d["id"])
 		ids[digest] = id
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if _, got := c.call("GET", "/v1/deployments/"+id, "", ""); got["state"] != "queued" && got["state"] != "running" {
-				ends[digest] = fmt.Sprint(got["state"])
-				break
-			}
-		}
+		c.clock.advance(400 * time.Millisecond)
+		_, got := c.call("GET", "/v1/deployments/"+id, "", "")
+		ends[digest] = fmt.Sprint(got["state"])
 	}
 	if ends["f00d"] != "failed" || ends["dead"] != "unknown" {
 		t.Fatalf("ends: %v", ends)

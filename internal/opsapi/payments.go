@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 )
 
 func (s *Server) routePayments(mux *http.ServeMux) {
@@ -34,7 +35,9 @@ type intent struct {
 	// reconciliation of an unknown capture checks.
 	Captured *int64 `json:"captured_minor,omitempty"`
 	// Status is what a lookup by id says of the capture:
-	// requires_capture, or captured.
+	// requires_capture, processing (a capture is being performed and has
+	// not committed: neither yes nor no yet, as a payment provider says),
+	// or captured.
 	Status string `json:"status,omitempty"`
 }
 
@@ -109,6 +112,7 @@ func (s *Server) insertIntent(tx *sql.Tx, in intent) (result, error) {
 // capture, unless naive.
 func (s *Server) capture(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	defer s.capturing.begin(id)()
 	s.write(w, r, func(tx *sql.Tx) (result, error) {
 		in, err := scanIntent(tx.QueryRow(`SELECT `+intentColumns+` FROM intents WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -208,9 +212,13 @@ func (s *Server) getIntent(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	in.Status = "requires_capture"
-	if *in.Captured > 0 {
+	switch {
+	case *in.Captured > 0:
 		in.Status = "captured"
+	case s.capturing.busy(id):
+		in.Status = "processing"
+	default:
+		in.Status = "requires_capture"
 	}
 	answer(w, http.StatusOK, in)
 }
@@ -261,4 +269,37 @@ func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
 	}
 	answer(w, http.StatusOK, map[string]any{"refund_id": r.PathValue("refund_id"), "payment_intent_id": intentID,
 		"amount_minor": amount})
+}
+
+// inProgress counts the captures being performed, by payment intent, from
+// the moment a capture is received (before any fault's delay) until it is
+// answered: a lookup meanwhile says processing, not requires_capture, so
+// that a reconciliation probe never takes a capture still on its way for
+// one that never happened.
+type inProgress struct {
+	mu sync.Mutex
+	n  map[int64]int
+}
+
+// begin counts one capture of id, and returns its end.
+func (p *inProgress) begin(id int64) (end func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == nil {
+		p.n = map[int64]int{}
+	}
+	p.n[id]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.n[id]--; p.n[id] == 0 {
+			delete(p.n, id)
+		}
+	}
+}
+
+func (p *inProgress) busy(id int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[id] > 0
 }

@@ -128,15 +128,24 @@ func Make(ctx context.Context, d Driver, c Change) (*ledger.Operation, error) {
 // this owner already made, whose reply was lost (a timeout, a reset): same
 // fence, same token, and the operation in the step's target state. Its retry
 // then succeeds, with the operation as stored, instead of looking fenced out.
+// The same lease asking another outcome of an operation it settled already
+// is told so (ErrSettledOtherwise), not that another owner took it.
 func alreadyDone(ctx context.Context, d Driver, c Change, current *ledger.Operation) (bool, error) {
-	if current.State != c.To || current.Fence != c.Owner.Fence {
+	if current.Fence != c.Owner.Fence || current.State != c.To && !current.State.Final() {
 		return false, nil
 	}
 	token, err := d.OwnerToken(ctx, c.ID)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", c.Step, err)
 	}
-	return subtle.ConstantTimeCompare([]byte(token), []byte(c.Owner.Token)) == 1, nil
+	if subtle.ConstantTimeCompare([]byte(token), []byte(c.Owner.Token)) != 1 {
+		return false, nil
+	}
+	if current.State != c.To {
+		return true, fmt.Errorf("%s %s: %w: %w: it is %s, not %s", c.Step, c.ID, ledger.ErrSettledOtherwise,
+			ledger.ErrIllegalTransition, current.State, c.To)
+	}
+	return true, nil
 }
 
 // Reserve implements ledger.Store.Reserve on d.

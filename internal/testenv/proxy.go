@@ -1,9 +1,9 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -17,6 +17,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	blocked bool
+	silent  atomic.Bool // Silence: every byte swallowed, nothing closed
 }
 
 // NewProxy starts a proxy to target (host:port), closed at the test's end.
@@ -53,16 +54,33 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go pipe(c, s)
-		go pipe(s, c)
+		go p.pipe(c, s)
+		go p.pipe(s, c)
 	}
 }
 
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
+// pipe copies src to dst, or swallows it while the proxy is silent.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer func() { dst.Close(); src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
+
+// Silence makes the server stop answering, as a host that hangs or a
+// network that drops every packet: the connections stay open, and what
+// is sent either way (on new connections too) is swallowed. Nothing ends
+// it but the test's end.
+func (p *Proxy) Silence() { p.silent.Store(true) }
 
 // Cut closes every connection open now, both ways; new ones still work.
 func (p *Proxy) Cut() {

@@ -27,6 +27,9 @@ func Decode(name string, data []byte, v any) (*yaml.Node, error) {
 	if len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: empty file", name)
 	}
+	if err := checkSizes(name, root.Content[0], root.Content[0].Line); err != nil {
+		return nil, err
+	}
 	if err := expandEnv(name, &root); err != nil {
 		return nil, err
 	}
@@ -37,6 +40,30 @@ func Decode(name string, data []byte, v any) (*yaml.Node, error) {
 		return nil, Error(name, err)
 	}
 	return &root, nil
+}
+
+// MaxKeys bounds the keys of one mapping. The decoder compares each key of
+// a mapping with every other (its duplicate check), so a mapping of n keys
+// costs n²: 100,000 headers in a drill scenario ran for over a minute.
+// Refused here in one pass, a file's cost stays linear in its size.
+const MaxKeys = 1000
+
+// checkSizes refuses a mapping of more than MaxKeys keys, at the line of
+// the key that holds it (line, for the document's own).
+func checkSizes(file string, n *yaml.Node, line int) error {
+	if n.Kind == yaml.MappingNode && len(n.Content)/2 > MaxKeys {
+		return fmt.Errorf("%s:%d: a mapping of %d keys: at most %d", file, line, len(n.Content)/2, MaxKeys)
+	}
+	for i, c := range n.Content {
+		at := c.Line
+		if n.Kind == yaml.MappingNode && i%2 == 1 {
+			at = n.Content[i-1].Line // a value's mapping is named by its key
+		}
+		if err := checkSizes(file, c, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkKnown refuses any mapping key that names no field, at its line. (The

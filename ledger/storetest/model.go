@@ -198,6 +198,12 @@ func (m *model) ownerStep(rt *rapid.T) {
 		}
 		return // the owner's retry of a step it made: nothing changes
 	}
+	if op.state.Final() && l.Fence == op.fence && l.Token == op.owner {
+		// The lease's own operation, settled otherwise: told so, not that
+		// another owner took it; nothing changes.
+		expectErr(rt, string(step)+" by the lease it was settled under", err, ledger.ErrSettledOtherwise)
+		return
+	}
 	if op.state != ledger.Executing || l.Fence != op.fence {
 		expectErr(rt, string(step)+" by a stale owner", err, ledger.ErrStaleOwner)
 		return

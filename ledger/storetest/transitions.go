@@ -123,8 +123,24 @@ func testOwnerRetry(t *testing.T, b Backend) {
 	if n := len(history(t, s, r.Op.ID)); n != 2 {
 		t.Fatalf("a retried complete wrote history: %d rows", n)
 	}
-	_, err = s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Failed, Response: first})
-	wantErr(t, "complete retried with another outcome", err, ledger.ErrStaleOwner)
+	// Another outcome asked by the same lease: the operation says how it
+	// was settled, and nothing changes; another token is a stale owner.
+	settled, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Failed, Response: first})
+	wantErr(t, "complete retried with another outcome", err, ledger.ErrSettledOtherwise)
+	wantErr(t, "complete retried with another outcome", err, ledger.ErrIllegalTransition)
+	if errors.Is(err, ledger.ErrStaleOwner) || settled == nil || settled.State != ledger.Succeeded {
+		t.Fatalf("complete retried with another outcome: %+v, %v", settled, err)
+	}
+	if _, err := s.Release(c, *r.Lease, ledger.Note{Reason: "not sent"}); !errors.Is(err, ledger.ErrSettledOtherwise) {
+		t.Fatalf("release after this lease's complete: %v", err)
+	}
+	stranger := *r.Lease
+	stranger.Token = ledger.NewToken()
+	_, err = s.Complete(c, stranger, ledger.Outcome{State: ledger.Failed, Response: first})
+	wantErr(t, "another token's complete", err, ledger.ErrStaleOwner)
+	if errors.Is(err, ledger.ErrSettledOtherwise) {
+		t.Fatalf("another token told how the operation was settled: %v", err)
+	}
 
 	// Marked unknown, swept or resolved, re-sent by another owner: the first
 	// owner's retries are stale.

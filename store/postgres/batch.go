@@ -73,10 +73,18 @@ func (b *batcher) run(ctx context.Context, m merge, owner bool, scan func(pgx.Ro
 		return fmt.Errorf("%w: waiting for a batch: %w", ledger.ErrUnavailable, ctx.Err())
 	}
 	// Once queued, a statement runs to its end (the server would go on
-	// with it anyway): waiting for it keeps its result this caller's.
+	// with it anyway): waiting for it keeps its result this caller's,
+	// within the caller's bound. Past it, the caller hears that the store
+	// did not answer in time; whether the statement committed is unknown
+	// to it, as for a lost connection (an owner's or a reservation's
+	// repeat recognises its own commit; an orphaned reservation becomes
+	// unknown when its lease lapses, never a second effect).
 	select {
 	case <-w.done:
 		return w.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w: no answer from the store within the request's bound: %w",
+			ledger.ErrUnavailable, ledger.ErrReplyLost, ctx.Err())
 	case <-b.stopped:
 		select { // it may have run before the batcher stopped
 		case <-w.done:
@@ -187,9 +195,22 @@ func (s *Store) runAlone(w *write) {
 	if lazy, ok := lazySQL[query]; ok && w.owner && s.relaxed {
 		query = lazy
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), batchTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), s.batchTimeout)
 	defer cancel()
-	w.err = w.scan(s.pool.QueryRow(ctx, query, w.args...))
+	if w.err = w.scan(s.pool.QueryRow(ctx, query, w.args...)); ctx.Err() != nil && w.err != nil {
+		w.err = silent(w.err, s.batchTimeout)
+	}
+}
+
+// silent is the error of a statement or a batch that the server did not
+// answer within timeout, its own bound (no caller's): the store is
+// unavailable, and whether the work committed is unknown. Mapped as the
+// caller's context error, it was a 500 internal error after 30 s.
+func silent(err error, timeout time.Duration) error {
+	// The cause in words only: a statement's failure in the chain would
+	// send the batch's steps to run alone, each to wait as long again.
+	return fmt.Errorf("batch: %w: %w: the server did not answer within %v: %v", ledger.ErrUnavailable,
+		ledger.ErrReplyLost, timeout, err)
 }
 
 // lockWait is how long a statement of a batch may wait for a row lock.
@@ -204,9 +225,14 @@ const batchTimeout = 30 * time.Second
 // one connection. A step alone needs no BEGIN and no COMMIT: its pipeline
 // is one implicit transaction, which commits at its end (one statement
 // less to start, and one less to finish, per step at low load).
-func (s *Store) sendBatch(batch []*write) error {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+func (s *Store) sendBatch(batch []*write) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.batchTimeout)
 	defer cancel()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = silent(err, s.batchTimeout)
+		}
+	}()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return mapErr("batch", err)

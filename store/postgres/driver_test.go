@@ -242,3 +242,48 @@ func TestDriverWordsAreNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentServerIsUnavailable (issue 34, item 18): a server that stops
+// answering (the connections stay open, nothing comes back) makes a step
+// ErrUnavailable, never an internal error: at the batch's own bound, and
+// at the caller's when it has one (the request's). It was
+// "batch: timeout: context deadline exceeded", a 500 after 31.5 s.
+func TestSilentServerIsUnavailable(t *testing.T) {
+	dsn, _ := testenv.PostgresSchema(t)
+	u, _ := url.Parse(dsn)
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr
+	patient, _ := testStoreAt(t, u.String(), Options{MaxConns: 2})
+	patient.batchTimeout = time.Hour // set before any batch of its runs: no race
+	brief, _ := testStoreAt(t, u.String(), Options{MaxConns: 2})
+	brief.batchTimeout = 200 * time.Millisecond
+	// Before the stores close: every connection cut and refused, so that
+	// neither waits for a batch or a dial the silence holds.
+	t.Cleanup(proxy.Down)
+	reserve := func(ctx context.Context, s *Store, key string) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Reserve(ctx, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r", Fingerprint: "f",
+				Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
+			errc <- err
+		}()
+		return errc
+	}
+	proxy.Silence()
+	// A caller without a bound is answered at the batch's.
+	if err := <-reserve(context.Background(), brief, "unbounded"); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("a silent server, past the batch's bound: %v; want %v", err, ledger.ErrUnavailable)
+	}
+	// The guard is no window: the batch's own bound is an hour, and a call
+	// still waiting a minute past its caller's bound has ignored it.
+	bounded, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	select {
+	case err := <-reserve(bounded, patient, "bounded"):
+		if !errors.Is(err, ledger.ErrUnavailable) || !errors.Is(err, ledger.ErrReplyLost) {
+			t.Fatalf("a silent server, within the caller's bound: %v; want unavailable, reply lost", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a step still waits for a silent server a minute past its caller's bound")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,6 +39,8 @@ type Store struct {
 	relaxed  bool
 	batch    *batcher
 	lockWait string // lockWait, but for the tests that hold a batch
+	// batchTimeout is batchTimeout, but for the tests of a silent server.
+	batchTimeout time.Duration
 }
 
 // Options tune Open. Zero values take the defaults.
@@ -112,7 +115,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Batches <= 0 {
 		opts.Batches = 1
 	}
-	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed, lockWait: lockWait}
+	s := &Store{pool: pool, schema: schema, relaxed: opts.Relaxed, lockWait: lockWait, batchTimeout: batchTimeout}
 	s.Steps = steps.On(poolExec{s})
 	s.batch = newBatcher(s, min(opts.Batches, int(cfg.MaxConns)))
 	return s, nil

@@ -69,7 +69,7 @@ def _sources() -> List[str]:
     out = []
     for d, dirs, files in os.walk(os.path.join(ROOT, PACKAGE)):
         dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-        out += [os.path.relpath(os.path.join(d, f), ROOT) for f in sorted(files) if f.endswith(".py")]
+        out += [os.path.relpath(os.path.join(d, f), ROOT) for f in sorted(files) if f.endswith(".py") or f == "py.typed"]
     return out
 
 

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple
 
 from .canonical import canonical
 from .errors import ApprovalRequired, Error, LeaseLost, NotPerformed, Unavailable, error_for
@@ -95,7 +95,8 @@ class Operation:
         self._lost: Optional[LeaseLost] = None
         self._owner = threading.Lock()  # one owner step at a time: heartbeats and the rest
         self._heart_stopped = False  # no heartbeat may be sent any more
-        self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread
+        self._beat: Optional[threading.Thread] = None  # the last heartbeat's thread, once started
+        self._beat_lock = threading.Lock()  # a heartbeat's start against stop: one or the other first
         self._entered = False
 
     # -- what the caller reads
@@ -273,7 +274,7 @@ class Operation:
 
     # -- exit
 
-    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> Literal[False]:
         try:
             if self.replayed or self._ended or not self._token:
                 return False
@@ -320,8 +321,8 @@ def _type_name(t: Any) -> str:
     """An exception's type, with its module unless it is a builtin: never
     the message, which may hold a recipient, a token or a payload."""
     mod = getattr(t, "__module__", "") or ""
-    name = getattr(t, "__qualname__", None) or getattr(t, "__name__", "exception")
-    return name if mod in ("builtins", "") else mod + "." + name
+    name = str(getattr(t, "__qualname__", None) or getattr(t, "__name__", "exception"))
+    return name if mod in ("builtins", "") else str(mod) + "." + name
 
 
 def _wait_for(until: float, timeout: float) -> int:
@@ -405,8 +406,14 @@ class Heartbeats:
                     self._cond.wait(wait)
                     continue
                 heapq.heappop(self._due)
-                op._beat = threading.Thread(target=self._beat, args=(op,), name="idemgate-heartbeat", daemon=True)
-                op._beat.start()
+                with op._beat_lock:
+                    if op._heart_stopped:
+                        continue
+                    # Started before it is published: stop() joins only a
+                    # started thread (joining one not yet started raises).
+                    beat = threading.Thread(target=self._beat, args=(op,), name="idemgate-heartbeat", daemon=True)
+                    beat.start()
+                    op._beat = beat
 
     def _beat(self, op: Operation) -> None:
         period = max(op._lease / 3, 0.05)
@@ -427,8 +434,9 @@ class Heartbeats:
     def stop(op: Operation) -> None:
         """No heartbeat of op is sent after this returns: it waits for one
         in flight, and the scheduler forgets op."""
-        op._heart_stopped = True
-        beat = op._beat
+        with op._beat_lock:
+            op._heart_stopped = True
+            beat = op._beat
         if beat is not None and beat is not threading.current_thread():
             beat.join()
 

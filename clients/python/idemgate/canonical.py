@@ -115,9 +115,18 @@ def _nested(path: List[str], code: str) -> None:
 
 
 def _object(m: Dict[Any, Any], out: List[str], path: List[str], code: str) -> None:
+    folded: Dict[str, str] = {}
     for k in m:
         if not isinstance(k, str):
             raise _fail(path, "member name %r is a %s, not a string" % (k, type(k).__name__), code)
+        # Two names a case-insensitive decoder takes for one are refused,
+        # as the gateway's (and the Go client's) canonicaliser does: full
+        # case folding ("ß" is "ss", "Environment" is "environment"), so
+        # that both clients' journals agree on what they accept.
+        other = folded.setdefault(k.casefold(), k)
+        if other != k:
+            raise _fail(path, "%s and %s are one name to a case-insensitive decoder"
+                        % (json.dumps(k, ensure_ascii=False), json.dumps(other, ensure_ascii=False)), code)
     keys = sorted(m, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
     out.append("{")
     for i, k in enumerate(keys):

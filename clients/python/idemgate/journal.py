@@ -10,14 +10,16 @@ processes of either language sharing one file agree on every row.
 """
 
 import base64
+import contextlib
 import os
 import secrets
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
+from .errors import Error
 from .times import journal_now, parse as parse_time
 
 APPLICATION_ID = 0x69646D6A
@@ -103,8 +105,13 @@ class Entry:
     updated_at: str
 
 
-class JournalError(Exception):
-    """The journal file cannot be used (not a journal, unreadable)."""
+class JournalError(Error):
+    """The journal file cannot be used (not a journal, unreadable, or
+    damaged since it was opened): an :class:`idemgate.Error` with code
+    ``journal_error``, whatever SQLite said."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("journal_error", detail)
 
 
 class Journal:
@@ -118,6 +125,7 @@ class Journal:
         # the client names none, never stored in the file.
         self.run = "run_" + new_ulid()
         self._lock = threading.Lock()
+        _create_private(path)
         try:
             self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA busy_timeout = 10000")
@@ -161,22 +169,33 @@ class Journal:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for one use at a time; what SQLite raises (a
+        file damaged since it was opened, a disk error) is a JournalError."""
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.DatabaseError as e:
+                raise JournalError("journal %s: %s" % (self.path, e)) from None
+
     def _tx(self, fn: Callable[[sqlite3.Connection, str], Any]) -> Any:
         """Runs fn in one immediate transaction (the write lock first, as
         the Go side's _txlock=immediate), with the time as text."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._locked() as db:
+            db.execute("BEGIN IMMEDIATE")
             try:
-                result = fn(self._db, journal_now())
+                result = fn(db, journal_now())
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
             return result
 
     def _one(self, sql: str, *args: Any) -> Optional[Entry]:
-        with self._lock:
-            row = self._db.execute(sql, args).fetchone()
+        with self._locked() as db:
+            row = db.execute(sql, args).fetchone()
         return Entry(*row) if row else None
 
     def latest(self, name: str) -> Optional[Entry]:
@@ -199,8 +218,8 @@ class Journal:
 		AND (last_kind NOT IN ('created', 'replayed', 'conflict', 'rejected', 'unauthorized', 'failed')
 			OR (last_kind = 'failed' AND last_status = 0))
 		ORDER BY created_at, name""")
-        with self._lock:
-            rows = self._db.execute(sql).fetchall()
+        with self._locked() as db:
+            rows = db.execute(sql).fetchall()
         return [Entry(*r) for r in rows]
 
     def create(self, name: str, version: int, method: str, path: str, fp: str,
@@ -247,8 +266,8 @@ class Journal:
     def last_sent_attempt(self, key: str) -> float:
         """When the intent's latest attempt that may have reached the
         gateway started (Unix time), 0.0 if none may have."""
-        with self._lock:
-            at = self._db.execute("SELECT max(started_at) FROM attempts WHERE key = ? AND sent != 'no'",
+        with self._locked() as db:
+            at = db.execute("SELECT max(started_at) FROM attempts WHERE key = ? AND sent != 'no'",
                                   (key,)).fetchone()[0]
         return parse_time(at) if at else 0.0
 
@@ -302,6 +321,19 @@ class NotSettled(Exception):
 
 def _escape_like(s: str) -> str:
     return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _create_private(path: str) -> None:
+    """Creates the journal's file, empty, with mode 0600, unless it exists:
+    it holds the keys that prove an agent's intents, and SQLite gives its
+    -wal and -shm files the main file's mode (as the Go client does). A
+    failure is left for SQLite to report as it opens the file."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        pass
 
 
 def default_path() -> str:

@@ -26,13 +26,13 @@ def parse(text: Optional[str]) -> float:
     if not m:
         return 0.0
     y, mo, d, h, mi, s, frac, zone = m.groups()
-    t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    t = float(calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0)))
     if frac:
         t += int(frac[:9].ljust(9, "0")) / 1e9
     if zone not in ("Z", "z"):
         sign = 1 if zone[0] == "+" else -1
         t -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    return float(t)
+    return t
 
 
 def format_utc(ts: float) -> str:

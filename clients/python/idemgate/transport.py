@@ -20,7 +20,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, cast
 
 # The largest answer read; a longer one closes the connection.
 MAX_BODY = 4 << 20
@@ -121,7 +121,7 @@ class Transport:
                 # http.client writes the headers and the body in two sends:
                 # with Nagle's algorithm the body may wait for the peer's
                 # delayed ACK (40 ms on Linux) on a real network.
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                cast(socket.socket, conn.sock).setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as e:
             self._drop(conn)
             raise TransportError(cause(e), sent=False) from None  # no request byte was written

@@ -58,6 +58,19 @@ class CanonicalTest(unittest.TestCase):
                 self.assertIn("(path %s)" % where, cm.exception.detail)
         self.assertIsInstance(InvalidJSON("invalid_command"), ValueError)
 
+    def test_refuses_names_that_differ_only_in_case_as_go(self) -> None:
+        # A case-insensitive decoder upstream takes them for one name; the
+        # Go canonicaliser refuses them, and the two journals must agree.
+        for bad in [{"environment": "staging", "Environment": "production"}, {"a": {"stra\u00dfe": 1, "STRASSE": 2}},
+                    [{"k": 1, "\u212a": 2}]]:
+            with self.subTest(bad=bad):
+                with self.assertRaises(InvalidJSON) as cm:
+                    canonical(bad)
+                self.assertIn("case-insensitive", cm.exception.detail)
+                go = subprocess.run([harness.binary(), "canonicalize"], input=json.dumps(bad).encode(),
+                                    capture_output=True)
+                self.assertNotEqual(go.returncode, 0, "the Go canonicaliser took %r" % (bad,))
+
     def test_depth_is_bounded_as_in_go(self) -> None:
         ok = []
         for _ in range(63):

@@ -33,6 +33,8 @@ class InstallTest(unittest.TestCase):
         self.assertRegex(version, r"^\d+\.\d+\.\d+$")
         self.assertEqual(canon, '{"a":[1,"x"],"b":1}')
         self.assertTrue(os.path.isdir(os.path.join(target, "idemgate-%s.dist-info" % version)))
+        # Typed, and says so (PEP 561): a type checker reads its annotations.
+        self.assertTrue(os.path.isfile(os.path.join(target, "idemgate", "py.typed")), "no py.typed installed")
 
 
 if __name__ == "__main__":

@@ -295,6 +295,10 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 			{"result over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 80)+`"`), 413, "payload_too_large"},
 			{"body far over max_result", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":"`+strings.Repeat("x", 70<<10)+`"`), 413, "payload_too_large"},
 			{"result not JSON", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result":{x}`), 422, "invalid_command"},
+			{"result_ref far too long", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"`+strings.Repeat("r", 60006)+`"`), 422, "invalid_command"},
+			{"result_ref over 255 bytes", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"`+strings.Repeat("r", 256)+`"`), 422, "invalid_command"},
+			{"result_ref with a newline", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"m-1\nInjected: yes"`), 422, "invalid_command"},
+			{"result_ref with an escape", "complete", "agent-token", owner(g.Lease, `"state":"succeeded","result_ref":"m-1\u001b[31m"`), 422, "invalid_command"},
 			{"no state", "complete", "agent-token", owner(g.Lease, ""), 422, "invalid_command"},
 			{"state unknown", "complete", "agent-token", owner(g.Lease, `"state":"unknown"`), 422, "invalid_command"},
 			{"no token", "complete", "agent-token", fmt.Sprintf(`{"fence":%d,"state":"succeeded"}`, g.Lease.Fence), 422, "invalid_command"},
@@ -323,14 +327,39 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 		if r := e.step(ticket.header.Get("Idempotency-Operation"), "unknown", "agent-token", owner(g.Lease, "")); r.status != 404 {
 			t.Fatalf("a route's operation: %d %s", r.status, r.body)
 		}
-		// release and unknown of an operation that is no longer executing.
-		if r := e.step(id, "complete", "agent-token", owner(g.Lease, `"state":"failed","result":{"error":"bounced"}`)); r.status != 200 {
-			t.Fatalf("complete failed: %d %s", r.status, r.body)
-		}
-		for _, s := range []string{"release", "unknown"} {
-			if r := e.step(id, s, "agent-token", owner(g.Lease, "")); r.status != 409 || code(r) != "lease_lost" {
-				t.Fatalf("%s of a failed operation: %d %s", s, r.status, r.body)
+		// The owner's steps after its complete: the same complete again is
+		// answered as made (its reply may have been lost); another result,
+		// another state, a release or an unknown is a conflict that says
+		// what the operation is, never lease_lost (issue 34), and changes
+		// nothing.
+		failed := owner(g.Lease, `"state":"failed","result":{"error":"bounced"}`)
+		for i := range 2 {
+			if r := e.step(id, "complete", "agent-token", failed); r.status != 200 {
+				t.Fatalf("complete failed (%d): %d %s", i, r.status, r.body)
 			}
+		}
+		for body, says := range map[string]string{
+			owner(g.Lease, `"state":"failed","result":{"error":"other"}`):                      "with another result;",
+			owner(g.Lease, `"state":"failed","result":{"error":"bounced"},"result_ref":"m-9"`): "with another result_ref;",
+			owner(g.Lease, `"state":"succeeded","result":{"error":"bounced"}`):                 "is failed already, settled under this lease; complete as succeeded",
+			owner(g.Lease, ""): "",
+		} {
+			step := "complete"
+			if body == owner(g.Lease, "") {
+				step, says = "release", "is failed already, settled under this lease; release changes nothing"
+			}
+			if r := e.step(id, step, "agent-token", body); r.status != 409 || code(r) != "illegal_transition" ||
+				!strings.Contains(r.body, says) {
+				t.Errorf("%s %s after its complete: %d %s", step, body, r.status, r.body)
+			}
+		}
+		if r := e.step(id, "unknown", "agent-token", owner(g.Lease, "")); r.status != 409 || code(r) != "illegal_transition" {
+			t.Fatalf("unknown after its complete: %d %s", r.status, r.body)
+		}
+		stranger := g.Lease
+		stranger.Token = "not-the-token"
+		if r := e.step(id, "release", "agent-token", owner(stranger, "")); r.status != 409 || code(r) != "lease_lost" {
+			t.Fatalf("another token's release: %d %s", r.status, r.body)
 		}
 		replay := decodeGrant(t, e.reserve("support.reply.send", "steps", `{}`))
 		if replay.Operation.State != ledger.Failed || string(replay.Result) != `{"error":"bounced"}` {
@@ -343,6 +372,8 @@ func TestActionBadInputChangesNothing(t *testing.T) {
 			`{"state":"succeeded","note":"n","result":"` + strings.Repeat("x", 80) + `"}`,
 			`{"state":"prepared","note":"n","result":{}}`,
 			`{"state":"succeeded","note":"n","result":{},"response":{"status":200}}`,
+			`{"state":"succeeded","note":"n","result":{},"result_ref":"` + strings.Repeat("r", 256) + `"}`,
+			`{"state":"succeeded","note":"n","result":{},"result_ref":"m-1\nInjected: yes"}`,
 		} {
 			if r := e.do("POST", "/_idem/v1/operations/"+unk.Operation.ID+"/resolve", "alice-token", body); r.status/100 != 4 {
 				t.Errorf("resolve %s: %d %s", body, r.status, r.body)

@@ -377,6 +377,34 @@ func TestRefusalsDoNotWaitForTheBody(t *testing.T) {
 	}
 }
 
+// TestARefusedBodyCanReadItsRefusal (issue 34): a client that writes its
+// whole body before it reads, as simple clients do, and is refused before
+// the gateway reads it (a bad token), still reads the 401: the gateway's
+// close lingers, reading and throwing away what still comes, instead of
+// resetting the connection under the client's write (a broken pipe, and
+// the answer lost with it). 32 MiB is more than the sockets' buffers hold,
+// so the client is still writing when the gateway has answered.
+func TestARefusedBodyCanReadItsRefusal(t *testing.T) {
+	t.Parallel()
+	s := serve(t, "body_timeout: 1h\n")
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const size = 32 << 20
+	fmt.Fprintf(conn, "POST /v1/tickets HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer guess\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	_ = conn.SetDeadline(time.Now().Add(time.Minute)) // a bound for a stuck test, not a window
+	if _, err := conn.Write(make([]byte, size)); err != nil {
+		t.Fatalf("writing the body after the refusal: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 401 {
+		t.Fatalf("the refusal: %+v %v", resp, err)
+	}
+}
+
 // TestHeadersAreBounded: headers past max_header_bytes are 431 and go no
 // further.
 func TestHeadersAreBounded(t *testing.T) {

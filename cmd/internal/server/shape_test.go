@@ -145,9 +145,9 @@ type sdkLine struct {
 // refusal (a changed parameter, an unknown outcome, a bad token, a
 // missing role, a path no route serves) instead of returning it as the
 // created object; an idempotency refusal carries type idempotency_error
-// (StripeIdempotencyError for v2; for v1, whose SDK picks its class by
-// status, the API error that says so), the idemgate code, and the
-// operation it is about.
+// and Stripe's status for it, 400, so that both SDK versions raise
+// StripeIdempotencyError (v1 picks its class by status), with the
+// idemgate code and the operation it is about.
 func TestStripeSDKRaisesOnRefusals(t *testing.T) {
 	t.Parallel()
 	node, dir := stripeSDK(t)
@@ -168,15 +168,17 @@ func TestStripeSDKRaisesOnRefusals(t *testing.T) {
 		got[l.Name] = l
 	}
 	for name, want := range map[string]sdkLine{
-		"v1 create":     {ID: "cus_1"},
-		"v1 replay":     {ID: "cus_1"},
-		"v1 changed":    {Raised: true, Class: "StripeAPIError", RawType: "idempotency_error", Code: "fingerprint_mismatch", Status: 422},
-		"v1 lost":       {Raised: true, Class: "StripeAPIError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 502, State: "unknown"},
-		"v1 lost again": {Raised: true, Class: "StripeAPIError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 409, State: "unknown"},
+		"v1 create": {ID: "cus_1"},
+		"v1 replay": {ID: "cus_1"},
+		// Stripe answers 400 for idempotency_error, and its v1 SDK raises
+		// StripeIdempotencyError only then (issue 34, item 22).
+		"v1 changed":    {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "fingerprint_mismatch", Status: 400},
+		"v1 lost":       {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 400, State: "unknown"},
+		"v1 lost again": {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 400, State: "unknown"},
 		"v2 create":     {ID: "ed_1"},
-		"v2 changed":    {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "fingerprint_mismatch", Status: 422},
-		"v2 lost":       {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 502, State: "unknown"},
-		"v2 lost again": {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 409, State: "unknown"},
+		"v2 changed":    {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "fingerprint_mismatch", Status: 400},
+		"v2 lost":       {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 400, State: "unknown"},
+		"v2 lost again": {Raised: true, Class: "StripeIdempotencyError", RawType: "idempotency_error", Code: "outcome_unknown", Status: 400, State: "unknown"},
 		"bad token":     {Raised: true, Class: "StripeAuthenticationError", RawType: "invalid_request_error", Code: "unauthorized", Status: 401},
 		"no role":       {Raised: true, Class: "StripePermissionError", RawType: "invalid_request_error", Code: "forbidden", Status: 403},
 		"no route":      {Raised: true, Class: "StripeInvalidRequestError", RawType: "invalid_request_error", Code: "not_found", Status: 404},
@@ -303,6 +305,9 @@ func TestErrorShapes(t *testing.T) {
 				}
 				code, op := read([]byte(body))
 				h := r.Header
+				if setting == "stripe" && (c.code == "fingerprint_mismatch" || c.code == "outcome_unknown") {
+					c.status = 400 // Stripe's status for an idempotency_error its SDKs raise on
+				}
 				if r.StatusCode != c.status || h.Get("Content-Type") != c.media || code != c.code ||
 					h.Get("Idempotency-Operation") != op || h.Get("Idempotency-Operation-State") != c.state ||
 					(c.state != "") != (op != "" && h.Get("Idempotency-Status-URL") == "/_idem/v1/operations/"+op) {
