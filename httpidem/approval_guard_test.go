@@ -117,8 +117,8 @@ func (s *refusing) Reserve(ctx context.Context, p ledger.ReserveParams) (ledger.
 	return res, err
 }
 
-func (s *refusing) GetByKey(ctx context.Context, tenant, key string) (*ledger.Operation, error) {
-	op, err := s.Store.GetByKey(ctx, tenant, key)
+func (s *refusing) GetByKey(ctx context.Context, k ledger.OpKey) (*ledger.Operation, error) {
+	op, err := s.Store.GetByKey(ctx, k)
 	return s.lapsed(op), err
 }
 
