@@ -26,6 +26,8 @@ type Source struct {
 	Exchange, RoutingKey string
 	Concurrency          int
 	Logger               *slog.Logger
+	// Observer hears of the parks and of the connection (nil: nothing).
+	Observer inbox.Observer
 }
 
 // Run consumes until ctx ends, each message handled by c; the messages in
@@ -36,6 +38,9 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	}
 	if src.Logger == nil {
 		src.Logger = slog.New(slog.DiscardHandler)
+	}
+	if src.Observer == nil {
+		src.Observer = inbox.Unobserved{}
 	}
 	r := &runner{src: src, c: c, seen: map[[32]byte]int{}}
 	inbox.Sessions(ctx, c.Name, src.Logger, r.session)

@@ -36,6 +36,8 @@ type Source struct {
 	// longer tells the server it is still in progress.
 	AckWait time.Duration
 	Logger  *slog.Logger
+	// Observer hears of the parks and of the connection (nil: nothing).
+	Observer inbox.Observer
 }
 
 // Connect opens a connection that retries its first connection and
@@ -74,6 +76,9 @@ func (s *Source) defaults() {
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	if s.Observer == nil {
+		s.Observer = inbox.Unobserved{}
 	}
 }
 
