@@ -33,6 +33,7 @@ type Metrics struct {
 	reload  *reloadMetrics
 	history *History
 	store   *storeCollector        // nil without a store
+	queues  *consumerMetrics       // the consumers' parks and connections
 	own     []prometheus.Collector // idemgate's families, for Described
 	tenants []string               // the configuration's, sorted
 }
@@ -49,6 +50,9 @@ type Options struct {
 	// as Prometheus's guidance asks, so that a rate() or an alert on a
 	// series works from the first scrape, not only after its first event.
 	Tenants []string
+	// Consumers are the configuration's consumers, by name: each one's
+	// series start at zero (parks by the reasons inbox names).
+	Consumers []string
 }
 
 var _ httpidem.RouteObserver = (*Metrics)(nil)
@@ -105,6 +109,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Register(m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
 		m.approvalExpiries, m.fenced, m.storeErrors, m.reconcile, m.requests, m.upstream)
+	m.queues = newConsumerMetrics(m, o.Consumers)
 	if o.Store != nil {
 		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
 		m.Register(m.store)

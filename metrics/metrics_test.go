@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
+	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -129,7 +130,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // exception is the age of a checkpoint that does not exist yet: a zero
 // there would say "sealed just now".
 func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
-	m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: []string{"acme"}})
+	m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: []string{"acme"}, Consumers: []string{"billing"}})
 	m.Routes([]string{"POST /v1/tickets"})
 	fams := gather(t, m)
 	described := m.Described()
@@ -143,6 +144,54 @@ func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
 		}
 		if name := match[1]; fams[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
 			t.Errorf("family %s is not in the first scrape", name)
+		}
+	}
+}
+
+// TestConsumerFamilies: each configured consumer's parks (by the reasons
+// inbox names), unconfirmed parks and connection start at zero, and count
+// what its broker adapter reports; a problem code is a reason too.
+func TestConsumerFamilies(t *testing.T) {
+	m := metrics.New(metrics.Options{Consumers: []string{"billing", "orders", "billing"}})
+	fams := gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": inbox.ReasonNoIdentity}},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": inbox.ReasonMaxDeliveries}},
+		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "billing"}},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}},
+	} {
+		if v, ok := counted(fams, c.name, c.labels); !ok || v != 0 {
+			t.Errorf("%s%v: %v (present %v), want a series at 0", c.name, c.labels, v, ok)
+		}
+	}
+	if n := len(fams["idemgate_consumer_connected"].Metric); n != 2 {
+		t.Errorf("%d connection series, want 2: each consumer once", n)
+	}
+	m.Parked("billing", inbox.ReasonConflict)
+	m.Parked("billing", contract.CodeInvalidKey)
+	m.ParkUnconfirmed("orders")
+	m.ParkUnconfirmed("orders")
+	m.Connected("billing", true)
+	m.Connected("orders", true)
+	m.Connected("orders", false)
+	fams = gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": inbox.ReasonConflict}, 1},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": contract.CodeInvalidKey}, 1},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": inbox.ReasonConflict}, 0},
+		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "orders"}, 2},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "billing"}, 1},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}, 0},
+	} {
+		if v, ok := counted(fams, c.name, c.labels); !ok || v != c.want {
+			t.Errorf("%s%v: %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
 		}
 	}
 }
