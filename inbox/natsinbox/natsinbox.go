@@ -10,9 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,16 +41,18 @@ type Source struct {
 // Connect opens a connection that retries its first connection and
 // reconnects for ever: a broker that is down at start-up or restarts is
 // waited for, never a reason to stop.
-func Connect(url, name string) (*nats.Conn, error) {
-	return nats.Connect(url, nats.Name(name), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(100*time.Millisecond, time.Second))
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(url, append([]nats.Option{nats.Name(name), nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second)}, opts...)...)
 }
 
 // Run consumes until ctx ends, each message handled by c; the messages in
 // hand are finished before it returns.
 func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	src.defaults()
-	nc, err := Connect(src.URL, "idemgate consumer "+c.Name)
+	r := &runner{src: src, c: c, server: redacted(src.URL), sem: make(chan struct{}, src.Concurrency)}
+	nc, err := Connect(src.URL, "idemgate consumer "+c.Name, r.events()...)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
@@ -62,7 +61,9 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{src: src, c: c, nc: nc, js: js, sem: make(chan struct{}, src.Concurrency)}
+	r.mu.Lock()
+	r.nc, r.js = nc, js
+	r.mu.Unlock()
 	inbox.Sessions(ctx, c.Name, src.Logger, r.consume)
 	r.wg.Wait()
 	return nil
@@ -90,6 +91,13 @@ type runner struct {
 	js  jetstream.JetStream
 	sem chan struct{}
 	wg  sync.WaitGroup
+	// server is the source's URL without its password, for the logs.
+	server string
+	// mu guards nc while Run sets it (the connection's handlers may run
+	// first) and end.
+	mu sync.Mutex
+	// end ends the running session; nil between sessions.
+	end context.CancelCauseFunc
 }
 
 // consumer is the durable consumer, created if missing: the operator
@@ -109,9 +117,11 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // until ctx ends or the iterator fails.
 func (r *runner) consume(ctx context.Context) error {
 	if !r.nc.IsConnected() { // the connection retries on its own meanwhile
-		return fmt.Errorf("not connected to %s", redacted(r.nc.Opts.Url))
+		return fmt.Errorf("not connected to %s", r.server)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	cctx, cancel := context.WithTimeout(sctx, 10*time.Second)
 	cons, err := r.consumer(cctx)
 	cancel()
 	if err != nil {
@@ -122,8 +132,9 @@ func (r *runner) consume(ctx context.Context) error {
 		return err
 	}
 	defer it.Stop()
+	defer r.consuming(end)()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(jetstream.NextContext(sctx))
 		if err != nil {
 			return err
 		}
@@ -179,72 +190,4 @@ func (r *runner) inProgress(msg jetstream.Msg) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
-}
-
-// Headers a park sets on the dead letter's copy, so that it says which
-// message it was: the copy's own Nats-Msg-Id is the park's.
-const (
-	OriginalMsgIDHeader    = "Idemgate-Original-Msg-Id"
-	OriginalSubjectHeader  = "Idemgate-Original-Subject"
-	OriginalStreamHeader   = "Idemgate-Original-Stream"
-	OriginalSequenceHeader = "Idemgate-Original-Sequence"
-)
-
-// park publishes the message to the dead letter with its reason, waits
-// for the stream's acknowledgement, and only then acknowledges the
-// message: a park that fails leaves the message to be delivered again.
-func (r *runner) park(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, d inbox.Decision) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := r.js.PublishMsg(pctx, r.deadCopy(msg, md, d)); err != nil {
-		_ = msg.NakWithDelay(time.Second)
-		return fmt.Errorf("parking on %s: %w", r.src.DeadLetter, err)
-	}
-	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", d.Reason),
-		slog.String("dead_letter", r.src.DeadLetter))
-	return msg.DoubleAck(pctx)
-}
-
-// deadCopy is the dead letter's copy of msg: its body and its headers,
-// the reason, and who it was (its Nats-Msg-Id, subject, stream and
-// sequence) under idemgate's headers. Its Nats-Msg-Id is the message's
-// place in its stream, so that a park repeated after a crash is dropped
-// by the dead letter's duplicate window. JetStream's own headers (Nats-…)
-// stay behind: they are instructions to the stream the message was
-// published to (Nats-Expected-Stream, Nats-Expected-Last-Sequence,
-// Nats-Rollup, Nats-TTL, …), which the dead letter's stream would obey,
-// refusing the park or purging itself.
-func (r *runner) deadCopy(msg jetstream.Msg, md *jetstream.MsgMetadata, d inbox.Decision) *nats.Msg {
-	out := nats.NewMsg(r.src.DeadLetter)
-	for k, v := range msg.Headers() {
-		if !strings.HasPrefix(k, "Nats-") {
-			out.Header[k] = append([]string(nil), v...)
-		}
-	}
-	out.Header.Set(inbox.ReasonHeader, d.Reason)
-	out.Header.Set(inbox.ConsumerHeader, r.c.Name)
-	if d.OpID != "" {
-		out.Header.Set(inbox.OperationHeader, d.OpID)
-	}
-	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		out.Header.Set(OriginalMsgIDHeader, id)
-	}
-	out.Header.Set(OriginalSubjectHeader, msg.Subject())
-	out.Header.Set(OriginalStreamHeader, r.src.Stream)
-	if md != nil {
-		seq := strconv.FormatUint(md.Sequence.Stream, 10)
-		out.Header.Set(OriginalSequenceHeader, seq)
-		out.Header.Set(jetstream.MsgIDHeader, "idemgate-parked:"+r.src.Stream+":"+seq)
-	}
-	out.Data = msg.Data()
-	return out
-}
-
-// redacted is a server URL without its password, for the logs.
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "the server"
-	}
-	return u.Redacted()
 }

@@ -1,0 +1,73 @@
+package natsinbox
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// events are the connection's handlers. nats.go reconnects by itself,
+// under an iterator that sees nothing of it: here the log says when the
+// broker is lost and found again, and the observer hears each change.
+func (r *runner) events() []nats.Option {
+	return []nats.Option{
+		nats.ConnectHandler(func(*nats.Conn) { r.report() }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			r.report()
+			why := "the connection was lost"
+			if err != nil {
+				why = err.Error()
+			}
+			r.src.Logger.Warn("consumer interrupted; trying again", slog.String("consumer", r.c.Name),
+				slog.String("server", r.server), slog.String("error", why))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			r.report()
+			r.src.Logger.Info("consumer reconnected", slog.String("consumer", r.c.Name),
+				slog.String("server", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { r.report() }),
+	}
+}
+
+// consuming holds end as the running session's and reports the consumer
+// up; done reports it down.
+func (r *runner) consuming(end context.CancelCauseFunc) (done func()) {
+	r.mu.Lock()
+	r.end = end
+	r.mu.Unlock()
+	r.report()
+	return func() {
+		r.mu.Lock()
+		r.end = nil
+		r.mu.Unlock()
+		r.report()
+	}
+}
+
+// report tells the observer whether the consumer is up: connected, with
+// a session consuming. Reports are computed and made one at a time, so
+// the last one made says the last state.
+func (r *runner) report() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.src.Observer.Connected(r.c.Name, r.end != nil && r.nc != nil && r.nc.IsConnected())
+}
+
+// redacted is a server URL, or a list of them, without passwords, for the
+// logs.
+func redacted(raw string) string {
+	var out []string
+	for _, one := range strings.Split(raw, ",") {
+		u, err := url.Parse(strings.TrimSpace(one))
+		if err != nil {
+			out = append(out, "the server")
+			continue
+		}
+		out = append(out, u.Redacted())
+	}
+	return strings.Join(out, ",")
+}
