@@ -2,9 +2,12 @@ package natsinbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -33,8 +36,8 @@ func (r *runner) events() []nats.Option {
 	}
 }
 
-// consuming holds end as the running session's and reports the consumer
-// up; done reports it down.
+// consuming holds end as the running session's (endSession ends it) and
+// reports the consumer up; done reports it down.
 func (r *runner) consuming(end context.CancelCauseFunc) (done func()) {
 	r.mu.Lock()
 	r.end = end
@@ -48,6 +51,16 @@ func (r *runner) consuming(end context.CancelCauseFunc) (done func()) {
 	}
 }
 
+// endSession ends the running session, if any, with cause: the next one
+// starts with its checks.
+func (r *runner) endSession(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.end != nil {
+		r.end(cause)
+	}
+}
+
 // report tells the observer whether the consumer is up: connected, with
 // a session consuming. Reports are computed and made one at a time, so
 // the last one made says the last state.
@@ -55,6 +68,31 @@ func (r *runner) report() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.src.Observer.Connected(r.c.Name, r.end != nil && r.nc != nil && r.nc.IsConnected())
+}
+
+// rechecks checks the dead letter again each time Recheck says so (a
+// reload): one that became unusable ends the session, as it would at
+// start-up. The group is done once ctx has ended.
+func (r *runner) rechecks(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.src.Recheck:
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := r.deadLetterCaptured(cctx)
+			cancel()
+			if u := (*unusableError)(nil); errors.As(err, &u) {
+				r.src.Logger.Error("dead letter unusable; consuming stops", slog.String("consumer", r.c.Name),
+					slog.String("error", err.Error()))
+				r.endSession(err)
+			}
+		}
+	})
+	return &wg
 }
 
 // redacted is a server URL, or a list of them, without passwords, for the

@@ -26,7 +26,7 @@ type Source struct {
 	Consumer string // the durable consumer's name
 	Subject  string // a filter within the stream, "" for all of it
 	// DeadLetter is the subject parked messages are published to; a stream
-	// must capture it, or nothing is parked (the message is retried).
+	// other than the one consumed must capture it, or nothing is consumed.
 	DeadLetter  string
 	Concurrency int
 	// AckWait is how long the server waits for an acknowledgement before
@@ -36,6 +36,10 @@ type Source struct {
 	Logger  *slog.Logger
 	// Observer hears of the parks and of the connection (nil: nothing).
 	Observer inbox.Observer
+	// Recheck, at each receive, has the dead letter checked again (the
+	// server sends one at each reload): one that no stream captures stops
+	// the consuming, as at start-up.
+	Recheck <-chan struct{}
 }
 
 // Connect opens a connection that retries its first connection and
@@ -64,8 +68,10 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	r.mu.Lock()
 	r.nc, r.js = nc, js
 	r.mu.Unlock()
+	rechecks := r.rechecks(ctx)
 	inbox.Sessions(ctx, c.Name, src.Logger, r.consume)
 	r.wg.Wait()
+	rechecks.Wait()
 	return nil
 }
 
@@ -96,7 +102,7 @@ type runner struct {
 	// mu guards nc while Run sets it (the connection's handlers may run
 	// first) and end.
 	mu sync.Mutex
-	// end ends the running session; nil between sessions.
+	// end ends the running session with its cause; nil between sessions.
 	end context.CancelCauseFunc
 }
 
@@ -114,7 +120,9 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // consume hands each message to a worker, at most Concurrency at once,
-// until ctx ends or the iterator fails.
+// until ctx ends, the iterator fails or the session is ended (endSession).
+// It consumes nothing while no stream could confirm a park: a message it
+// could not park would keep its slot for ever.
 func (r *runner) consume(ctx context.Context) error {
 	if !r.nc.IsConnected() { // the connection retries on its own meanwhile
 		return fmt.Errorf("not connected to %s", r.server)
@@ -122,12 +130,17 @@ func (r *runner) consume(ctx context.Context) error {
 	sctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	cctx, cancel := context.WithTimeout(sctx, 10*time.Second)
-	cons, err := r.consumer(cctx)
+	err := r.deadLetterCaptured(cctx)
+	var cons jetstream.Consumer
+	if err == nil {
+		cons, err = r.consumer(cctx)
+	}
 	cancel()
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.Concurrency), jetstream.PullHeartbeat(2*time.Second))
+	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.Concurrency), jetstream.PullHeartbeat(2*time.Second),
+		jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return err
 	}
@@ -136,6 +149,9 @@ func (r *runner) consume(ctx context.Context) error {
 	for {
 		msg, err := it.Next(jetstream.NextContext(sctx))
 		if err != nil {
+			if sctx.Err() != nil && ctx.Err() == nil {
+				return context.Cause(sctx)
+			}
 			return err
 		}
 		r.sem <- struct{}{}
@@ -147,6 +163,11 @@ func (r *runner) consume(ctx context.Context) error {
 		}()
 	}
 }
+
+// pullExpiry bounds a pull request's life on the server. A session's
+// last request outlives it there until it expires, and a message the
+// server delivers to it meanwhile waits for its AckWait to come back.
+const pullExpiry = 5 * time.Second
 
 // handle runs one message and tells the server what became of it.
 func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
