@@ -18,8 +18,11 @@ import (
 func (r *runner) events() []nats.Option {
 	return []nats.Option{
 		nats.ConnectHandler(func(*nats.Conn) { r.report() }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			r.report()
+			if nc.IsClosed() { // Run closed it: a stop, not an interruption
+				return
+			}
 			why := "the connection was lost"
 			if err != nil {
 				why = err.Error()
@@ -32,7 +35,7 @@ func (r *runner) events() []nats.Option {
 			r.src.Logger.Info("consumer reconnected", slog.String("consumer", r.c.Name),
 				slog.String("server", nc.ConnectedUrlRedacted()))
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { r.report() }),
+		nats.ClosedHandler(func(*nats.Conn) { r.report(); close(r.closed) }),
 	}
 }
 

@@ -53,3 +53,16 @@ func TestUnreachableBrokerIsNamed(t *testing.T) {
 		t.Fatalf("want the server named, without its password: %s", line)
 	}
 }
+
+// A consumer that stops closes its connection: that is no interruption,
+// and its log does not say so; it reports itself down.
+func TestStopIsNoInterruption(t *testing.T) {
+	s := newStream(t, testenv.RequireNATS(t))
+	s.captureDeadLetter()
+	l, h := s.run(natsinbox.Source{})
+	testenv.WaitFor(t, "the consumer up", h.Up)
+	s.stop()
+	if line := l.Line("consumer interrupted"); line != "" || h.Up() {
+		t.Fatalf("a stop logged as an interruption (%s), or left up (%v)", line, h.Up())
+	}
+}

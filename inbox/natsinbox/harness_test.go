@@ -29,6 +29,7 @@ type stream struct {
 	js                       jetstream.JetStream
 	name, subject, dead, dlq string
 	deliveries               chan string // the keys delivered, in order
+	stop                     func()      // stops the consumer run runs, and waits for it
 	mu                       sync.Mutex
 	conflicting              map[string]bool
 }
@@ -138,7 +139,8 @@ func (s *stream) delivered() string {
 }
 
 // run runs a consumer of the stream, keyed by the header Event-Id, until
-// the test ends; its log lines and what it reports are the test's.
+// stop or the test's end; its log lines and what it reports are the
+// test's.
 func (s *stream) run(src natsinbox.Source) (*testenv.Logs, *inboxtest.Heard) {
 	key, _ := inbox.ParseKeyFrom("header:Event-Id")
 	l, h := &testenv.Logs{}, &inboxtest.Heard{}
@@ -151,6 +153,7 @@ func (s *stream) run(src natsinbox.Source) (*testenv.Logs, *inboxtest.Heard) {
 		_ = natsinbox.Run(ctx, src, &inbox.Consumer{Name: "billing", KeyFrom: key, Deliver: s,
 			Backoff: func(int) time.Duration { return 100 * time.Millisecond }})
 	}()
-	s.t.Cleanup(func() { cancel(); <-done })
+	s.stop = func() { cancel(); <-done }
+	s.t.Cleanup(s.stop)
 	return l, h
 }

@@ -55,12 +55,13 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 // hand are finished before it returns.
 func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	src.defaults()
-	r := &runner{src: src, c: c, server: redacted(src.URL), sem: make(chan struct{}, src.Concurrency)}
+	r := &runner{src: src, c: c, server: redacted(src.URL), sem: make(chan struct{}, src.Concurrency),
+		closed: make(chan struct{})}
 	nc, err := Connect(src.URL, "idemgate consumer "+c.Name, r.events()...)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	defer nc.Close()
+	defer func() { nc.Close(); <-r.closed }() // the connection's handlers are done with r
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -104,6 +105,8 @@ type runner struct {
 	mu sync.Mutex
 	// end ends the running session with its cause; nil between sessions.
 	end context.CancelCauseFunc
+	// closed is closed by the connection's last handler.
+	closed chan struct{}
 }
 
 // consumer is the durable consumer, created if missing: the operator
