@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
-	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/metrics"
 )
@@ -149,8 +148,9 @@ func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
 }
 
 // TestConsumerFamilies: each configured consumer's parks (by the reasons
-// inbox names), unconfirmed parks and connection start at zero, and count
-// what its broker adapter reports; a problem code is a reason too.
+// inbox names: conflict, no_identity, max_deliveries), unconfirmed parks
+// and connection start at zero, and count what its broker adapter
+// reports; a problem code is a reason too.
 func TestConsumerFamilies(t *testing.T) {
 	m := metrics.New(metrics.Options{Consumers: []string{"billing", "orders", "billing"}})
 	fams := gather(t, m)
@@ -158,8 +158,8 @@ func TestConsumerFamilies(t *testing.T) {
 		name   string
 		labels map[string]string
 	}{
-		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": inbox.ReasonNoIdentity}},
-		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": inbox.ReasonMaxDeliveries}},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": "no_identity"}},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": "max_deliveries"}},
 		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "billing"}},
 		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}},
 	} {
@@ -170,7 +170,7 @@ func TestConsumerFamilies(t *testing.T) {
 	if n := len(fams["idemgate_consumer_connected"].Metric); n != 2 {
 		t.Errorf("%d connection series, want 2: each consumer once", n)
 	}
-	m.Parked("billing", inbox.ReasonConflict)
+	m.Parked("billing", "conflict")
 	m.Parked("billing", contract.CodeInvalidKey)
 	m.ParkUnconfirmed("orders")
 	m.ParkUnconfirmed("orders")
@@ -183,9 +183,9 @@ func TestConsumerFamilies(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": inbox.ReasonConflict}, 1},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": "conflict"}, 1},
 		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": contract.CodeInvalidKey}, 1},
-		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": inbox.ReasonConflict}, 0},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": "conflict"}, 0},
 		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "orders"}, 2},
 		{"idemgate_consumer_connected", map[string]string{"consumer": "billing"}, 1},
 		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}, 0},
