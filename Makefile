@@ -18,9 +18,16 @@ FUZZ_MCP_CALL ?= 20000x
 FUZZ_MCP_SCHEMA ?= 20000x
 FUZZ_MCP_SCENARIO ?= 10000x
 
-.PHONY: test setup lint vet race fuzz bench python typescript
+.PHONY: test setup lint vet race fuzz bench python typescript integrations
 
-test: setup lint race fuzz python typescript
+# The modules beside the main one, each with its own go.mod (so that the
+# main module links neither Temporal nor DBOS): their tests run a real
+# idemgate built from this repository.
+INTEGRATIONS := integrations/temporal integrations/dbos
+# The runnable examples of those integrations: a module of their own too.
+EXAMPLE_MODULES := examples/durable
+
+test: setup lint race integrations fuzz python typescript
 
 # What the tests need, made ready where the machine allows (as root: start
 # PostgreSQL and the brokers, install Chromium, npm ci the SDK projects);
@@ -32,11 +39,16 @@ setup:
 # staticcheck (a tool dependency in go.mod, so its version is pinned and CI
 # installs nothing), a go.mod that go mod tidy would not change, and the
 # package layout of docs/design.md (internal/layout's test, which go test
-# ./... also runs; here it runs on its own so lint alone can catch it).
+# ./... also runs; here it runs on its own so lint alone can catch it; it
+# also checks that the main module links no workflow engine). Each
+# integration module gets the same: tidy, vet, and the main module's
+# pinned staticcheck, built into bin/.
 lint: vet
 	go mod tidy -diff
 	go tool staticcheck ./...
 	go test -count=1 ./internal/layout
+	go build -o bin/staticcheck honnef.co/go/tools/cmd/staticcheck
+	@for m in $(INTEGRATIONS) $(EXAMPLE_MODULES); do echo "lint $$m"; (cd $$m && go mod tidy -diff && go vet ./... && ../../bin/staticcheck ./...) || exit 1; done
 
 vet:
 	go vet ./...
@@ -51,6 +63,12 @@ PG ?= $(or $(IDEMGATE_TEST_POSTGRES),postgres://postgres@127.0.0.1:5432/test?ssl
 race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
 	GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...
+
+# Each integration module's tests, with the race detector: their own go
+# test, since ./... stops at a nested go.mod.
+integrations:
+	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): the integration modules PostgreSQL tests SKIP (under CI=true they FAIL).'
+	@for m in $(INTEGRATIONS); do echo "test $$m"; (cd $$m && GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...) || exit 1; done
 
 # The binary, in bin/, with its version (what idemgate mcp announces) from
 # git: the tag, or the commit, "-dirty" for uncommitted changes.

@@ -36,13 +36,16 @@ type Accepted struct {
 	Approval    AcceptedApproval `json:"approval"`
 }
 
-// AcceptedApproval is the approval an Accepted answer waits for.
+// AcceptedApproval is the approval an Accepted answer waits for, with
+// the fingerprint a decision echoes (Decision): a client that asks a
+// human, or decides through the API, needs no read of the approval first.
 type AcceptedApproval struct {
-	ID        string                `json:"id"`
-	Status    ledger.ApprovalStatus `json:"status"`
-	ExpiresAt time.Time             `json:"expires_at"`
-	Summary   string                `json:"summary"`
-	URL       string                `json:"url,omitempty"`
+	ID          string                `json:"id"`
+	Status      ledger.ApprovalStatus `json:"status"`
+	ExpiresAt   time.Time             `json:"expires_at"`
+	Summary     string                `json:"summary"`
+	Fingerprint string                `json:"fingerprint,omitempty"`
+	URL         string                `json:"url,omitempty"`
 }
 
 // Decision is the body of POST …/approvals/{id}/approve and …/deny: the

@@ -2,7 +2,7 @@ package contract
 
 import "time"
 
-// ReloadPath is where an admin asks a running gateway to re-read its
+// ReloadPath is where an operator asks a running gateway to re-read its
 // configuration file (POST; docs/design.md, "Identity, transport and
 // operations"). `idemgate reload --gateway URL` calls it; SIGHUP does the
 // same without a token.

@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/contract"
@@ -37,6 +39,16 @@ type Operator struct {
 	// max_result) for the owner steps and the resolutions of its
 	// operations; an action it does not know takes the defaults.
 	Actions func(name string) (Action, bool)
+	// Approvers, if set, are the roles the running configuration lets
+	// decide the approvals of an operation's route (false: none asks for
+	// approvals there). A decision needs one of them besides one of the
+	// approval's own: a reload that takes a role off a route's approvers
+	// applies to the approvals already open.
+	Approvers func(route string) ([]string, bool)
+	// Operators, if set, says whether the principal name of tenant is
+	// one of the gateway's operators (the configuration's operators:),
+	// who alone act on the whole gateway (a reload); nil: none is.
+	Operators func(name, tenant string) bool
 	// Settled, if set, hears each operation an owner step made final,
 	// with its stored result: the tenant's budgets count its bytes, and
 	// no longer count it live.
@@ -60,6 +72,18 @@ func (o *Operator) RequireAdmin(c Caller, what string) error {
 		return nil
 	}
 	return contract.NewProblem(contract.CodeForbidden, what+" needs the "+o.adminRole()+" role")
+}
+
+// RequireOperator refuses what acts on the whole gateway, every
+// tenant's (a reload), to a caller the configuration does not name in
+// operators: (a local operator, at the store, is one). A tenant's admin
+// role is not enough: a tenant, or its identity provider, grants it.
+func (o *Operator) RequireOperator(c Caller, what string) error {
+	if c.Local || (o.Operators != nil && o.Operators(c.Name, c.Tenant)) {
+		return nil
+	}
+	return contract.NewProblem(contract.CodeForbidden, what+" acts on every tenant: it needs an operator, a "+
+		"principal the configuration names in operators:")
 }
 
 func (o *Operator) wake(opID string) {
@@ -129,6 +153,9 @@ func (o *Operator) Decide(ctx context.Context, c Caller, d Decision) (*ledger.Ap
 	if err := checkNote(d.Note, false); err != nil {
 		return nil, err
 	}
+	if err := o.checkApprovers(ctx, c, d.ApprovalID); err != nil {
+		return nil, err
+	}
 	p := ledger.DecisionParams{ApprovalID: d.ApprovalID, Tenant: c.Tenant, Fingerprint: d.Fingerprint,
 		Actor: c.Name, Roles: c.Roles, Note: d.Note}
 	decide := o.Store.Approve
@@ -141,6 +168,26 @@ func (o *Operator) Decide(ctx context.Context, c Caller, d Decision) (*ledger.Ap
 	}
 	o.wake(a.OpID)
 	return a, nil
+}
+
+// checkApprovers refuses a decider who holds none of the roles the
+// running configuration now lets decide the approval's route: the store
+// checks the approval's own list, as it was when it was opened.
+func (o *Operator) checkApprovers(ctx context.Context, c Caller, id string) error {
+	if o.Approvers == nil || c.Local {
+		return nil
+	}
+	a, err := o.Approval(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	roles, ok := o.Approvers(a.Route)
+	if !ok || slices.ContainsFunc(roles, c.holds) {
+		return nil
+	}
+	return contract.NewProblem(contract.CodeForbidden, fmt.Sprintf("deciding this approval needs one of the roles "+
+		"its route's approvers now lists (%s): the configuration changed since it was opened",
+		strings.Join(roles, ", ")))
 }
 
 // checkNote bounds a note, and requires one where it is audited.

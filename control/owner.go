@@ -200,7 +200,11 @@ func (a *API) step(name string) handler {
 		}
 		out, err := a.op.Step(r.Context(), c, s)
 		if err != nil {
-			fail(w, err, "action operation")
+			p := contract.ProblemFor(err)
+			if p.Code == contract.CodeLeaseLost {
+				p.OperationID = id // the owner lost this one: its client names it, retries nothing
+			}
+			fail(w, p, "action operation")
 			return
 		}
 		// The operation and its history: an action's operation has no

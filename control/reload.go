@@ -7,13 +7,13 @@ import (
 	"github.com/idemgate/idemgate/contract"
 )
 
-// reload answers POST /config/reload, to an admin: the gateway re-reads
-// its file (Options.Reload). Any tenant's admin may ask, since a reload
-// applies only what the file on the gateway's disk says; the refusal of a
-// file is invalid_request with the error, file and line, and the running
-// configuration stays.
+// reload answers POST /config/reload, to an operator: the gateway
+// re-reads its file (Options.Reload). A reload changes every tenant's
+// routes and principals, so a tenant's admin may not ask for one; the
+// refusal of a file is invalid_request with the error, file and line,
+// and the running configuration stays.
 func (a *API) reload(w http.ResponseWriter, r *http.Request, c Caller) {
-	if err := a.op.RequireAdmin(c, "a reload of the configuration"); err != nil {
+	if err := a.op.RequireOperator(c, "a reload of the configuration"); err != nil {
 		fail(w, err, "")
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -60,8 +61,15 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		if p := g.principalByCert(clientSubject(r)); p != nil {
+		subject := clientSubject(r)
+		if p := g.principalByCert(subject); p != nil {
 			return p, nil
+		}
+		if subject != "" {
+			// The client's own certificate: naming it tells the operator
+			// what to write in cert_subject, and the client nothing new.
+			return nil, contract.NewProblem(contract.CodeUnauthorized, fmt.Sprintf("no principal's cert_subject is "+
+				"this certificate's subject, %q (compared exactly); or send Authorization: Bearer <token>", subject))
 		}
 		return nil, contract.NewProblem(contract.CodeUnauthorized, "send Authorization: Bearer <token>")
 	}
@@ -133,11 +141,11 @@ func (g *Gateway) principalByCert(subject string) *Principal {
 }
 
 // clientSubject is the subject of the client certificate the TLS
-// handshake verified against client_ca, as Go writes a distinguished
-// name (RFC 2253: "CN=agent-1,O=acme"); "" without one.
+// handshake verified against client_ca, its exact RDN sequence as RFC
+// 2253 writes it ("CN=agent-1,O=acme": certSubject); "" without one.
 func clientSubject(r *http.Request) string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return ""
 	}
-	return r.TLS.VerifiedChains[0][0].Subject.String()
+	return certSubject(r.TLS.VerifiedChains[0][0])
 }

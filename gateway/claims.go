@@ -31,6 +31,9 @@ func (j *JWTConfig) principalOf(claims map[string]any) (*Principal, error) {
 		// As for a configured tenant: the upstream sees "<tenant>:<key>".
 		return nil, fmt.Errorf("claim %s: a tenant may not contain ':'", j.TenantClaim)
 	}
+	if j.allows != nil && !j.allows(tenant) {
+		return nil, fmt.Errorf("claim %s: not one of this gateway's tenants (tenants:)", j.TenantClaim)
+	}
 	name, err := claimString(claims, j.NameClaim)
 	if err != nil {
 		return nil, err
@@ -39,7 +42,15 @@ func (j *JWTConfig) principalOf(claims map[string]any) (*Principal, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Principal{Name: JWTPrefix + name, Tenant: tenant, Roles: roles}, nil
+	return &Principal{Name: JWTPrefix + name, Tenant: tenant, Roles: roles, jwt: j.identity()}, nil
+}
+
+// identity is what of auth.jwt decides which principal a token is: its
+// issuer and keys, its audience, its algorithms and the claims read. Its
+// leeway and the JWKS's pace do not.
+func (j *JWTConfig) identity() string {
+	return strings.Join([]string{j.Issuer, j.Audience, j.JWKSURL, j.TenantClaim, j.RolesClaim, j.NameClaim,
+		strings.Join(j.Algorithms, " ")}, "\x00")
 }
 
 // claim finds a claim by its name, or, if no claim has that name, by a

@@ -29,6 +29,14 @@ type Config struct {
 	Store      string               `yaml:"store"`
 	Upstreams  map[string]*Upstream `yaml:"upstreams"`
 	Principals []*Principal         `yaml:"principals"`
+	// Operators name the configured principals who may act on the whole
+	// gateway, every tenant's (a reload: config_operators.go); a tenant's
+	// admin role is not enough.
+	Operators []string `yaml:"operators"`
+	// Tenants, if written, are the tenants this gateway serves: their
+	// metrics start at zero, and a JWT of another tenant is refused
+	// (config_tenants.go).
+	Tenants []string `yaml:"tenants"`
 	// Auth accepts tokens an identity provider signs, beside the
 	// principals' own (docs/design.md, "Identity, transport and operations").
 	Auth AuthConfig `yaml:"auth"`
@@ -92,9 +100,23 @@ type Config struct {
 	// gauges and sweep counters remain). Not YAML: the benchmark sets it
 	// to measure what observing costs, side by side.
 	Unobserved bool `yaml:"-"`
+	// Clock, if set, is the time read by the JWT checks, the JWKS's ages
+	// and rate, the TLS files' checks and the web page's sessions
+	// (time.Now otherwise). Not YAML: the tests move it instead of
+	// sleeping.
+	Clock func() time.Time `yaml:"-"`
 
 	file     string
-	noRoutes bool // a relay's configuration: routes are optional
+	noRoutes bool           // a relay's configuration: routes are optional
+	lines    map[string]int // each top-level setting's line
+}
+
+// now is the configuration's clock (Clock, or time.Now).
+func (c *Config) now() time.Time {
+	if c.Clock != nil {
+		return c.Clock()
+	}
+	return time.Now()
 }
 
 // Upstream is an API behind the gateway, with the credentials the gateway
@@ -248,6 +270,15 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkPrincipals(); err != nil {
+		return err
+	}
+	if err := c.checkOperators(); err != nil {
+		return err
+	}
+	if err := c.checkUI(); err != nil {
+		return err
+	}
+	if err := c.checkTenants(); err != nil {
 		return err
 	}
 	if err := c.checkLimits(); err != nil {

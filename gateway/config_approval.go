@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/contract"
 )
 
 // checkApproval compiles a route's approval policy at start-up: a CEL
@@ -40,4 +41,40 @@ func (c *Config) compileApproval(cfg approval.Config, line int, lines map[string
 		return nil, c.errorf(line, "%s: approval: %v", what, err)
 	}
 	return p, nil
+}
+
+// Approvers are the roles that may decide an approval of the operations
+// of route ("METHOD /path", "action:NAME", "mcp:SERVER/TOOL"), as this
+// configuration's policy for it says; false if none asks for approvals
+// there (the route gone, or its policy): an approval already open is
+// then decided under its own list alone.
+func (c *Config) Approvers(route string) ([]string, bool) {
+	var p *approval.Policy
+	if name, ok := contract.ActionOf(route); ok {
+		if a := c.Action(name); a != nil {
+			p = a.policy
+		}
+	} else if server, tool, ok := contract.MCPOf(route); ok {
+		p = c.mcpPolicy(server, tool)
+	} else {
+		for _, r := range c.Routes {
+			if strings.TrimSpace(r.Match) == route {
+				p = r.policy
+			}
+		}
+	}
+	if p == nil {
+		return nil, false
+	}
+	return p.Approvers(), true
+}
+
+// mcpPolicy is the approval policy of an MCP server's tool, if any.
+func (c *Config) mcpPolicy(server, tool string) *approval.Policy {
+	for _, s := range c.MCPServers {
+		if s.Name == server && s.Tools[tool] != nil {
+			return s.Tools[tool].Policy
+		}
+	}
+	return nil
 }

@@ -47,7 +47,20 @@ type JWTConfig struct {
 	Algorithms []string `yaml:"algorithms"`
 
 	line int
-	keys map[string]int // the lines of the keys written, to tell 0s from unset
+	keys map[string]int   // the lines of the keys written, to tell 0s from unset
+	now  func() time.Time // the configuration's clock (Config.Clock)
+	// allows, the configuration's, says whether a token's tenant is one
+	// the gateway serves (tenants:).
+	allows func(tenant string) bool
+}
+
+// clock is the time the checks read: the configuration's clock, or
+// time.Now for a JWTConfig made by hand.
+func (j *JWTConfig) clock() time.Time {
+	if j.now != nil {
+		return j.now()
+	}
+	return time.Now()
 }
 
 // JWTPrefix begins the name of every principal a JWT authenticates
@@ -88,6 +101,7 @@ func (c *Config) checkAuth() error {
 		}
 	}
 	j.defaults()
+	j.now, j.allows = c.now, c.allows
 	return nil
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,12 +22,44 @@ type Principal struct {
 	line    int
 	hash    []byte
 	expires time.Time // a JWT's exp and leeway; zero for a configured principal
+	jwt     string    // a JWT's: the auth.jwt settings that made it (JWTConfig.identity)
 }
 
 // Expires is when the token that authenticated the principal ends (a
 // JWT's exp, with the leeway); zero for a configured principal, whose
 // token has no end of its own.
 func (p *Principal) Expires() time.Time { return p.expires }
+
+// Credential names what authenticated p, for what outlives the
+// configuration that did (a web page's session): a configured
+// principal's token hash and certificate subject, or, for a JWT's, the
+// auth.jwt settings that made a principal of its claims.
+// Config.StillAuthenticates reads it.
+func (p *Principal) Credential() string {
+	if p.jwt != "" {
+		return JWTPrefix + p.jwt
+	}
+	return "token:" + hex.EncodeToString(p.hash) + "|cert:" + p.CertSubject
+}
+
+// StillAuthenticates reports whether this configuration makes, of the
+// credential that signed in the principal name of tenant with roles
+// (Principal.Credential), that same principal: so that what the principal
+// signed in under another configuration (a reload's predecessor) stays
+// only while it is. A configured principal removed, or whose tenant,
+// roles, token or certificate subject changed, or a JWT's once auth.jwt
+// is removed or makes principals otherwise, is not.
+func (c *Config) StillAuthenticates(name, tenant string, roles []string, credential string) bool {
+	if settings, ok := strings.CutPrefix(credential, JWTPrefix); ok {
+		return c.Auth.JWT != nil && c.Auth.JWT.identity() == settings && c.allows(tenant)
+	}
+	for _, p := range c.Principals {
+		if p.Credential() == credential {
+			return p.Name == name && p.Tenant == tenant && slices.Equal(p.Roles, roles)
+		}
+	}
+	return false
+}
 
 // checkPrincipals checks each principal, and that no two share a token
 // (or, without one, a certificate subject).
@@ -84,8 +117,9 @@ func (c *Config) checkPrincipal(p *Principal) error {
 			p.CertSubject)
 	case p.CertSubject != "" && !isCanonicalSubject(p.CertSubject):
 		canon, _ := canonicalSubject(p.CertSubject)
-		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared as Go writes a "+
-			"certificate's subject (RFC 2253, most specific first, no spaces): write %q", p.Name, p.CertSubject, canon)
+		return c.errorf(p.line, "principal %q: cert_subject %q would never match: it is compared with the "+
+			"certificate's RDNs as RFC 2253 writes them (the last first, upper-case types, no spaces, the values of "+
+			"one RDN sorted): write %q", p.Name, p.CertSubject, canon)
 	case p.TokenSHA256 == "" && p.CertSubject != "":
 		return nil // the certificate alone
 	}

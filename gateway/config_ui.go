@@ -20,6 +20,24 @@ type UIConfig struct {
 	// TrustedOrigins are origins whose form posts are accepted besides the
 	// page's own: for a proxy that rewrites the Host header.
 	TrustedOrigins []string `yaml:"trusted_origins"`
+	// MaxSessions bounds the sessions held in memory (10,000),
+	// MaxSessionsPerTenant one tenant's share of them (a quarter of
+	// MaxSessions), MaxSessionsPerPrincipal one principal's (20): one
+	// tenant's principals, however many its identity provider signs in,
+	// never take every place from the others. 0 is the default.
+	MaxSessions             int `yaml:"max_sessions"`
+	MaxSessionsPerTenant    int `yaml:"max_sessions_per_tenant"`
+	MaxSessionsPerPrincipal int `yaml:"max_sessions_per_principal"`
+}
+
+// checkUI refuses a negative bound on the sessions.
+func (c *Config) checkUI() error {
+	u := c.UI
+	if u.MaxSessions < 0 || u.MaxSessionsPerTenant < 0 || u.MaxSessionsPerPrincipal < 0 {
+		return c.errorf(c.lines["ui"], "ui: max_sessions, max_sessions_per_tenant and max_sessions_per_principal "+
+			"must be positive (0: the default)")
+	}
+	return nil
 }
 
 // ApproverRoles are the roles that see the web page's inbox: every role

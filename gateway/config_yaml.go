@@ -10,8 +10,10 @@ import (
 // recordLines notes where each upstream, principal and route is defined.
 func recordLines(root *yaml.Node, cfg *Config) {
 	doc := root.Content[0]
+	cfg.lines = map[string]int{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		key, val := doc.Content[i].Value, doc.Content[i+1]
+		cfg.lines[key] = doc.Content[i].Line
 		switch key {
 		case "upstreams":
 			for j := 0; j+1 < len(val.Content); j += 2 {

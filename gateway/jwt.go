@@ -17,7 +17,9 @@ import (
 // never none, never a shared secret), the issuer and the audience; the
 // times are checked here, with the configured leeway on both exp and nbf
 // (go-oidc's nbf skew is a fixed five minutes). A verified token's
-// principal is kept until its exp, by the SHA-256 of the token.
+// principal is kept by the SHA-256 of the token, until its exp, for
+// max_age at most, and only while the key that verified it is in the
+// JWKS in hand.
 type jwtAuth struct {
 	cfg      *JWTConfig
 	keys     *jwks
@@ -28,7 +30,7 @@ type jwtAuth struct {
 func newJWTAuth(j *JWTConfig, log *slog.Logger) *jwtAuth {
 	keys := newJWKS(j, log)
 	v := oidc.NewVerifier(j.Issuer, keys, &oidc.Config{ClientID: j.Audience, SupportedSigningAlgs: j.Algorithms,
-		SkipExpiryCheck: true})
+		SkipExpiryCheck: true, Now: j.clock})
 	return &jwtAuth{cfg: j, keys: keys, verifier: v, cache: newTokenCache(maxCachedTokens)}
 }
 
@@ -43,20 +45,14 @@ func looksLikeJWT(token string) bool { return strings.Count(token, ".") == 2 }
 // it is refused (a reason fit to tell the client: it names no key, no
 // claim's value).
 func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*Principal, error) {
-	now := time.Now()
-	if p := a.cache.get(sum, now); p != nil {
+	now := a.cfg.clock()
+	if p := a.cache.get(sum, now, a.keys.holds); p != nil {
 		return p, nil
 	}
-	t, err := a.verifier.Verify(ctx, token)
+	v := &verification{}
+	t, err := a.verifier.Verify(context.WithValue(ctx, verificationKey{}, v), token)
 	if err != nil {
-		var expired *oidc.TokenExpiredError
-		if errors.As(err, &expired) {
-			return nil, errors.New("the token has expired")
-		}
-		if a.keys.keys.Load() == nil {
-			return nil, errors.New("the issuer's keys (jwks_url) could not be fetched: try again later")
-		}
-		return nil, errors.New("its signer, issuer or audience is not the configured one")
+		return nil, a.refusal(err, v)
 	}
 	var claims map[string]any
 	if err := t.Claims(&claims); err != nil {
@@ -71,8 +67,26 @@ func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*P
 		return nil, err
 	}
 	p.expires = until
-	a.cache.put(sum, p, until)
+	kept := until
+	if limit := now.Add(a.cfg.MaxAge); limit.Before(kept) {
+		kept = limit // a verification is kept for max_age at most
+	}
+	a.cache.put(sum, cachedToken{p: p, until: kept, thumb: v.thumb}, now)
 	return p, nil
+}
+
+// refusal says why go-oidc refused a token: expired, the issuer's keys
+// out of reach when they were needed, or the wrong signer, issuer or
+// audience.
+func (a *jwtAuth) refusal(err error, v *verification) error {
+	var expired *oidc.TokenExpiredError
+	switch {
+	case errors.As(err, &expired):
+		return errors.New("the token has expired")
+	case v.unreachable || a.keys.keys.Load() == nil:
+		return errors.New("the issuer's keys (jwks_url) could not be fetched: try again later")
+	}
+	return errors.New("its signer, issuer or audience is not the configured one")
 }
 
 // window checks exp (required) and nbf (if any) with the leeway, and
@@ -98,9 +112,12 @@ func (a *jwtAuth) window(t *oidc.IDToken, claims map[string]any, now time.Time) 
 }
 
 // tokenCache keeps verified tokens' principals by the SHA-256 of the
-// token (never the token), each until its token's exp, at most max of
-// them: past that, expired ones go first, then arbitrary ones (a token
-// dropped is verified again, nothing worse).
+// token (never the token), each until its token's exp or max_age after
+// its verification, whichever comes first, and while the key that
+// verified it (its thumbprint) is in the JWKS in hand: a fetch that no
+// longer finds the key ends its tokens. At most max of them: past that,
+// expired ones go first, then arbitrary ones (a token dropped is
+// verified again, nothing worse).
 type tokenCache struct {
 	mu  sync.RWMutex
 	m   map[[32]byte]cachedToken
@@ -110,27 +127,29 @@ type tokenCache struct {
 type cachedToken struct {
 	p     *Principal
 	until time.Time
+	thumb string // the thumbprint of the key that verified it
 }
 
 func newTokenCache(max int) *tokenCache {
 	return &tokenCache{m: map[[32]byte]cachedToken{}, max: max}
 }
 
-func (c *tokenCache) get(sum [32]byte, now time.Time) *Principal {
+// get is the principal of a token kept, valid at now, whose key holds
+// says is still the issuer's.
+func (c *tokenCache) get(sum [32]byte, now time.Time, holds func(thumb string) bool) *Principal {
 	c.mu.RLock()
 	e, ok := c.m[sum]
 	c.mu.RUnlock()
-	if !ok || !now.Before(e.until) {
+	if !ok || !now.Before(e.until) || !holds(e.thumb) {
 		return nil
 	}
 	return e.p
 }
 
-func (c *tokenCache) put(sum [32]byte, p *Principal, until time.Time) {
+func (c *tokenCache) put(sum [32]byte, e cachedToken, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
-		now := time.Now()
 		for k, e := range c.m {
 			if !now.Before(e.until) {
 				delete(c.m, k)
@@ -143,5 +162,5 @@ func (c *tokenCache) put(sum [32]byte, p *Principal, until time.Time) {
 			delete(c.m, k)
 		}
 	}
-	c.m[sum] = cachedToken{p: p, until: until}
+	c.m[sum] = e
 }

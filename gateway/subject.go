@@ -1,49 +1,79 @@
 package gateway
 
 import (
+	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
+	"slices"
 	"strings"
 )
 
-// canonicalSubject is how Go writes (pkix.Name.String, RFC 2253) the
-// distinguished name s, which clientSubject compares cert_subject with as
-// text: "O=acme,CN=bot" or "CN=bot, O=acme" name the same certificate as
-// "CN=bot,O=acme" but would never match it. ok is false when s holds what
-// this reading does not judge (an attribute type Go writes as an OID, a
-// value in hex, a repeated CN…): such a subject is taken as written.
+// A cert_subject is compared with the exact RDN sequence of a client
+// certificate's subject, written as RFC 2253 writes it (the last RDN
+// first, "CN=bot,O=acme"; pkix.RDNSequence.String), the values of a
+// multi-valued RDN (a SET, which has no order) sorted. Not with
+// pkix.Name.String: that keeps one CN of several (the last) and writes
+// the attributes in an order of its own, so that a certificate with a
+// second CN, or its RDNs in another order, would be taken for another.
+
+// certSubject is the subject of cert as cert_subject is compared with
+// it; "" if its subject cannot be read as an RDN sequence (no principal
+// is then bound to it).
+func certSubject(cert *x509.Certificate) string {
+	var seq pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(cert.RawSubject, &seq); err != nil || len(rest) > 0 {
+		return ""
+	}
+	return writeRDNs(seq)
+}
+
+// writeRDNs writes seq as RFC 2253 does, each RDN's values sorted by
+// their text.
+func writeRDNs(seq pkix.RDNSequence) string {
+	out := make(pkix.RDNSequence, len(seq))
+	for i, rdn := range seq {
+		sorted := slices.Clone(rdn)
+		slices.SortStableFunc(sorted, func(a, b pkix.AttributeTypeAndValue) int {
+			return strings.Compare(pkix.RDNSequence{{a}}.String(), pkix.RDNSequence{{b}}.String())
+		})
+		out[i] = sorted
+	}
+	return out.String()
+}
+
+// attributeTypes are the attribute types RFC 2253 (and Go) write by name.
+var attributeTypes = map[string]asn1.ObjectIdentifier{
+	"C": {2, 5, 4, 6}, "O": {2, 5, 4, 10}, "OU": {2, 5, 4, 11}, "CN": {2, 5, 4, 3}, "SERIALNUMBER": {2, 5, 4, 5},
+	"L": {2, 5, 4, 7}, "ST": {2, 5, 4, 8}, "STREET": {2, 5, 4, 9}, "POSTALCODE": {2, 5, 4, 17},
+}
+
+// canonicalSubject is the distinguished name s as certSubject writes the
+// subject of a certificate whose RDNs s names: "CN=bot, O=acme" or
+// "cn=bot,o=acme" name the same RDNs as "CN=bot,O=acme" but would never
+// match it as text. The order of the RDNs is kept: "O=acme,CN=bot" is
+// another sequence, another certificate's. ok is false when s holds what
+// this reading does not judge (an attribute type written as an OID, a
+// value in hex, an empty value…): such a subject is taken as written.
 func canonicalSubject(s string) (canon string, ok bool) {
-	var n pkix.Name
-	for _, rdn := range splitUnescaped(s, ',') {
-		// Go writes a certificate's values of one type as one RDN
-		// ("OU=ops+OU=eu"), whatever RDNs the certificate holds them in.
-		for _, atv := range splitUnescaped(rdn, '+') {
+	rdns := splitUnescaped(s, ',')
+	seq := make(pkix.RDNSequence, 0, len(rdns))
+	for i := len(rdns) - 1; i >= 0; i-- { // RFC 2253 writes the last RDN first
+		var set pkix.RelativeDistinguishedNameSET
+		for _, atv := range splitUnescaped(rdns[i], '+') {
 			typ, value, found := strings.Cut(atv, "=")
 			if !found {
 				return "", false
 			}
+			oid, known := attributeTypes[strings.ToUpper(strings.TrimSpace(typ))]
 			v, ok := unescapeDN(value)
-			if !ok || !setAttribute(&n, strings.ToUpper(strings.TrimSpace(typ)), v) {
+			if !known || !ok {
 				return "", false
 			}
+			set = append(set, pkix.AttributeTypeAndValue{Type: oid, Value: v})
 		}
+		seq = append(seq, set)
 	}
-	return n.String(), true
-}
-
-// setAttribute sets one attribute of the types pkix.Name writes by name.
-func setAttribute(n *pkix.Name, typ, v string) bool {
-	lists := map[string]*[]string{"O": &n.Organization, "OU": &n.OrganizationalUnit, "C": &n.Country,
-		"L": &n.Locality, "ST": &n.Province, "STREET": &n.StreetAddress, "POSTALCODE": &n.PostalCode}
-	if l, ok := lists[typ]; ok {
-		*l = append(*l, v)
-		return true
-	}
-	single := map[string]*string{"CN": &n.CommonName, "SERIALNUMBER": &n.SerialNumber}
-	if p, ok := single[typ]; ok && *p == "" {
-		*p = v
-		return true
-	}
-	return false
+	return writeRDNs(seq), true
 }
 
 // splitUnescaped splits s at each sep that no backslash escapes.
@@ -88,8 +118,8 @@ func unescapeDN(v string) (string, bool) {
 	return out, out != ""
 }
 
-// isCanonicalSubject reports whether s is written as Go writes it, or is
-// one canonicalSubject does not judge.
+// isCanonicalSubject reports whether s is written as certSubject writes
+// a subject, or is one canonicalSubject does not judge.
 func isCanonicalSubject(s string) bool {
 	canon, ok := canonicalSubject(s)
 	return !ok || canon == s

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -37,7 +39,11 @@ func (c *Config) checkTLS() error {
 		if t.Cert == "" || t.Key == "" {
 			return c.errorf(t.line, "tls: cert and key are both required")
 		}
-		t.files = &tlsFiles{cert: c.relative(t.Cert), key: c.relative(t.Key), ca: c.relative(t.ClientCA)}
+		t.files = &tlsFiles{cert: c.relative(t.Cert), key: c.relative(t.Key), ca: c.relative(t.ClientCA), now: c.now,
+			setting: "tls"}
+		if t == c.MetricsTLS {
+			t.files.setting = "metrics_tls"
+		}
 		if err := t.files.load(); err != nil {
 			return c.errorf(t.line, "tls: %v", err)
 		}
@@ -65,46 +71,112 @@ func (t *TLSConfig) server() *tls.Config {
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return t.files.current(), nil }}
 }
 
+// ObserveTLS has the listeners' TLS files (tls, metrics_tls) report
+// each rotation: applied, or refused (the files in hand kept), logged on
+// log and told to counted (the metrics), so that a rotation that did not
+// take is seen before the old certificate expires. Call it before
+// serving.
+func (c *Config) ObserveTLS(log *slog.Logger, counted func(setting string, err error)) {
+	for _, t := range []*TLSConfig{c.TLS, c.MetricsTLS} {
+		if t != nil && t.files != nil {
+			t.files.hook.Store(&tlsHook{log: log, counted: counted})
+		}
+	}
+}
+
+// tlsHook is what hears a listener's rotations.
+type tlsHook struct {
+	log     *slog.Logger
+	counted func(setting string, err error)
+}
+
 // tlsFiles is one listener's certificate, key and client CAs, as their
 // files last read well: a rotation half written (a new certificate, the
 // old key) keeps the previous configuration until the pair matches.
 type tlsFiles struct {
 	cert, key, ca string
+	setting       string // tls or metrics_tls, as the log and the metrics name it
+	now           func() time.Time
+	hook          atomic.Pointer[tlsHook]
 
 	cfg     atomic.Pointer[tls.Config]
 	checked atomic.Int64 // unix nanoseconds of the last look at the files
 	mu      sync.Mutex   // one reader of the files at a time
 	stamps  []os.FileInfo
+	// refused are the files of the last rotation refused: the same files
+	// are not read, logged and counted again every second.
+	refused []os.FileInfo
 }
 
 // current is the configuration for a new handshake, the files looked at
 // again if a second has passed.
 func (f *tlsFiles) current() *tls.Config {
-	now := time.Now().UnixNano()
+	now := f.now().UnixNano()
 	if last := f.checked.Load(); now-last < int64(time.Second) || !f.checked.CompareAndSwap(last, now) {
 		return f.cfg.Load()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.changed() {
-		_ = f.load() // a bad rotation keeps the configuration in hand
+	if stamps := f.changed(); stamps != nil {
+		f.rotate(stamps)
 	}
 	return f.cfg.Load()
 }
 
-// changed reports whether a file was replaced or written since it was read.
-func (f *tlsFiles) changed() bool {
-	for i, path := range f.paths() {
+// rotate reads the files again: a bad rotation keeps the configuration
+// in hand. Either way it is logged and counted.
+func (f *tlsFiles) rotate(stamps []os.FileInfo) {
+	err := f.load()
+	if err != nil {
+		f.refused = stamps
+	}
+	h := f.hook.Load()
+	if h == nil {
+		return
+	}
+	h.counted(f.setting, err)
+	if err != nil {
+		h.log.Error("TLS files not reloaded: the previous certificate and client CAs are kept",
+			slog.String("setting", f.setting), slog.String("error", err.Error()))
+		return
+	}
+	attrs := []slog.Attr{slog.String("setting", f.setting), slog.String("cert", f.cert)}
+	if leaf := f.cfg.Load().Certificates[0].Leaf; leaf != nil {
+		attrs = append(attrs, slog.String("subject", leaf.Subject.String()), slog.Time("not_after", leaf.NotAfter))
+	}
+	h.log.LogAttrs(context.Background(), slog.LevelInfo, "TLS files reloaded", attrs...)
+}
+
+// changed returns the files' stamps if one was replaced or written since
+// it was read, and they are not those of a rotation already refused; nil
+// otherwise.
+func (f *tlsFiles) changed() []os.FileInfo {
+	stamps := make([]os.FileInfo, 0, 3)
+	for _, path := range f.paths() {
 		st, err := os.Stat(path)
 		if err != nil {
-			return false // mid-rotation: look again later
+			return nil // mid-rotation: look again later
 		}
-		old := f.stamps[i]
-		if !os.SameFile(old, st) || !old.ModTime().Equal(st.ModTime()) || old.Size() != st.Size() {
-			return true
+		stamps = append(stamps, st)
+	}
+	if sameFiles(stamps, f.stamps) || sameFiles(stamps, f.refused) {
+		return nil
+	}
+	return stamps
+}
+
+// sameFiles reports whether two looks at the files saw the same ones,
+// unwritten since.
+func sameFiles(a, b []os.FileInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !os.SameFile(a[i], b[i]) || !a[i].ModTime().Equal(b[i].ModTime()) || a[i].Size() != b[i].Size() {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func (f *tlsFiles) paths() []string {

@@ -143,7 +143,8 @@ func (m *Middleware) accepted(w http.ResponseWriter, r *http.Request, op *ledger
 	}
 	contract.NoteCode(w, code)
 	body := contract.Accepted{Code: code, Detail: detail, OperationID: op.ID, State: op.State,
-		Approval: contract.AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary}}
+		Approval: contract.AcceptedApproval{ID: ref.ID, Status: ref.Status, ExpiresAt: ref.ExpiresAt.UTC(), Summary: summary,
+			Fingerprint: op.Fingerprint}} // the approval's: it binds the operation's fingerprint
 	h := w.Header()
 	if m.opts.StatusBase != "" {
 		body.StatusURL = m.opts.StatusBase + "/operations/" + op.ID

@@ -31,6 +31,7 @@ type Metrics struct {
 	requests, upstream                      *prometheus.HistogramVec
 
 	reload  *reloadMetrics
+	tls     *tlsMetrics
 	history *History
 	store   *storeCollector        // nil without a store
 	queues  *consumerMetrics       // the consumers' parks and connections
@@ -49,6 +50,9 @@ type Options struct {
 	// from the start, at zero (with each route, once Routes names them),
 	// as Prometheus's guidance asks, so that a rate() or an alert on a
 	// series works from the first scrape, not only after its first event.
+	// With none (a gateway whose callers all bring JWTs, and no
+	// tenants:), each per-tenant family starts with one series of no
+	// tenant (tenant=""), at zero, which nothing counts.
 	Tenants []string
 	// Consumers are the configuration's consumers, by name: each one's
 	// series start at zero (parks by the reasons inbox names).
@@ -115,6 +119,9 @@ func New(o Options) *Metrics {
 		m.Register(m.store)
 	}
 	m.tenants = slices.Compact(slices.Sorted(slices.Values(o.Tenants)))
+	if len(m.tenants) == 0 {
+		m.tenants = []string{""} // the families exist, whatever the authentication
+	}
 	for _, t := range m.tenants {
 		for _, to := range []ledger.State{ledger.Succeeded, ledger.Failed, ledger.Prepared} {
 			m.resolutions.WithLabelValues(t, string(to))
@@ -123,6 +130,7 @@ func New(o Options) *Metrics {
 		m.reconcile.WithLabelValues(t)
 	}
 	m.reload = newReloadMetrics(m.reg)
+	m.tls = newTLSMetrics(m)
 	m.history = newHistory(m)
 	return m
 }

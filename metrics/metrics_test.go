@@ -127,22 +127,25 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // so a rate() or an alert works before the first event. This holds a
 // family added later to the rule too, without naming it here. The one
 // exception is the age of a checkpoint that does not exist yet: a zero
-// there would say "sealed just now".
+// there would say "sealed just now". It holds with no tenant known too (a
+// gateway whose callers all bring JWTs): then a series of no tenant.
 func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
-	m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: []string{"acme"}, Consumers: []string{"billing"}})
-	m.Routes([]string{"POST /v1/tickets"})
-	fams := gather(t, m)
-	described := m.Described()
-	if len(described) < 20 {
-		t.Fatalf("%d families described, want every idemgate family (20 or more)", len(described))
-	}
-	for _, d := range described {
-		match := fqName.FindStringSubmatch(d.String())
-		if match == nil {
-			t.Fatalf("no family name in %s", d)
+	for _, tenants := range [][]string{{"acme"}, nil} {
+		m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: tenants, Consumers: []string{"billing"}})
+		m.Routes([]string{"POST /v1/tickets"})
+		fams := gather(t, m)
+		described := m.Described()
+		if len(described) < 20 {
+			t.Fatalf("%d families described, want every idemgate family (20 or more)", len(described))
 		}
-		if name := match[1]; fams[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
-			t.Errorf("family %s is not in the first scrape", name)
+		for _, d := range described {
+			match := fqName.FindStringSubmatch(d.String())
+			if match == nil {
+				t.Fatalf("no family name in %s", d)
+			}
+			if name := match[1]; fams[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
+				t.Errorf("tenants %v: family %s is not in the first scrape", tenants, name)
+			}
 		}
 	}
 }

@@ -41,3 +41,37 @@ func (m *Metrics) ConfigReloaded(err error) {
 	m.reload.ok.Inc()
 	m.reload.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
 }
+
+// tlsSettings are the TLS settings whose files rotate (gateway.TLSConfig).
+var tlsSettings = []string{"tls", "metrics_tls"}
+
+// tlsMetrics count the rotations of the listeners' TLS files: a rotation
+// refused (a certificate without its key, a client_ca file without a
+// certificate) keeps the previous files, which expire in time; an alert
+// on the errors finds it first.
+type tlsMetrics struct{ ok, failed *prometheus.CounterVec }
+
+func newTLSMetrics(m *Metrics) *tlsMetrics {
+	t := &tlsMetrics{
+		ok: counter("tls_reloads_total", "Rotations of the TLS files applied (the certificate, its key or the "+
+			"client CAs written anew), by setting.", "setting"),
+		failed: counter("tls_reload_errors_total", "Rotations of the TLS files refused (a certificate without its "+
+			"key, a client_ca without a certificate, …): the files in hand were kept.", "setting"),
+	}
+	for _, s := range tlsSettings {
+		t.ok.WithLabelValues(s)
+		t.failed.WithLabelValues(s)
+	}
+	m.Register(t.ok, t.failed)
+	return t
+}
+
+// TLSReloaded counts a rotation of setting's files: applied (err nil) or
+// refused.
+func (m *Metrics) TLSReloaded(setting string, err error) {
+	if err != nil {
+		m.tls.failed.WithLabelValues(setting).Inc()
+		return
+	}
+	m.tls.ok.WithLabelValues(setting).Inc()
+}

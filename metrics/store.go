@@ -123,8 +123,13 @@ func age(now, at time.Time) float64 {
 }
 
 // withConfigured is st with an empty entry for each configured tenant it
-// lacks: a tenant with nothing stored yet has every gauge, at zero.
+// lacks: a tenant with nothing stored yet has every gauge, at zero. With
+// no tenant configured and none stored, an entry of no tenant: the
+// families exist from the first scrape.
 func (c *storeCollector) withConfigured(st []ledger.TenantStats) []ledger.TenantStats {
+	if len(st) == 0 && len(c.tenants) == 0 {
+		return []ledger.TenantStats{{}}
+	}
 	st = slices.Clip(st) // st is shared with other scrapes: appending copies it
 	seen := make(map[string]bool, len(st))
 	for _, t := range st {

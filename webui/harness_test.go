@@ -80,9 +80,9 @@ func newFixture(t *testing.T, opts ...func(*webui.Options)) *fixture {
 		return found, ok
 	}
 	logger := slog.New(slog.NewJSONHandler(fx.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: func(_ *http.Request, token string) (approval.Principal, time.Time, bool) {
+	o := webui.Options{Store: fx.store, Operator: &control.Operator{Store: fx.store}, Authenticate: func(_ *http.Request, token string) (webui.SignIn, bool) {
 		p, ok := authenticate(token)
-		return p, time.Time{}, ok
+		return webui.SignIn{Principal: p}, ok
 	},
 		Logger: logger, Amounts: map[string][]webui.Amount{"POST /v1/refunds": {{Pointer: "/amount_minor", Currency: "/currency"}}}}
 	for _, f := range opts {

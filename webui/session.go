@@ -1,19 +1,15 @@
 package webui
 
 import (
-	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/idemgate/idemgate/approval"
 )
 
 // The cookies: the session's, and the sign-in form's own CSRF token (there
@@ -22,136 +18,6 @@ const (
 	sessionCookie = "idemgate_ui"
 	signinCookie  = "idemgate_ui_signin"
 )
-
-// maxSessions bounds the sessions kept in memory, and maxPerPrincipal
-// each principal's share of them: a principal past its share ends its own
-// oldest session, and never another's. A table full of other principals'
-// live sessions refuses a newcomer (errSessionsFull) rather than signing
-// anyone out: one principal signing in in a loop cannot sign out an
-// approver (issue 24, 7.12).
-const (
-	maxSessions     = 10000
-	maxPerPrincipal = 20
-)
-
-// errSessionsFull refuses a sign-in when every place is held by another
-// principal's live session.
-var errSessionsFull = errors.New("webui: every session place is taken by other principals")
-
-// session is a signed-in principal. Its id lives only in the browser's
-// cookie; the server keeps its SHA-256, so a copy of the server's memory
-// holds no usable session.
-type session struct {
-	id        string // set only on the copy handed to the request that holds the cookie
-	principal approval.Principal
-	csrf      string
-	created   time.Time
-	seen      time.Time
-	until     time.Time // the token's end, if it has one: the session's at the latest
-}
-
-// sessions is the in-memory session table. A restart signs everyone out,
-// which is the safe way round for a page that approves deployments.
-type sessions struct {
-	mu        sync.Mutex
-	m         map[[32]byte]*session
-	owned     map[string][][32]byte // by principal (owner), oldest first
-	ttl, idle time.Duration
-	now       func() time.Time
-	// max and perPrincipal are maxSessions and maxPerPrincipal; a test
-	// makes them small.
-	max, perPrincipal int
-}
-
-func newSessions(ttl, idle time.Duration, now func() time.Time) *sessions {
-	return &sessions{m: map[[32]byte]*session{}, owned: map[string][][32]byte{}, ttl: ttl, idle: idle, now: now,
-		max: maxSessions, perPrincipal: maxPerPrincipal}
-}
-
-// owner names a principal across tenants.
-func owner(p approval.Principal) string { return p.Tenant + "\x00" + p.Name }
-
-// create starts a session for p and returns its id. To make room it ends
-// expired sessions, then p's own oldest, never another principal's.
-func (s *sessions) create(p approval.Principal, until time.Time) (string, error) {
-	id, now := randomText(), s.now()
-	ss := &session{principal: p, csrf: randomText(), created: now, seen: now, until: until}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	who := owner(p)
-	if len(s.m) >= s.max {
-		s.prune(now)
-	}
-	if mine := s.owned[who]; len(mine) >= s.perPrincipal || (len(s.m) >= s.max && len(mine) > 0) {
-		s.drop(mine[0])
-	}
-	if len(s.m) >= s.max {
-		return "", errSessionsFull
-	}
-	key := sha256.Sum256([]byte(id))
-	s.m[key] = ss
-	s.owned[who] = append(s.owned[who], key)
-	return id, nil
-}
-
-// get returns a copy of the live session id names, and counts this use
-// against its idle time. An expired one is ended.
-func (s *sessions) get(id string) (*session, bool) {
-	key, now := sha256.Sum256([]byte(id)), s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ss := s.m[key]
-	if ss == nil {
-		return nil, false
-	}
-	if s.expired(ss, now) {
-		s.drop(key)
-		return nil, false
-	}
-	ss.seen = now
-	c := *ss
-	c.id = id
-	return &c, true
-}
-
-// end ends the session id names, if any.
-func (s *sessions) end(id string) {
-	key := sha256.Sum256([]byte(id))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.drop(key)
-}
-
-// drop ends the session under key, in the table and in its principal's
-// list. The caller holds mu.
-func (s *sessions) drop(key [32]byte) {
-	ss := s.m[key]
-	if ss == nil {
-		return
-	}
-	delete(s.m, key)
-	who := owner(ss.principal)
-	mine := slices.DeleteFunc(s.owned[who], func(k [32]byte) bool { return k == key })
-	if len(mine) == 0 {
-		delete(s.owned, who)
-	} else {
-		s.owned[who] = mine
-	}
-}
-
-func (s *sessions) expired(ss *session, now time.Time) bool {
-	return !now.Before(ss.created.Add(s.ttl)) || !now.Before(ss.seen.Add(s.idle)) ||
-		!ss.until.IsZero() && !now.Before(ss.until)
-}
-
-// prune ends the expired sessions. The caller holds mu.
-func (s *sessions) prune(now time.Time) {
-	for k, ss := range s.m {
-		if s.expired(ss, now) {
-			s.drop(k)
-		}
-	}
-}
 
 // current returns the request's live session, or nil.
 func (u *UI) current(r *http.Request) *session {
@@ -207,7 +73,8 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, nil, http.StatusForbidden, "Refused", "The sign-in form had expired. Open it again and sign in.")
 		return
 	}
-	p, until, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
+	in, ok := u.opts.Authenticate(r, strings.TrimSpace(r.PostFormValue("token")))
+	p := in.Principal
 	if !ok || p.Name == "" || p.Tenant == "" {
 		// A known token is never refused for others' failures; an unknown
 		// one past its address's budget is answered 429, and logged no more.
@@ -224,10 +91,18 @@ func (u *UI) signin(w http.ResponseWriter, r *http.Request) {
 	if old, err := r.Cookie(sessionCookie); err == nil {
 		u.sessions.end(old.Value) // a new session id at every sign-in: no fixation
 	}
-	id, err := u.sessions.create(p, until)
+	id, err := u.sessions.start(in)
+	if errors.Is(err, errChanged) {
+		u.showSignin(w, r, http.StatusConflict, "The gateway's configuration changed as you signed in. Sign in again.")
+		return
+	}
 	if err != nil {
-		u.opts.Logger.Warn("ui sign-in refused: the session table is full", slog.String("principal", p.Name))
-		u.showSignin(w, r, http.StatusServiceUnavailable, "Too many people are signed in here just now. Try again in a few minutes.")
+		why, setting := u.sessions.full(p.Tenant, err)
+		u.opts.Logger.Warn("ui sign-in refused: no session place", slog.String("principal", p.Name),
+			slog.String("tenant", p.Tenant), slog.String("why", why), slog.String("setting", setting))
+		u.showSignin(w, r, http.StatusServiceUnavailable, fmt.Sprintf("Too many people are signed in here just now: %s "+
+			"(the gateway's %s). Try again once some have signed out or been idle for %s (ui.session_idle); the "+
+			"gateway's operator can raise %s.", why, setting, u.opts.SessionIdle, setting))
 		return
 	}
 	http.SetCookie(w, u.cookie(sessionCookie, id, u.opts.SessionTTL))

@@ -66,10 +66,10 @@ func TestOnePrincipalCannotSignOutAnother(t *testing.T) {
 func TestAFullTableRefusesANewcomer(t *testing.T) {
 	c := &clock{time.Now()}
 	s := newSessions(8*time.Hour, 30*time.Minute, c.now)
-	s.max, s.perPrincipal = 4, 2
+	s.max, s.perTenant, s.perPrincipal = 4, 4, 2
 	var held []string
 	for i := range 4 {
-		id, err := s.create(approval.Principal{Name: fmt.Sprint("p", i), Tenant: "acme"}, time.Time{})
+		id, err := s.create(approval.Principal{Name: fmt.Sprint("p", i), Tenant: "initech"}, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 			t.Fatalf("session %d was ended for a newcomer", i)
 		}
 	}
-	again, err := s.create(approval.Principal{Name: "p0", Tenant: "acme"}, time.Time{})
+	again, err := s.create(approval.Principal{Name: "p0", Tenant: "initech"}, time.Time{})
 	if err != nil {
 		t.Fatalf("a principal with a place signs in again: %v", err)
 	}
@@ -108,7 +108,7 @@ func TestAFullTableRefusesANewcomer(t *testing.T) {
 // and no session, when the table has no place for the newcomer.
 func TestSignInToAFullTableSaysSo(t *testing.T) {
 	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
-		Authenticate: func(*http.Request, string) (approval.Principal, time.Time, bool) { return alice, time.Time{}, true }})
+		Authenticate: func(*http.Request, string) (SignIn, bool) { return SignIn{Principal: alice}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +154,70 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 	}
 	if _, ok := s.get(long); !ok {
 		t.Fatal("a session without a token's end ended")
+	}
+}
+
+// signIn posts the sign-in form to u with token, as a browser does.
+func signIn(u *UI, token string) *httptest.ResponseRecorder {
+	form := httptest.NewRecorder()
+	u.ServeHTTP(form, httptest.NewRequest("GET", "/ui/signin", nil))
+	csrf := form.Result().Cookies()[0].Value
+	req := httptest.NewRequest("POST", "/ui/signin", strings.NewReader(url.Values{"csrf": {csrf}, "token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: signinCookie, Value: csrf})
+	w := httptest.NewRecorder()
+	u.ServeHTTP(w, req)
+	return w
+}
+
+// TestOneTenantCannotFillTheTable: the reproduction of issue 34 (11).
+// One tenant's principals (a JWT's subjects: as many as its issuer
+// signs), each signing in twenty times, take at most their tenant's share
+// of the table (a quarter of it by default): another tenant's newcomer
+// still signs in, and the tenant's own newcomer past its share is
+// refused with a page that names the cause and the setting to raise.
+func TestOneTenantCannotFillTheTable(t *testing.T) {
+	u, err := New(Options{Store: noStore{}, Operator: &control.Operator{},
+		Authenticate: func(_ *http.Request, token string) (SignIn, bool) {
+			tenant, name, _ := strings.Cut(token, "/")
+			return SignIn{Principal: approval.Principal{Name: name, Tenant: tenant}}, true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.sessions.max = 40
+	for i := range 51 {
+		for range 20 {
+			signIn(u, fmt.Sprint("acme/jwt:subject-", i))
+		}
+	}
+	if w := signIn(u, "globex/bob"); w.Code != http.StatusSeeOther {
+		t.Fatalf("another tenant's newcomer: %d\n%s", w.Code, w.Body)
+	}
+	w := signIn(u, "acme/jwt:newcomer")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "ui.max_sessions_per_tenant") ||
+		!strings.Contains(w.Body.String(), "acme") {
+		t.Fatalf("a newcomer of the tenant at its share: %d\n%s", w.Code, w.Body)
+	}
+}
+
+// TestRetainEndsOnlyTheChanged: Retain ends the sessions its rule
+// refuses and keeps the others; a sign-in it refuses (a page of the
+// previous configuration, still answering) is not made.
+func TestRetainEndsOnlyTheChanged(t *testing.T) {
+	s := NewSessions()
+	a, _ := s.start(SignIn{Principal: alice, Credential: "token:a"})
+	b, _ := s.start(SignIn{Principal: agent, Credential: "token:b"})
+	n := s.Retain(func(p approval.Principal, credential string) bool { return credential == "token:b" })
+	_, aLive := s.get(a)
+	_, bLive := s.get(b)
+	if n != 1 || aLive || !bLive {
+		t.Fatalf("Retain ended %d: alice live %t, agent live %t", n, aLive, bLive)
+	}
+	if _, err := s.start(SignIn{Principal: alice, Credential: "token:a"}); err != errChanged {
+		t.Fatalf("a sign-in the rule refuses: %v", err)
+	}
+	if _, err := s.start(SignIn{Principal: agent, Credential: "token:b"}); err != nil {
+		t.Fatalf("a sign-in the rule keeps: %v", err)
 	}
 }

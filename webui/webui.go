@@ -43,22 +43,34 @@ type Options struct {
 	Operator *control.Operator
 	// Authenticate finds the principal whose token this is, signing in on
 	// r (whose connection may carry the client certificate a principal is
-	// bound to), and until when the token is valid (zero: no end of its
-	// own; a session made from it ends then at the latest). The gateway's
+	// bound to), until when the token is valid (zero: no end of its own;
+	// a session made from it ends then at the latest), and what
+	// authenticated it (SignIn). The gateway's
 	// lookup compares the token's SHA-256 with every principal's in
 	// constant time, or verifies a JWT; the page never keeps the token,
 	// only the session.
-	Authenticate func(r *http.Request, token string) (p approval.Principal, until time.Time, ok bool)
+	Authenticate func(r *http.Request, token string) (SignIn, bool)
 	// Prefix is where the page is mounted (default "/ui/"); it must start
 	// and end with "/". The session cookie's Path is the prefix.
 	Prefix string
 	// Secure marks the session cookie Secure: set it when the page is
 	// served over TLS.
 	Secure bool
+	// Sessions is the session table; nil makes one for this page. A
+	// server that builds its page again on a reload gives it the same
+	// table, so that the reload signs nobody out it leaves unchanged
+	// (Sessions.Retain).
+	Sessions *Sessions
 	// SessionTTL bounds a session's life from sign-in (default 8h);
 	// SessionIdle ends one unused for that long (default 30m).
 	SessionTTL  time.Duration
 	SessionIdle time.Duration
+	// MaxSessions bounds the sessions held (default 10,000),
+	// MaxSessionsPerTenant one tenant's share of them (default a quarter
+	// of MaxSessions), MaxSessionsPerPrincipal one principal's (default
+	// 20). A sign-in with no place is refused (503, saying which bound
+	// and which setting), never made by signing another principal out.
+	MaxSessions, MaxSessionsPerTenant, MaxSessionsPerPrincipal int
 	// ApproverRoles are the roles that see the inbox (default
 	// approval.DefaultApprovers). Admins see it too. Each approval still
 	// names the roles that may decide it.
@@ -100,7 +112,7 @@ type Store interface {
 type UI struct {
 	opts     Options
 	mux      *http.ServeMux
-	sessions *sessions
+	sessions *Sessions
 	pages    map[string]*template.Template
 	cop      *http.CrossOriginProtection
 	failures *limits.Failures // failed sign-ins, per client address
@@ -122,7 +134,11 @@ func New(opts Options) (*UI, error) {
 		return nil, err
 	}
 	u.pages, u.cop = pages, http.NewCrossOriginProtection()
-	u.sessions = newSessions(opts.SessionTTL, opts.SessionIdle, opts.Now)
+	u.sessions = opts.Sessions
+	if u.sessions == nil {
+		u.sessions = NewSessions()
+	}
+	u.sessions.configure(opts)
 	u.failures = opts.Failures
 	for _, o := range opts.TrustedOrigins {
 		if err := u.cop.AddTrustedOrigin(o); err != nil {
@@ -150,6 +166,12 @@ func setDefaults(o *Options) {
 	}
 	if len(o.ApproverRoles) == 0 {
 		o.ApproverRoles = slices.Clone(approval.DefaultApprovers)
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = maxSessions
+	}
+	if o.MaxSessionsPerPrincipal <= 0 {
+		o.MaxSessionsPerPrincipal = maxPerPrincipal
 	}
 	if o.NearExpiry <= 0 {
 		o.NearExpiry = 5 * time.Minute

@@ -65,7 +65,8 @@ func newReloadCmd() *cobra.Command {
 --pid-file (the file serve --pid-file wrote) it sends the process SIGHUP, and the
 gateway's log and its idemgate_config_reload_errors_total say whether the file
 was applied; with --gateway (or IDEMGATE_URL) it calls the control API as the
-admin whose token is in IDEMGATE_TOKEN, and prints the gateway's answer: applied,
+operator (a principal the configuration names in operators:) whose token is in
+IDEMGATE_TOKEN, and prints the gateway's answer: applied,
 or refused with the file and line (the running configuration is then kept).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

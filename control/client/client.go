@@ -126,14 +126,19 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	if err != nil {
 		return nil, err
 	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return c.sendRequest(req)
+}
+
+// sendRequest sends req as the client's principal, its answer unread.
+func (c *Client) sendRequest(req *http.Request) (*http.Response, error) {
 	for k, v := range c.header {
 		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("gateway unreachable: %w", err)
@@ -144,6 +149,9 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 // refusal is the error an answer outside 2xx carries.
 func refusal(resp *http.Response, data []byte) error {
 	if p, ok := contract.ReadProblem(resp.Header, data); ok && p.Code != "" {
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			p.RetryAfter = s
+		}
 		return &p
 	}
 	text := string(data)

@@ -67,6 +67,24 @@ func (p *IDP) AddKey(kid string) (*rsa.PrivateKey, error) {
 	return k, nil
 }
 
+// ReplaceKey makes a new key and publishes it under kid instead of the
+// one kid named, as an issuer that reuses its kids rotates; tokens can
+// still be signed with the old one (idp.SignWith), as an attacker
+// holding it would.
+func (p *IDP) ReplaceKey(kid string) (*rsa.PrivateKey, error) {
+	k, err := NewKey()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.order, kid) {
+		p.order = append(p.order, kid)
+	}
+	p.keys[kid] = k
+	return k, nil
+}
+
 // RemoveKey stops publishing kid, as an issuer withdraws a key; tokens
 // can still be signed with it (idp.SignWith), as an attacker holding it
 // would.

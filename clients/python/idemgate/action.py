@@ -49,12 +49,13 @@ def transient(resp: Response) -> bool:
     return code in _TRANSIENT_CODES or (not code and resp.status in (429, 502, 503, 504))
 
 
-def problem_error(resp: Response) -> Error:
-    """The family's error for a refusal."""
+def problem_error(resp: Response, operation_id: Optional[str] = None) -> Error:
+    """The family's error for a refusal; ``operation_id``, the operation
+    the caller knows it asked about, names it when the answer does not."""
     p = resp.problem() or {}
     code = str(p.get("code") or "http_%d" % resp.status)
     return error_for(code, str(p.get("detail") or ""), status=resp.status,
-                     operation_id=p.get("operation_id") or resp.header("idempotency-operation") or None,
+                     operation_id=p.get("operation_id") or resp.header("idempotency-operation") or operation_id or None,
                      state=p.get("state"), status_url=p.get("status_url"), retry_after=resp.retry_after() or None,
                      problem=p)
 
@@ -255,12 +256,12 @@ class Operation:
                 self.operation = answer.get("operation") or self.operation
                 return answer
             if resp.code() == "lease_lost":
-                self._lost = problem_error(resp)  # type: ignore[assignment]
+                self._lost = problem_error(resp, self.operation_id)  # type: ignore[assignment]
                 raise self._lost  # type: ignore[misc]
             if transient(resp):
-                n = self._step_pause(n, started, resp.retry_after(), problem_error(resp), attempts)
+                n = self._step_pause(n, started, resp.retry_after(), problem_error(resp, self.operation_id), attempts)
                 continue
-            raise problem_error(resp)
+            raise problem_error(resp, self.operation_id)
 
     def _step_pause(self, n: int, started: float, retry_after: float, err: Error, attempts: Optional[int]) -> int:
         if attempts is not None and n >= attempts:

@@ -5,15 +5,16 @@ import inspect
 import json as _json
 import ssl
 import threading
-from typing import Any, Callable, Optional, TypeVar, Union
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, TypeVar, Union
 
 from . import journal as jr
-from .action import Heartbeats, Operation
+from .action import CONTROL, Heartbeats, Operation, problem_error
 from .agent import AgentMixin, Policy
 from .canonical import canonical
-from .errors import Error
+from .errors import Error, Unavailable
 from .keys import Keys, keys_for
-from .transport import Transport
+from .transport import Transport, TransportError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,6 +143,36 @@ class Client(AgentMixin):
                     return result
             return wrapper  # type: ignore[return-value]
         return decorate
+
+
+    def approve(self, approval_id: str, fingerprint: str, note: str = "") -> Dict[str, Any]:
+        """Approves ``approval_id`` as this client's principal, echoing
+        ``fingerprint``, the request it was shown (``ApprovalRequired``
+        carries both): a decision is never for another request. Returns
+        the approval as the gateway now holds it. The principal must hold
+        an approver role of the approval's tenant and not be its
+        requester; a refusal raises Error (403 ``forbidden``, 409
+        ``approval_mismatch``: another request waits, 409
+        ``approval_closed``: decided, expired or used already)."""
+        return self._decide(approval_id, "approve", fingerprint, note)
+
+    def deny(self, approval_id: str, fingerprint: str, note: str = "") -> Dict[str, Any]:
+        """Denies ``approval_id``, as ``approve`` approves it: the
+        operation is then ``failed`` for good."""
+        return self._decide(approval_id, "deny", fingerprint, note)
+
+    def _decide(self, approval_id: str, verb: str, fingerprint: str, note: str) -> Dict[str, Any]:
+        path = "%s/approvals/%s/%s" % (CONTROL, urllib.parse.quote(approval_id, safe=""), verb)
+        h = self._auth()
+        h["Content-Type"] = "application/json"
+        body = canonical({"fingerprint": fingerprint, "note": note}, "invalid_command")
+        try:
+            resp = self._transport.request("POST", path, body, h)
+        except TransportError as t:
+            raise Unavailable("gateway_unreachable", "%s: %s" % (verb, t.cause))
+        if resp.status != 200:
+            raise problem_error(resp)
+        return resp.json() or {}
 
 
 def _replayed_result(op: Operation) -> Any:

@@ -73,8 +73,9 @@ class ApprovalRequired(Error):
     """The operation waits for a human decision (202); nothing ran.
 
     ``approval_id``, ``approval_url``, ``summary`` and ``expires_at`` say
-    what the human is asked and where; the same call with the same key
-    runs it once approved, and never twice.
+    what the human is asked and where; ``fingerprint`` is the request
+    waiting, which a decision echoes (``Client.approve``). The same call
+    with the same key runs it once approved, and never twice.
     """
 
     def __init__(self, code: str, detail: str = "", approval: Optional[Dict[str, Any]] = None,
@@ -86,6 +87,7 @@ class ApprovalRequired(Error):
         self.approval_status = approval.get("status", "")
         self.summary = approval.get("summary", "")
         self.expires_at = approval.get("expires_at", "")
+        self.fingerprint = approval.get("fingerprint", "")
         super().__init__(code, detail, **kwargs)
 
     def _message(self) -> str:

@@ -173,14 +173,24 @@ class ActionTest(harness.GatewayCase):
         self.assertEqual(err.summary, "Refund 1500 to cus_42")
         self.assertTrue(err.approval_id and err.approval_url)
         self.assertIsInstance(err, idemgate.Error)
+        # The 202 carries the fingerprint an approver echoes: no GET needed.
+        self.assertRegex(err.fingerprint, r"^sha256:[0-9a-f]{64}$")
         # Still pending: the same call asks again, nothing runs.
         with self.assertRaises(idemgate.ApprovalRequired):
             with self.client.action("refund.issue", key=key, command=command):
                 ran.append(1)  # pragma: no cover
-        # Another principal, an approver, decides on the fingerprint it was shown.
-        self.assertEqual(self.gw.approve(err.approval_id, token="agent-token")[0], 403)  # not an approver
-        status, body = self.gw.approve(err.approval_id)
-        self.assertEqual(status, 200, body)
+        # Another principal, an approver, decides through the API on the
+        # fingerprint it was shown; the requester may not, nor may anyone
+        # for another request's fingerprint.
+        with self.assertRaises(idemgate.Error) as refused:
+            self.client.approve(err.approval_id, err.fingerprint, note="mine")
+        self.assertEqual((refused.exception.code, refused.exception.status), ("forbidden", 403))
+        approver = self.new_client(token="alice-token")
+        with self.assertRaises(idemgate.Error) as mismatch:
+            approver.approve(err.approval_id, "sha256:" + "0" * 64, note="checked")
+        self.assertEqual(mismatch.exception.code, "approval_mismatch")
+        decided = approver.approve(err.approval_id, err.fingerprint, note="checked the customer's refund")
+        self.assertEqual((decided["status"], decided["decided_by"]), ("approved", "alice"))
         with self.client.action("refund.issue", key=key, command=command) as op:
             self.assertFalse(op.replayed)
             ran.append(1)
@@ -276,6 +286,7 @@ class ActionTest(harness.GatewayCase):
                     time.sleep(0.05)
                 self.assertTrue(op.lost)
         self.assertEqual(cm.exception.code, "lease_lost")
+        self.assertEqual(cm.exception.operation_id, op.operation_id)
         self.assertEqual(self.gw.operation(op.operation_id)["state"], "unknown")
 
     def test_a_lost_step_reply_is_retried(self) -> None:

@@ -139,8 +139,8 @@ func TestActionReserveCompleteReplay(t *testing.T) {
 }
 
 // TestActionOwnerStepsAreFenced: a step with another token or fence, or
-// after the lease lapsed into unknown, is 409 lease_lost and changes
-// nothing; release makes the next reservation execute with a higher
+// after the lease lapsed into unknown, is 409 lease_lost, naming the
+// operation, and changes nothing; release makes the next reservation execute with a higher
 // fence, and the first owner's lease stops working; unknown is never
 // re-run, until an operator resolves it with a result that retries then
 // replay.
@@ -158,7 +158,8 @@ func TestActionOwnerStepsAreFenced(t *testing.T) {
 				if s == "complete" {
 					body = owner(l, `"state":"succeeded"`)
 				}
-				if r := e.step(id, s, "agent-token", body); r.status != 409 || code(r) != "lease_lost" {
+				if r := e.step(id, s, "agent-token", body); r.status != 409 || code(r) != "lease_lost" ||
+					!strings.Contains(r.body, `"operation_id":"`+id+`"`) {
 					t.Fatalf("%s with token %q fence %d: %d %s", s, l.Token, l.Fence, r.status, r.body)
 				}
 			}

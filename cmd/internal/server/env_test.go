@@ -250,14 +250,7 @@ func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare 
 	}
 	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), bareURL,
 		sha("agent-token"), sha("alice-token"), sha("globex-token"), sha("scraper-token"), extraRoutes)
-	path := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := gateway.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfig(t, t.TempDir(), text)
 	logs := &logBuffer{}
 	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
 	if err != nil {
@@ -266,6 +259,20 @@ func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare 
 	gw := httptest.NewServer(g.Handler())
 	t.Cleanup(gw.Close)
 	return &env{t: t, up: up, store: store, gw: gw, g: g, logs: logs}
+}
+
+// loadConfig writes text to dir/gw.yaml and loads it.
+func loadConfig(t testing.TB, dir, text string) *gateway.Config {
+	t.Helper()
+	path := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gateway.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 type reply struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
@@ -195,6 +197,24 @@ func TestMetricsInstancesAgree(t *testing.T) {
 const approvalRoute = `  - {match: POST /v1/policy/prod, upstream: ops, approval: {approvers: [admin], ttl: 1m, summary: 'Deploy'}}
 `
 
+// awaited is the approval a 202 answer waits for, as the store holds it;
+// the answer carries the fingerprint a decision must echo.
+func (e *env) awaited(r reply) *ledger.Approval {
+	e.t.Helper()
+	var acc contract.Accepted
+	if err := json.Unmarshal([]byte(r.body), &acc); err != nil || r.status != 202 {
+		e.t.Fatalf("not waiting for an approval: %d %s", r.status, r.body)
+	}
+	a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if acc.Approval.Fingerprint != a.Fingerprint {
+		e.t.Fatalf("the 202 carries fingerprint %q, the approval is of %q", acc.Approval.Fingerprint, a.Fingerprint)
+	}
+	return a
+}
+
 // TestMetricsCountEachOperationOnce: the operations created, by
 // whichever path they take (run at once, approved and then run, denied,
 // retried, refused as a conflict), count what the store holds; the
@@ -208,14 +228,7 @@ func TestMetricsCountEachOperationOnce(t *testing.T) {
 	}
 	decide := func(r reply, verb string) {
 		t.Helper()
-		var acc contract.Accepted
-		if err := json.Unmarshal([]byte(r.body), &acc); err != nil || r.status != 202 {
-			t.Fatalf("not waiting for an approval: %d %s", r.status, r.body)
-		}
-		a, err := e.store.GetApproval(context.Background(), acc.Approval.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := e.awaited(r)
 		if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/"+verb, "alice-token",
 			fmt.Sprintf(`{"fingerprint":%q,"note":"checked"}`, a.Fingerprint)); d.status != 200 {
 			t.Fatalf("%s: %d %s", verb, d.status, d.body)
@@ -296,4 +309,60 @@ func TestMetricsNeedARole(t *testing.T) {
 			t.Errorf("/metrics with %q: %d, want %d: %.200s", c.token, r.status, c.status, r.body)
 		}
 	}
+}
+
+// TestMetricsFamiliesWithJWTOnly: a gateway whose callers all come with
+// JWTs (no configured principal, so no tenant known before the first
+// request) exposes every family from the first scrape, as one with
+// static principals does: with the tenants tenants: declares, each at
+// zero; with none declared, a series of no tenant at zero.
+func TestMetricsFamiliesWithJWTOnly(t *testing.T) {
+	t.Parallel()
+	p := startIDP(t)
+	for name, tenants := range map[string]string{"declared": "tenants: [acme, globex]\n", "none declared": ""} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.SQLiteDB(t)
+			text := fmt.Sprintf("store: %s\nupstreams: {ops: {url: http://127.0.0.1:1}}\n"+
+				"routes: [{match: POST /v1/tickets, upstream: ops}]\n"+
+				"auth: {jwt: {issuer: %q, audience: idemgate, jwks_url: %q, tenant_claim: org}}\n%s",
+				db.DSN, p.Issuer, p.JWKSURL, tenants)
+			s, err := server.New(loadConfig(t, t.TempDir(), text), db.Open(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fams, err := s.Metrics().Registry().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			scraped := map[string]*dto.MetricFamily{}
+			for _, f := range fams {
+				scraped[f.GetName()] = f
+			}
+			for _, d := range s.Metrics().Described() {
+				name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]
+				if scraped[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
+					t.Errorf("family %s is not in the first scrape", name)
+				}
+			}
+			if tenants != "" && !hasSeries(scraped["idemgate_operations_created_total"], "tenant", "globex") {
+				t.Error("no series of a declared tenant")
+			}
+		})
+	}
+}
+
+// hasSeries reports whether a family has a series with label=value.
+func hasSeries(f *dto.MetricFamily, label, value string) bool {
+	if f == nil {
+		return false
+	}
+	for _, m := range f.Metric {
+		for _, l := range m.Label {
+			if l.GetName() == label && l.GetValue() == value {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/approval"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/reconcile"
@@ -23,8 +27,8 @@ type snapshot struct {
 }
 
 // build makes a configuration's snapshot on the server's lasting parts.
-// The web page is the snapshot's too, so its sessions end with a reload:
-// a principal a reload removed or changed signs in again, or not at all.
+// The web page is the snapshot's too; its sessions are the server's, and
+// a reload ends those whose principal it removed or changed (Reload).
 func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
 	gw, err := gateway.New(cfg, s.deps(cfg))
 	if err != nil {
@@ -32,7 +36,8 @@ func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
 	}
 	sn := &snapshot{cfg: cfg, gw: gw}
 	sn.op = &control.Operator{Store: s.store, MaxResponse: int64(cfg.MaxResponse), Wake: gw.Changed,
-		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled}
+		Resolved: s.resolved, Actions: sn.action, Settled: gw.Settled, Operators: cfg.IsOperator,
+		Approvers: cfg.Approvers}
 	sn.rec = gateway.NewReconciler(cfg, s.store, s.record(), s.log)
 	if s.mcp == nil { // the first snapshot's; mcp_servers need a restart
 		if s.mcp, err = s.mcpProxy(sn); err != nil {
@@ -69,6 +74,18 @@ func (s *Server) Reload(ctx context.Context) error {
 	return nil
 }
 
+// reloadAsked is Reload for the control API: its error names the files
+// of the configuration's directory relative to it (gw.yaml:12, not the
+// gateway's disk layout); the log has them whole.
+func (s *Server) reloadAsked(ctx context.Context) error {
+	err := s.Reload(ctx)
+	if err == nil {
+		return nil
+	}
+	dir := filepath.Dir(s.Config().File()) + string(filepath.Separator)
+	return errors.New(strings.ReplaceAll(err.Error(), dir, ""))
+}
+
 func (s *Server) reload() (string, error) {
 	running := s.cur.Load().cfg
 	next, err := gateway.LoadConfig(running.File())
@@ -80,13 +97,19 @@ func (s *Server) reload() (string, error) {
 	}
 	// The settings that are no YAML (a drill's, the benchmark's) are the
 	// process's, not the file's.
-	next.HoldBeforeForward, next.Unobserved = running.HoldBeforeForward, running.Unobserved
+	next.HoldBeforeForward, next.Unobserved, next.Clock = running.HoldBeforeForward, running.Unobserved, running.Clock
 	sn, err := s.build(next)
 	if err != nil {
 		return running.File(), err
 	}
 	s.limits.SetPolicy(next.Policy)
 	s.cur.Store(sn)
+	ended := s.sessions.Retain(func(p approval.Principal, credential string) bool {
+		return next.StillAuthenticates(p.Name, p.Tenant, p.Roles, credential)
+	})
+	if ended > 0 {
+		s.log.Info("web page sessions ended by the reload: their principals changed", slog.Int("sessions", ended))
+	}
 	return running.File(), nil
 }
 

@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,11 +217,16 @@ func TestReloadLetsRequestsInFlightFinish(t *testing.T) {
 	})
 }
 
-// TestReloadThroughTheControlAPI: an admin may ask for a reload, and
-// reads why a file was refused; anyone else is 403 and nothing changes.
+// TestReloadThroughTheControlAPI: an operator may ask for a reload, and
+// reads why a file was refused, the file named without the directories
+// of the gateway's disk; anyone else is 403 and nothing changes.
 func TestReloadThroughTheControlAPI(t *testing.T) {
 	t.Parallel()
 	e := sqliteEnv(t)
+	e.rewrite(func(s string) string { return "operators: [alice]\n" + s })
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	e.rewrite(addRoute("{match: POST /v1/refs, upstream: ops}"))
 	if r := e.do("POST", "/_idem/v1/config/reload", "agent-token", ""); r.status != 403 || code(r) != "forbidden" {
 		t.Fatalf("an agent: %d %s", r.status, r.body)
@@ -228,16 +236,19 @@ func TestReloadThroughTheControlAPI(t *testing.T) {
 	}
 	if r := e.do("POST", "/_idem/v1/config/reload", "alice-token", ""); r.status != 200 ||
 		!strings.Contains(r.body, `"reloaded":true`) {
-		t.Fatalf("an admin: %d %s", r.status, r.body)
+		t.Fatalf("an operator: %d %s", r.status, r.body)
 	}
 	if r := e.do("POST", "/v1/refs", "agent-token", `{}`, "Idempotency-Key", "r1"); r.status != 201 {
-		t.Fatalf("reloaded by an admin: %d %s", r.status, r.body)
+		t.Fatalf("reloaded by an operator: %d %s", r.status, r.body)
 	}
 	e.rewrite(addRoute("{match: POST /v1/broken, upstream: nowhere}"))
 	r := e.do("POST", "/_idem/v1/config/reload", "alice-token", "")
-	if r.status != 400 || code(r) != "invalid_request" || !strings.Contains(r.body, "gw.yaml:") ||
-		!strings.Contains(r.body, "the running one is kept") {
+	if r.status != 400 || code(r) != "invalid_request" || !strings.Contains(r.body, `kept: gw.yaml:`) ||
+		!strings.Contains(r.body, "the running one is kept") || strings.Contains(r.body, filepath.Dir(e.g.Config().File())) {
 		t.Fatalf("a broken file: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(e.logs.String(), e.g.Config().File()+":") {
+		t.Fatalf("the log does not name the file whole:\n%s", e.logs.String())
 	}
 }
 
@@ -292,5 +303,128 @@ func TestReloadEndsTheWebPagesSessions(t *testing.T) {
 	}
 	if p := signIn("alice-token"); p != "/ui/signin" {
 		t.Fatalf("a removed principal signed in: %s", p)
+	}
+}
+
+// TestReloadNeedsAnOperator: a reload is the whole gateway's, every
+// tenant's: neither a tenant's admin nor a JWT's admin of a tenant no
+// configuration names may ask for one, only a principal the
+// configuration names in operators:. Refused, nothing is reloaded.
+func TestReloadNeedsAnOperator(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	stranger := sign(t, p, "k1", claims(p, map[string]any{"org": "nobody-configured"})) // roles agent, admin
+	e.rewrite(replace("routes:\n", "routes:\n  - {match: POST /v1/refs, upstream: ops}\n"))
+	for name, tok := range map[string]string{"acme's admin": "alice-token", "a JWT admin": stranger} {
+		if r := e.do("POST", "/_idem/v1/config/reload", tok, ""); r.status != 403 || code(r) != "forbidden" {
+			t.Errorf("%s: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := e.do("POST", "/v1/refs", "agent-token", `{}`, "Idempotency-Key", "r1"); r.status != 404 {
+		t.Fatalf("reloaded by a tenant's admin: %d %s", r.status, r.body)
+	}
+	e.rewrite(func(s string) string {
+		return "operators: [ops]\n" + replace("principals:\n", "principals:\n  - {name: ops, tenant: ops, "+
+			"token_sha256: "+sha("ops-token")+"}\n")(s)
+	})
+	if err := e.g.Reload(context.Background()); err != nil { // SIGHUP: the host's, no token
+		t.Fatal(err)
+	}
+	e.rewrite(replace("routes:\n", "routes:\n  - {match: POST /v1/cut2, upstream: ops}\n"))
+	for name, tok := range map[string]string{"acme's admin": "alice-token", "a JWT admin": stranger} {
+		if r := e.do("POST", "/_idem/v1/config/reload", tok, ""); r.status != 403 ||
+			!strings.Contains(r.body, "operators") {
+			t.Errorf("%s, operators named: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := e.do("POST", "/_idem/v1/config/reload", "ops-token", ""); r.status != 200 {
+		t.Fatalf("an operator: %d %s", r.status, r.body)
+	}
+}
+
+// signedIn reports whether c's session still opens the dashboard.
+func (e *env) signedIn(c *http.Client) bool {
+	e.t.Helper()
+	resp, err := c.Get(e.gw.URL + "/ui/dashboard")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Request.URL.Path == "/ui/dashboard"
+}
+
+// TestReloadKeepsUnchangedSessions: a reload signs out only the web
+// page's sessions whose principal it changed: none when the file is the
+// same, or changes only a route; a static principal's whose roles or
+// token changed; a JWT's whose auth.jwt settings changed.
+func TestReloadKeepsUnchangedSessions(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	people := map[string]string{"alice": "alice-token", "agent": "agent-token", "jwt": sign(t, p, "k1", claims(p, nil))}
+	browsers := map[string]*http.Client{}
+	for who, tok := range people {
+		browsers[who] = clientFrom("127.0.0.1")
+		if status, path := signIn(t, browsers[who], e.gw.URL, tok); status != 200 || path == "/ui/signin" {
+			t.Fatalf("%s signs in: %d at %s", who, status, path)
+		}
+	}
+	reload := func(what string, edit func(string) string, out ...string) {
+		t.Helper()
+		e.rewrite(edit)
+		if err := e.g.Reload(context.Background()); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for who, b := range browsers {
+			if want := !slices.Contains(out, who); e.signedIn(b) != want {
+				t.Fatalf("%s: %s signed in %t, want %t", what, who, !want, want)
+			}
+		}
+		for _, who := range out {
+			delete(browsers, who)
+		}
+	}
+	reload("the same file", func(s string) string { return s })
+	reload("a new route", replace("routes:\n", "routes:\n  - {match: POST /v1/refs, upstream: ops}\n"))
+	reload("alice's roles", replace("name: alice, tenant: acme, roles: [admin]", "name: alice, tenant: acme, "+
+		"roles: [admin, approver]"), "alice")
+	reload("agent's token", replace(sha("agent-token"), sha("agent-token-2")), "agent")
+	reload("auth.jwt's roles claim", replace("roles_claim: realm_access.roles", "roles_claim: roles"), "jwt")
+}
+
+// TestTightenedApproversApplyToOpenApprovals: a reload that takes a role
+// off a route's approvers applies to the approvals already open: a
+// principal holding only that role may no longer decide one (403, and
+// the write does not run), one holding a role still listed may.
+func TestTightenedApproversApplyToOpenApprovals(t *testing.T) {
+	t.Parallel()
+	e := sqliteEnv(t)
+	e.rewrite(func(s string) string {
+		s = replace("principals:\n", "principals:\n  - {name: carol, tenant: acme, roles: [approver], token_sha256: "+
+			sha("carol-token")+"}\n")(s)
+		return replace("routes:\n", "routes:\n  - {match: POST /v1/policy/prod, upstream: ops, approval: "+
+			"{approvers: [admin, approver], ttl: 1h, summary: Deploy}}\n")(s)
+	})
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := e.awaited(e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"))
+	e.rewrite(replace("approvers: [admin, approver]", "approvers: [admin]"))
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	decision := fmt.Sprintf(`{"fingerprint":%q,"note":"checked"}`, a.Fingerprint)
+	if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/approve", "carol-token", decision); d.status != 403 {
+		t.Fatalf("an approver the reload removed: %d %s", d.status, d.body)
+	}
+	if r := e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"); r.status != 202 ||
+		e.up.count("/v1/policy/prod") != 0 {
+		t.Fatalf("the write ran on a removed approver's word: %d %s", r.status, r.body)
+	}
+	if d := e.do("POST", "/_idem/v1/approvals/"+a.ID+"/approve", "alice-token", decision); d.status != 200 {
+		t.Fatalf("an approver still listed: %d %s", d.status, d.body)
+	}
+	if r := e.do("POST", "/v1/policy/prod", "agent-token", `{"v":1}`, "Idempotency-Key", "p-1"); r.status != 201 ||
+		e.up.count("/v1/policy/prod") != 1 {
+		t.Fatalf("the approved write: %d %s, %d effects", r.status, r.body, e.up.count("/v1/policy/prod"))
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/mcpproxy"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/tracing"
+	"github.com/idemgate/idemgate/webui"
 )
 
 // Server is the gateway and the planes beside it, serving one
@@ -50,6 +51,11 @@ type Server struct {
 	// restart; each snapshot authenticates its callers.
 	mcp *mcpproxy.Proxy
 	cur atomic.Pointer[snapshot]
+	// clock, if set, is every configuration's Clock (WithClock).
+	clock func() time.Time
+	// sessions are the web page's: each snapshot's page shares them, and
+	// a reload ends only those of the principals it changed.
+	sessions *webui.Sessions
 	// reloading serialises reloads: two at once would build from the
 	// same running configuration, and the last to swap would win.
 	reloading sync.Mutex
@@ -62,17 +68,27 @@ type Option func(*Server)
 // upstream calls (package tracing); nil, or no option, traces nothing.
 func WithTracing(t *tracing.Tracing) Option { return func(s *Server) { s.tracing = t } }
 
+// WithClock makes now the time the configuration's JWT and TLS checks
+// read (gateway.Config.Clock), the first configuration's and every
+// reloaded one's: tests move it instead of sleeping past a second, a
+// min_refresh or a max_age.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.clock = now } }
+
 // New builds the server. The store must be migrated; it is the caller's
 // to close, after Close.
 func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: store, log: log,
-		metrics: metrics.New(metrics.Options{Store: store, Tenants: tenants(cfg), Consumers: consumers(cfg)})}
+	s := &Server{store: store, log: log, sessions: webui.NewSessions(),
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants(), Consumers: consumers(cfg)})}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.clock != nil {
+		cfg.Clock = s.clock
+	}
+	cfg.ObserveTLS(log, s.metrics.TLSReloaded) // the listeners' TLS is the first configuration's
 	if cfg.Audit != nil {
 		s.events = ledger.NewEventBatcher(store, 0, log)
 	}
@@ -87,19 +103,6 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 	}
 	s.cur.Store(snap)
 	return s, nil
-}
-
-// tenants are the tenants of the configuration's principals and
-// consumers: the only ones that can make operations, so the metrics' series start with them.
-func tenants(cfg *gateway.Config) []string {
-	out := make([]string, 0, len(cfg.Principals)+len(cfg.Consumers))
-	for _, p := range cfg.Principals {
-		out = append(out, p.Tenant)
-	}
-	for _, k := range cfg.Consumers {
-		out = append(out, k.Tenant)
-	}
-	return out
 }
 
 // deps are the gateway's collaborators: the metrics observe its requests,
@@ -125,7 +128,7 @@ func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
 // front (header hygiene, a log line per request).
 func (s *Server) mount(sn *snapshot) (http.Handler, error) {
 	api, err := control.New(control.Options{Operator: sn.op, Caller: gateway.CallerOf, Logger: s.log,
-		Reload: s.Reload})
+		Reload: s.reloadAsked})
 	if err != nil {
 		return nil, err
 	}

@@ -5,11 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,9 @@ type tlsGateway struct {
 	dir   string
 	up    *upstream
 	store ledger.Store
+	s     *server.Server
+	clock *testClock // the files are looked at again once it has moved a second on
+	logs  *logBuffer
 }
 
 // serveTLS serves a gateway whose tls section is section (with {{dir}}
@@ -38,7 +42,8 @@ type tlsGateway struct {
 // written there), with principals added to agent's.
 func serveTLS(t *testing.T, section, principals string) *tlsGateway {
 	t.Helper()
-	g := &tlsGateway{ca: testenv.NewCA(t, "test CA"), dir: t.TempDir(), up: newUpstream(t)}
+	g := &tlsGateway{ca: testenv.NewCA(t, "test CA"), dir: t.TempDir(), up: newUpstream(t), clock: newTestClock(),
+		logs: &logBuffer{}}
 	cert, key := g.ca.Server(t, "gateway-1")
 	testenv.WriteFile(t, g.dir, "cert.pem", cert)
 	testenv.WriteFile(t, g.dir, "key.pem", key)
@@ -55,18 +60,13 @@ routes:
   - {match: POST /v1/tickets, upstream: ops}
 %s
 `, db.DSN, g.up.srv.URL, sha("agent-token"), principals, strings.ReplaceAll(section, "{{dir}}", g.dir))
-	path := filepath.Join(g.dir, "gw.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := gateway.LoadConfig(path)
+	cfg := loadConfig(t, g.dir, text)
+	cfg.Clock = g.clock.Now
+	s, err := server.New(cfg, g.store, slog.New(slog.NewJSONHandler(g.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(cfg, g.store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g.s = s
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -163,17 +163,14 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	cert, key := g.ca.Server(t, "gateway-2")
 	testenv.WriteFile(t, g.dir, "cert.pem", cert) // the key is still the old one
-	time.Sleep(1100 * time.Millisecond)           // past the check's second
+	g.clock.Advance(time.Second)                  // past the check's second
 	if got := g.peer(t); got.Subject.CommonName != "gateway-1" {
 		t.Fatalf("a half-written rotation served %s", got.Subject)
 	}
 	testenv.WriteFile(t, g.dir, "key.pem", key)
-	deadline := time.Now().Add(10 * time.Second)
-	for g.peer(t).Subject.CommonName != "gateway-2" {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was never served")
-		}
-		time.Sleep(100 * time.Millisecond)
+	g.clock.Advance(time.Second)
+	if got := g.peer(t); got.Subject.CommonName != "gateway-2" {
+		t.Fatalf("the rotated certificate was not served: %s", got.Subject)
 	}
 	if r, err := g.post(g.client(), "agent-token", "after-rotation"); err != nil || r.status != 201 {
 		t.Fatalf("a write after the rotation: %+v %v", r, err)
@@ -203,7 +200,8 @@ func TestTLSConfigErrors(t *testing.T) {
 	other := testenv.WriteFile(t, dir, "k2.pem", k2)
 	base := "store: sqlite:x.db\nupstreams: {ops: {url: http://127.0.0.1:1}}\nroutes: [{match: POST /a, upstream: ops}]\n"
 	withCA := "tls: {cert: " + cert + ", key: " + testenv.WriteFile(t, dir, "k1.pem", k1) + ", client_ca: " + cert + "}\n"
-	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=ops+OU=eu,O=acme,C=FR", `CN=a\,b,O=acme`, "1.2.3.4=#0c0178,CN=x"} {
+	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=eu+OU=ops,O=acme,C=FR", `CN=a\,b,O=acme`,
+		"1.2.3.4=#0c0178,CN=x", "O=acme,CN=bot", "CN=bot,OU=ops,OU=eu", "CN=a,CN=b,O=acme"} {
 		text := base + withCA + fmt.Sprintf("principals: [{name: x, tenant: t, cert_subject: %q}]\n", subject)
 		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
 			t.Errorf("%s, as Go writes it: %v", subject, err)
@@ -217,12 +215,12 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"metrics_tls: {cert: " + cert + ", key: " + cert + "}\n", "metrics_listen is not set"},
 		{"principals: [{name: x, tenant: t, cert_subject: CN=x}]\n", "cert_subject needs tls.client_ca"},
 		{"principals: [{name: jwt:x, tenant: t, token_sha256: " + sha("t") + "}]\n", `names beginning with "jwt:"`},
-		// A subject in another order or spelling would never match the
-		// one Go writes: refused, with the form to write.
-		{withCA + `principals: [{name: x, tenant: t, cert_subject: "O=acme,CN=bot"}]` + "\n", `write "CN=bot,O=acme"`},
+		// A subject spelt otherwise than as RFC 2253 writes a
+		// certificate's RDNs would never match: refused, with the form
+		// to write.
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot, O=acme"}]` + "\n", `write "CN=bot,O=acme"`},
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "cn=bot,o=acme"}]` + "\n", `write "CN=bot,O=acme"`},
-		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops,OU=eu"}]` + "\n", `write "CN=bot,OU=ops+OU=eu"`},
+		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops+OU=eu"}]` + "\n", `write "CN=bot,OU=eu+OU=ops"`},
 	} {
 		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -258,11 +256,129 @@ func TestClientCARotationEndsResumedSessions(t *testing.T) {
 	}
 	// The operator withdraws the CA: client_ca now names another one.
 	testenv.WriteFile(t, g.dir, "ca.pem", testenv.NewCA(t, "new client CA").PEM)
-	time.Sleep(1100 * time.Millisecond) // past the check's second
+	g.clock.Advance(time.Second) // past the check's second
 	if r, err := g.post(c, "", "after"); err == nil {
 		t.Fatalf("a certificate of the withdrawn CA was served by resuming its session: %+v", r)
 	}
 	if _, err := g.store.GetByKey(context.Background(), "acme", "after"); err == nil {
 		t.Fatal("refused, yet an operation was reserved")
+	}
+}
+
+// TestCertificateSubjectIsItsRDNSequence: a certificate is the principal
+// whose cert_subject is its subject's exact RDN sequence: one with two
+// CNs is not the principal of either CN alone (it was its last CN's), and
+// one whose RDNs come in another order is not the principal of the usual
+// order (pkix.Name.String wrote both alike). Refused, nothing reserved.
+func TestCertificateSubjectIsItsRDNSequence(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", `
+  - {name: bot, tenant: acme, roles: [agent], cert_subject: "CN=bot,O=acme"}
+  - {name: admin, tenant: acme, roles: [admin], cert_subject: "CN=admin,O=acme"}
+  - {name: both, tenant: acme, roles: [agent], cert_subject: "CN=admin,CN=bot,O=acme"}`)
+	cn := asn1.ObjectIdentifier{2, 5, 4, 3}
+	o := asn1.ObjectIdentifier{2, 5, 4, 10}
+	certs := []struct {
+		name      string
+		subject   pkix.Name
+		principal string // "": refused
+	}{
+		{"the usual order", pkix.Name{Organization: []string{"acme"}, CommonName: "bot"}, "bot"},
+		// O=acme, CN=bot, CN=admin: Go's Name keeps the last CN only.
+		{"two CNs", pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: o, Value: "acme"},
+			{Type: cn, Value: "bot"}, {Type: cn, Value: "admin"}}}, "both"},
+		// CN=bot, then O=acme: written O=acme,CN=bot.
+		{"another order", pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: cn, Value: "bot"},
+			{Type: o, Value: "acme"}}}, ""},
+	}
+	for _, c := range certs {
+		r, err := g.post(g.client(g.ca.ClientPair(t, c.subject)), "", "key-"+c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		op, gerr := g.store.GetByKey(context.Background(), "acme", "key-"+c.name)
+		switch {
+		case c.principal == "" && (r.status != 401 || gerr == nil || !strings.Contains(r.body, `O=acme,CN=bot`)):
+			t.Errorf("%s: %d %s, reserved %v: want 401 and nothing reserved", c.name, r.status, r.body, gerr == nil)
+		case c.principal != "" && (r.status != 201 || gerr != nil || op.Principal != c.principal):
+			t.Errorf("%s: %d %s, operation %+v %v: want the principal %s", c.name, r.status, r.body, op, gerr,
+				c.principal)
+		}
+	}
+	if n := g.up.count("/v1/tickets"); n != 2 {
+		t.Fatalf("%d effects, want 2", n)
+	}
+}
+
+// TestTLSRotationIsLoggedAndCounted: a rotation that cannot be used (a
+// certificate without its key, a client_ca file with no certificate in
+// it) keeps the previous configuration and says so, once, in the log
+// and in idemgate_tls_reload_errors_total; a rotation applied is logged
+// and counted in idemgate_tls_reloads_total.
+func TestTLSRotationIsLoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	g := serveTLS(t, "tls: {cert: {{dir}}/cert.pem, key: {{dir}}/key.pem, client_ca: {{dir}}/ca.pem}", "")
+	agent := g.ca.ClientPair(t, pkix.Name{CommonName: "agent"})
+	handshake := func() string {
+		conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: g.ca.Pool(), Certificates: []tls.Certificate{agent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	counts := func() (applied, refused float64) {
+		fams, err := g.s.Metrics().Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, m := range f.Metric {
+				if len(m.Label) != 1 || m.Label[0].GetValue() != "tls" {
+					continue
+				}
+				switch f.GetName() {
+				case "idemgate_tls_reloads_total":
+					applied = m.GetCounter().GetValue()
+				case "idemgate_tls_reload_errors_total":
+					refused = m.GetCounter().GetValue()
+				}
+			}
+		}
+		return applied, refused
+	}
+	if a, r := counts(); a != 0 || r != 0 {
+		t.Fatalf("before any rotation: %v applied, %v refused", a, r)
+	}
+	cert, key := g.ca.Server(t, "gateway-2")
+	testenv.WriteFile(t, g.dir, "cert.pem", cert) // its key not yet written
+	for range 3 {                                 // three looks at the same half-written files
+		g.clock.Advance(time.Second)
+		if cn := handshake(); cn != "gateway-1" {
+			t.Fatalf("a half-written rotation served %s", cn)
+		}
+	}
+	if a, r := counts(); a != 0 || r != 1 {
+		t.Fatalf("a half-written rotation: %v applied, %v refused, want 0 and 1 (once for the same files)", a, r)
+	}
+	if n := strings.Count(g.logs.String(), "TLS files not reloaded"); n != 1 ||
+		!strings.Contains(g.logs.String(), "private key does not match") {
+		t.Fatalf("%d log lines for the half-written rotation:\n%s", n, g.logs.String())
+	}
+	testenv.WriteFile(t, g.dir, "key.pem", key)
+	g.clock.Advance(time.Second)
+	if cn := handshake(); cn != "gateway-2" {
+		t.Fatalf("the completed rotation: %s", cn)
+	}
+	if a, r := counts(); a != 1 || r != 1 || !strings.Contains(g.logs.String(), "TLS files reloaded") {
+		t.Fatalf("the completed rotation: %v applied, %v refused; log:\n%s", a, r, g.logs.String())
+	}
+	testenv.WriteFile(t, g.dir, "ca.pem", []byte("not a certificate\n"))
+	g.clock.Advance(time.Second)
+	if cn := handshake(); cn != "gateway-2" { // the client CAs in hand still verify the agent
+		t.Fatalf("a bad client_ca: %s", cn)
+	}
+	if a, r := counts(); a != 1 || r != 2 || !strings.Contains(g.logs.String(), "no PEM certificate") {
+		t.Fatalf("a bad client_ca: %v applied, %v refused; log:\n%s", a, r, g.logs.String())
 	}
 }

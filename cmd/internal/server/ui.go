@@ -29,13 +29,18 @@ func (s *Server) ui(sn *snapshot) (*webui.UI, error) {
 	return webui.New(webui.Options{Store: s.store, Operator: sn.op, Prefix: UIPrefix, Logger: s.log, Amounts: amounts,
 		ApproverRoles: sn.cfg.ApproverRoles(), Secure: c.SecureCookies, SessionTTL: c.SessionTTL,
 		SessionIdle: c.SessionIdle, TrustedOrigins: c.TrustedOrigins, Series: dashboard{s.metrics.History()},
-		Failures: s.limits.Failures(), // one budget per client, shared with the APIs
-		Authenticate: func(r *http.Request, token string) (approval.Principal, time.Time, bool) {
+		MaxSessions: c.MaxSessions, MaxSessionsPerTenant: c.MaxSessionsPerTenant,
+		MaxSessionsPerPrincipal: c.MaxSessionsPerPrincipal,
+		Failures:                s.limits.Failures(), // one budget per client, shared with the APIs
+		Now:                     sn.cfg.Clock,        // nil: time.Now
+		Sessions:                s.sessions,          // the server's: a reload ends only the sessions it changed
+		Authenticate: func(r *http.Request, token string) (webui.SignIn, bool) {
 			p, _ := sn.gw.PrincipalFor(r, token)
 			if p == nil {
-				return approval.Principal{}, time.Time{}, false
+				return webui.SignIn{}, false
 			}
-			return approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles}, p.Expires(), true
+			return webui.SignIn{Principal: approval.Principal{Name: p.Name, Tenant: p.Tenant, Roles: p.Roles},
+				Until: p.Expires(), Credential: p.Credential()}, true
 		},
 	})
 }

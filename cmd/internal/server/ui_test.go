@@ -89,3 +89,24 @@ func TestUIThroughTheGateway(t *testing.T) {
 		t.Fatalf("dashboard: %d\n%s", status, page)
 	}
 }
+
+// TestSessionSharesAreSettings: ui.max_sessions_per_tenant bounds one
+// tenant's sessions: past it, its newcomer is refused 503 and the log
+// names the setting, while another tenant's principal signs in.
+func TestSessionSharesAreSettings(t *testing.T) {
+	t.Parallel()
+	db := dbtest.SQLiteDB(t)
+	e := newEnv(t, db.Open(t), db.DSN, "ui: {max_sessions_per_tenant: 1}\n")
+	if status, path := signIn(t, clientFrom("127.0.0.1"), e.gw.URL, "alice-token"); status != 200 || path == "/ui/signin" {
+		t.Fatalf("acme's first: %d at %s", status, path)
+	}
+	if status, _ := signIn(t, clientFrom("127.0.0.1"), e.gw.URL, "agent-token"); status != 503 {
+		t.Fatalf("acme's second, its share taken: %d", status)
+	}
+	if !strings.Contains(e.logs.String(), "ui.max_sessions_per_tenant") {
+		t.Fatalf("the log does not name the setting:\n%s", e.logs.String())
+	}
+	if status, path := signIn(t, clientFrom("127.0.0.1"), e.gw.URL, "globex-token"); status != 200 || path == "/ui/signin" {
+		t.Fatalf("globex: %d at %s", status, path)
+	}
+}
