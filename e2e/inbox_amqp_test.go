@@ -198,25 +198,6 @@ func TestAMQPOrderIsKeptWithConcurrencyOne(t *testing.T) {
 	}
 }
 
-// closeConsumerConnection has the broker close the consumer's connection,
-// as a broker restart does: rabbitmqctl finds it by its name.
-func (q *rabbitQueue) closeConsumerConnection() {
-	q.t.Helper()
-	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "pid", "client_properties").Output()
-	if err != nil {
-		q.t.Fatalf("rabbitmqctl: %v", err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if pid, _, ok := strings.Cut(line, "\t"); ok && strings.Contains(line, "of "+q.name) {
-			if err := exec.Command("rabbitmqctl", "close_connection", pid, "the test's broker restart").Run(); err != nil {
-				q.t.Fatalf("rabbitmqctl close_connection: %v", err)
-			}
-			return
-		}
-	}
-	q.t.Fatalf("no connection of the consumer of %s in %s", q.name, out)
-}
-
 // The broker drops the consumer's connection mid-stream (the shared
 // RabbitMQ is never restarted; a dropped connection is what a consumer
 // sees of a restart): it reconnects by itself, and every message makes
@@ -232,7 +213,7 @@ func TestAMQPConnectionLostMidStream(t *testing.T) {
 		q.publish("", fmt.Sprintf(`{"event_id":"evt-%d","seq":%d}`, i, i))
 	}
 	waitFor(t, "two deliveries in flight", paused)
-	q.closeConsumerConnection()
+	testenv.CloseAMQPConnection(t, "of "+q.name)
 	resume()
 	waitFor(t, "every message applied after the reconnection", func() bool { return len(up.perEvent()) == n })
 	waitFor(t, "every message acknowledged", func() bool { return q.pending() == 0 })

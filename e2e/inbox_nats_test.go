@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,5 +252,57 @@ func TestNATSCopyWhileExecutingIsDelayed(t *testing.T) {
 	waitFor(t, "both acknowledged", s.settled)
 	if n := len(up.effects()); n != 1 {
 		t.Fatalf("%d effects, want 1", n)
+	}
+}
+
+// Issue 34's drill: the dead letter's stream is missing. A conflict and a
+// message without identity could never be parked, and kept the only slot
+// of a consumer of concurrency 1, so the message behind them never
+// reached the upstream, without a word. The consumer now refuses to
+// consume, saying why; once the operator makes the stream, both are
+// parked (with who they were) and the message behind them is delivered.
+func TestNATSDeadLetterWithoutAStream(t *testing.T) {
+	url := testenv.RequireNATS(t)
+	up, s := newInvoices(t), newJSStream(t, url)
+	if err := s.js.DeleteStream(context.Background(), s.deadStream); err != nil {
+		t.Fatal(err)
+	}
+	p := startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("header:Event-Id", "")))
+	pub := func(msgID, event, body string) {
+		m := nats.NewMsg(s.subject)
+		m.Data = []byte(body)
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		if event != "" {
+			m.Header.Set("Event-Id", event)
+		}
+		if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("m-1", "evt-1", `{"event_id":"evt-1","amount":100}`)
+	pub("m-2", "evt-1", `{"event_id":"evt-1","amount":999}`)
+	pub("m-3", "", `{"event_id":"evt-2","amount":5}`)
+	pub("m-4", "evt-3", `{"event_id":"evt-3","amount":7}`)
+	waitFor(t, "the refusal logged", func() bool {
+		return slices.ContainsFunc(p.Logs(), func(l string) bool {
+			return strings.Contains(l, "consumer interrupted") && strings.Contains(l, s.dead+" is captured by no stream")
+		})
+	})
+	if n := len(up.effects()); n != 0 {
+		t.Fatalf("%d effects while the dead letter has no stream, want none", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.deadStream, Subjects: []string{s.dead}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every message settled", s.settled)
+	if got := up.perEvent(); len(got) != 2 || got["evt-1"] != 1 || got["evt-3"] != 1 {
+		t.Fatalf("effects %v, want evt-1 and evt-3 once each", got)
+	}
+	got := s.parked()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{inbox.ReasonConflict, inbox.ReasonNoIdentity}) {
+		t.Fatalf("parked %v, want a conflict and a message without identity", got)
 	}
 }

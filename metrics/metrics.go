@@ -34,6 +34,7 @@ type Metrics struct {
 	tls     *tlsMetrics
 	history *History
 	store   *storeCollector        // nil without a store
+	queues  *consumerMetrics       // the consumers' parks and connections
 	own     []prometheus.Collector // idemgate's families, for Described
 	tenants []string               // the configuration's, sorted
 }
@@ -53,6 +54,9 @@ type Options struct {
 	// tenants:), each per-tenant family starts with one series of no
 	// tenant (tenant=""), at zero, which nothing counts.
 	Tenants []string
+	// Consumers are the configuration's consumers, by name: each one's
+	// series start at zero (parks by the reasons inbox names).
+	Consumers []string
 }
 
 var _ keyed.RouteObserver = (*Metrics)(nil)
@@ -109,6 +113,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Register(m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
 		m.approvalExpiries, m.fenced, m.storeErrors, m.reconcile, m.requests, m.upstream)
+	m.queues = newConsumerMetrics(m, o.Consumers)
 	if o.Store != nil {
 		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
 		m.Register(m.store)

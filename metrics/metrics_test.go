@@ -131,7 +131,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // gateway whose callers all bring JWTs): then a series of no tenant.
 func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
 	for _, tenants := range [][]string{{"acme"}, nil} {
-		m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: tenants})
+		m := metrics.New(metrics.Options{Store: dbtest.SQLite(t), Tenants: tenants, Consumers: []string{"billing"}})
 		m.Routes([]string{"POST /v1/tickets"})
 		fams := gather(t, m)
 		described := m.Described()
@@ -146,6 +146,55 @@ func TestEveryFamilyFromTheFirstScrape(t *testing.T) {
 			if name := match[1]; fams[name] == nil && name != "idemgate_audit_checkpoint_age_seconds" {
 				t.Errorf("tenants %v: family %s is not in the first scrape", tenants, name)
 			}
+		}
+	}
+}
+
+// TestConsumerFamilies: each configured consumer's parks (by the reasons
+// inbox names: conflict, no_identity, max_deliveries), unconfirmed parks
+// and connection start at zero, and count what its broker adapter
+// reports; a problem code is a reason too.
+func TestConsumerFamilies(t *testing.T) {
+	m := metrics.New(metrics.Options{Consumers: []string{"billing", "orders", "billing"}})
+	fams := gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": "no_identity"}},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": "max_deliveries"}},
+		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "billing"}},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}},
+	} {
+		if v, ok := counted(fams, c.name, c.labels); !ok || v != 0 {
+			t.Errorf("%s%v: %v (present %v), want a series at 0", c.name, c.labels, v, ok)
+		}
+	}
+	if n := len(fams["idemgate_consumer_connected"].Metric); n != 2 {
+		t.Errorf("%d connection series, want 2: each consumer once", n)
+	}
+	m.Parked("billing", "conflict")
+	m.Parked("billing", contract.CodeInvalidKey)
+	m.ParkUnconfirmed("orders")
+	m.ParkUnconfirmed("orders")
+	m.Connected("billing", true)
+	m.Connected("orders", true)
+	m.Connected("orders", false)
+	fams = gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": "conflict"}, 1},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "billing", "reason": contract.CodeInvalidKey}, 1},
+		{"idemgate_consumer_parked_total", map[string]string{"consumer": "orders", "reason": "conflict"}, 0},
+		{"idemgate_consumer_parks_unconfirmed_total", map[string]string{"consumer": "orders"}, 2},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "billing"}, 1},
+		{"idemgate_consumer_connected", map[string]string{"consumer": "orders"}, 0},
+	} {
+		if v, ok := counted(fams, c.name, c.labels); !ok || v != c.want {
+			t.Errorf("%s%v: %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
 		}
 	}
 }

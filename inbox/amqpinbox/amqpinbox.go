@@ -26,6 +26,12 @@ type Source struct {
 	Exchange, RoutingKey string
 	Concurrency          int
 	Logger               *slog.Logger
+	// Observer hears of the parks and of the connection (nil: nothing).
+	Observer inbox.Observer
+	// Recheck, at each receive, has the dead letter checked again (the
+	// server sends one at each reload): one gone ends the session, and the
+	// next refuses to consume, as at start-up.
+	Recheck <-chan struct{}
 }
 
 // Run consumes until ctx ends, each message handled by c; the messages in
@@ -36,6 +42,9 @@ func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	}
 	if src.Logger == nil {
 		src.Logger = slog.New(slog.DiscardHandler)
+	}
+	if src.Observer == nil {
+		src.Observer = inbox.Unobserved{}
 	}
 	r := &runner{src: src, c: c, seen: map[[32]byte]int{}}
 	inbox.Sessions(ctx, c.Name, src.Logger, r.session)
@@ -87,6 +96,8 @@ func (r *runner) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.src.Observer.Connected(r.c.Name, true)
+	defer r.src.Observer.Connected(r.c.Name, false)
 	return r.loop(ctx, conn, ch, &publisher{pub, returns}, deliveries)
 }
 
@@ -105,6 +116,10 @@ func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch *amqp.Chann
 			return nil
 		case err := <-closed:
 			return fmt.Errorf("connection closed: %v", err)
+		case <-r.src.Recheck: // a reload: the dead letter may be gone since
+			if err := r.deadLetterExists(conn); err != nil {
+				return err
+			}
 		case d, ok := <-deliveries:
 			if !ok {
 				return fmt.Errorf("the broker ended the consumer of %s", r.src.Queue)
@@ -189,6 +204,7 @@ func (r *runner) park(ctx context.Context, pub *publisher, d amqp.Delivery, dec 
 	}
 	if err := r.publish(ctx, pub, amqp.Publishing{Headers: h, MessageId: d.MessageId, ContentType: d.ContentType,
 		Body: d.Body, DeliveryMode: amqp.Persistent, Timestamp: time.Now()}); err != nil {
+		r.src.Observer.ParkUnconfirmed(r.c.Name)
 		r.src.Logger.Error("park failed, message kept in its queue", slog.String("consumer", r.c.Name),
 			slog.String("reason", dec.Reason), slog.String("error", err.Error()))
 		// A short pause: a dead letter that routes nowhere must not turn
@@ -198,6 +214,7 @@ func (r *runner) park(ctx context.Context, pub *publisher, d amqp.Delivery, dec 
 		return fmt.Errorf("parking on %q %q: %w", r.src.Exchange, r.src.RoutingKey, err)
 	}
 	r.forget(d)
+	r.src.Observer.Parked(r.c.Name, dec.Reason)
 	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", dec.Reason),
 		slog.String("dead_letter", r.src.RoutingKey))
 	return d.Ack(false)

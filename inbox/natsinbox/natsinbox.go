@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -29,7 +27,7 @@ type Source struct {
 	Consumer string // the durable consumer's name
 	Subject  string // a filter within the stream, "" for all of it
 	// DeadLetter is the subject parked messages are published to; a stream
-	// must capture it, or nothing is parked (the message is retried).
+	// other than the one consumed must capture it, or nothing is consumed.
 	DeadLetter  string
 	Concurrency int
 	// Start is where the durable consumer starts when it is missing
@@ -40,6 +38,12 @@ type Source struct {
 	// longer tells the server it is still in progress.
 	AckWait time.Duration
 	Logger  *slog.Logger
+	// Observer hears of the parks and of the connection (nil: nothing).
+	Observer inbox.Observer
+	// Recheck, at each receive, has the dead letter checked again (the
+	// server sends one at each reload): one that no stream captures stops
+	// the consuming, as at start-up.
+	Recheck <-chan struct{}
 }
 
 // startAt sets a new durable's delivery policy where s says, from now.
@@ -58,27 +62,34 @@ func startAt(s inbox.Start, cc *jetstream.ConsumerConfig, now time.Time) {
 // Connect opens a connection that retries its first connection and
 // reconnects for ever: a broker that is down at start-up or restarts is
 // waited for, never a reason to stop.
-func Connect(url, name string) (*nats.Conn, error) {
-	return nats.Connect(url, nats.Name(name), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(100*time.Millisecond, time.Second))
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(url, append([]nats.Option{nats.Name(name), nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second)}, opts...)...)
 }
 
 // Run consumes until ctx ends, each message handled by c; the messages in
 // hand are finished before it returns.
 func Run(ctx context.Context, src Source, c *inbox.Consumer) error {
 	src.defaults()
-	nc, err := Connect(src.URL, "idemgate consumer "+c.Name)
+	r := &runner{src: src, c: c, server: redacted(src.URL), sem: make(chan struct{}, src.Concurrency),
+		closed: make(chan struct{})}
+	nc, err := Connect(src.URL, "idemgate consumer "+c.Name, r.events()...)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	defer nc.Close()
+	defer func() { nc.Close(); <-r.closed }() // the connection's handlers are done with r
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	r := &runner{src: src, c: c, nc: nc, js: js, sem: make(chan struct{}, src.Concurrency)}
+	r.mu.Lock()
+	r.nc, r.js = nc, js
+	r.mu.Unlock()
+	rechecks := r.rechecks(ctx)
 	inbox.Sessions(ctx, c.Name, src.Logger, r.consume)
 	r.wg.Wait()
+	rechecks.Wait()
 	return nil
 }
 
@@ -95,6 +106,9 @@ func (s *Source) defaults() {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
+	if s.Observer == nil {
+		s.Observer = inbox.Unobserved{}
+	}
 }
 
 type runner struct {
@@ -104,6 +118,15 @@ type runner struct {
 	js  jetstream.JetStream
 	sem chan struct{}
 	wg  sync.WaitGroup
+	// server is the source's URL without its password, for the logs.
+	server string
+	// mu guards nc while Run sets it (the connection's handlers may run
+	// first) and end.
+	mu sync.Mutex
+	// end ends the running session with its cause; nil between sessions.
+	end context.CancelCauseFunc
+	// closed is closed by the connection's last handler.
+	closed chan struct{}
 }
 
 // consumer is the durable consumer, created if missing, where Start
@@ -123,25 +146,38 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // consume hands each message to a worker, at most Concurrency at once,
-// until ctx ends or the iterator fails.
+// until ctx ends, the iterator fails or the session is ended (endSession).
+// It consumes nothing while no stream could confirm a park: a message it
+// could not park would keep its slot for ever.
 func (r *runner) consume(ctx context.Context) error {
 	if !r.nc.IsConnected() { // the connection retries on its own meanwhile
-		return fmt.Errorf("not connected to %s", redacted(r.nc.Opts.Url))
+		return fmt.Errorf("not connected to %s", r.server)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := r.consumer(cctx)
+	sctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	cctx, cancel := context.WithTimeout(sctx, 10*time.Second)
+	err := r.deadLetterCaptured(cctx)
+	var cons jetstream.Consumer
+	if err == nil {
+		cons, err = r.consumer(cctx)
+	}
 	cancel()
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.Concurrency), jetstream.PullHeartbeat(2*time.Second))
+	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.Concurrency), jetstream.PullHeartbeat(2*time.Second),
+		jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return err
 	}
 	defer it.Stop()
+	defer r.consuming(end)()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(jetstream.NextContext(sctx))
 		if err != nil {
+			if sctx.Err() != nil && ctx.Err() == nil {
+				return context.Cause(sctx)
+			}
 			return err
 		}
 		r.sem <- struct{}{}
@@ -153,6 +189,11 @@ func (r *runner) consume(ctx context.Context) error {
 		}()
 	}
 }
+
+// pullExpiry bounds a pull request's life on the server. A session's
+// last request outlives it there until it expires, and a message the
+// server delivers to it meanwhile waits for its AckWait to come back.
+const pullExpiry = 5 * time.Second
 
 // handle runs one message and tells the server what became of it.
 func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
@@ -196,43 +237,4 @@ func (r *runner) inProgress(msg jetstream.Msg) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
-}
-
-// park publishes the message to the dead letter with its reason, waits
-// for the stream's acknowledgement, and only then acknowledges the
-// message: a park that fails leaves the message to be delivered again.
-// The dead letter's Nats-Msg-Id is the message's place in its stream, so
-// that a park repeated after a crash is dropped by the stream's window.
-func (r *runner) park(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, d inbox.Decision) error {
-	out := nats.NewMsg(r.src.DeadLetter)
-	for k, v := range msg.Headers() {
-		out.Header[k] = append([]string(nil), v...)
-	}
-	out.Header.Set(inbox.ReasonHeader, d.Reason)
-	out.Header.Set(inbox.ConsumerHeader, r.c.Name)
-	if d.OpID != "" {
-		out.Header.Set(inbox.OperationHeader, d.OpID)
-	}
-	if md != nil {
-		out.Header.Set(jetstream.MsgIDHeader, "idemgate-parked:"+r.src.Stream+":"+strconv.FormatUint(md.Sequence.Stream, 10))
-	}
-	out.Data = msg.Data()
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := r.js.PublishMsg(pctx, out); err != nil {
-		_ = msg.NakWithDelay(time.Second)
-		return fmt.Errorf("parking on %s: %w", r.src.DeadLetter, err)
-	}
-	r.src.Logger.Warn("message parked", slog.String("consumer", r.c.Name), slog.String("reason", d.Reason),
-		slog.String("dead_letter", r.src.DeadLetter))
-	return msg.DoubleAck(pctx)
-}
-
-// redacted is a server URL without its password, for the logs.
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "the server"
-	}
-	return u.Redacted()
 }

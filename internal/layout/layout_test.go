@@ -104,10 +104,10 @@ var rules = []rule{
 	{id: "k", why: "a webhook's verification is a leaf: the gateway calls it before its data plane, the drill to sign",
 		binds:  func(p string) bool { return within(p, "inbox/webhook") },
 		forbid: func(_, imp string) bool { return true }},
-	{id: "l", why: "the inbox reaches the data plane through its Deliverer, and each broker stays in its own package",
+	{id: "l", why: "the inbox reaches the data plane through its Deliverer, the metrics through its Observer, and each broker stays in its own package",
 		binds: func(p string) bool { return within(p, "inbox") },
 		forbid: func(p, imp string) bool {
-			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd") ||
+			return within(imp, "httpidem", "gateway", "control", "webui", "store", "cmd", "metrics") ||
 				within(imp, "inbox/natsinbox", "inbox/amqpinbox") && !within(p, imp)
 		}},
 	{id: "m", why: "the MCP proxy is the executor's adapter, never the HTTP one's; only cmd/ wires it to the gateway",
@@ -410,6 +410,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"inbox/webhook", "contract", "k", "inbox/webhook", "contract"},
 		{"inbox", "gateway", "l", "inbox", "gateway"},
 		{"inbox/amqpinbox", "inbox/natsinbox", "l", "inbox/amqpinbox", "inbox/natsinbox"},
+		{"inbox/natsinbox", "metrics", "l", "inbox/natsinbox", "metrics"},
 		{"httpidem", "inbox", "f", "httpidem", "inbox"},
 		{"mcpproxy", "gateway", "m", "mcpproxy", "gateway"},
 		{"mcpproxy", "store/sqlite", "m", "mcpproxy", "store/sqlite"},

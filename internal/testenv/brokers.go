@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -110,4 +111,25 @@ func (s *NATSServer) Stop() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	_ = s.cmd.Wait()
+}
+
+// CloseAMQPConnection has RabbitMQ close the connection whose client
+// properties hold named (a consumer names its connection after its
+// queue), as a broker restart would: the shared broker is never
+// restarted. It needs rabbitmqctl, and fails the test without it.
+func CloseAMQPConnection(tb testing.TB, named string) {
+	tb.Helper()
+	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "pid", "client_properties").Output()
+	if err != nil {
+		tb.Fatalf("rabbitmqctl: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if pid, _, ok := strings.Cut(line, "\t"); ok && strings.Contains(line, named) {
+			if err := exec.Command("rabbitmqctl", "close_connection", pid, "the test's broker restart").Run(); err != nil {
+				tb.Fatalf("rabbitmqctl close_connection: %v", err)
+			}
+			return
+		}
+	}
+	tb.Fatalf("no connection named %q in %s", named, out)
 }

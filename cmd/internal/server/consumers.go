@@ -36,16 +36,67 @@ func (s *Server) RunConsumers(ctx context.Context) {
 	wg.Wait()
 }
 
+// consume runs one consumer on its broker: its parks and its connection
+// are the metrics' (s.metrics is its inbox.Observer), and each reload has
+// it look at its dead letter again.
 func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbox.Consumer) error {
 	log := s.log // the adapters name the consumer in each line
+	recheck, done := s.rechecks.add()
+	defer done()
 	if k.Source.NATS != "" {
-		return natsinbox.Run(ctx, natsinbox.Source{URL: k.Source.NATS, Stream: k.Source.Stream,
+		return natsinbox.Run(ctx, natsinbox.Source{Observer: s.metrics, Recheck: recheck,
+			URL: k.Source.NATS, Stream: k.Source.Stream,
 			Consumer: k.Source.Consumer, Subject: k.Source.Subject, DeadLetter: k.DeadLetter.Subject,
 			Concurrency: k.Concurrency, Start: k.StartAt(), AckWait: 2 * k.Lease, Logger: log}, c)
 	}
 	return amqpinbox.Run(ctx, amqpinbox.Source{URL: k.Source.AMQP, Queue: k.Source.Queue,
 		Exchange: k.DeadLetter.Exchange, RoutingKey: k.DeadLetter.RoutingKey, Concurrency: k.Concurrency,
-		Logger: log}, c)
+		Logger: log, Observer: s.metrics, Recheck: recheck}, c)
+}
+
+// consumers are the configuration's consumers, by name: the metrics'
+// series start with them.
+func consumers(cfg *gateway.Config) []string {
+	out := make([]string, 0, len(cfg.Consumers))
+	for _, k := range cfg.Consumers {
+		out = append(out, k.Name)
+	}
+	return out
+}
+
+// rechecks are the running consumers' Recheck channels.
+type rechecks struct {
+	mu  sync.Mutex
+	chs map[chan struct{}]bool
+}
+
+// add is a channel for one consumer, until done.
+func (r *rechecks) add() (recheck <-chan struct{}, done func()) {
+	ch := make(chan struct{}, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.chs == nil {
+		r.chs = map[chan struct{}]bool{}
+	}
+	r.chs[ch] = true
+	return ch, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.chs, ch)
+	}
+}
+
+// signal asks every running consumer to check again, without waiting: one
+// that has a check pending already needs no second.
+func (r *rechecks) signal() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ch := range r.chs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Deliverer is consumer name's way through the gateway's keyed path, for

@@ -116,10 +116,12 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	name := fmt.Sprintf("BENCH_%d", time.Now().UnixNano())
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
-		b.Fatal(err)
+	for stream, subject := range map[string]string{name: name, name + "_DEAD": name + ".dead"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
+			b.Fatal(err)
+		}
+		defer js.DeleteStream(ctx, stream)
 	}
-	defer js.DeleteStream(ctx, name)
 	for i := range b.N {
 		if _, err := js.PublishAsync(name, fmt.Appendf(nil, `{"event_id":"%s-%d","amount":%d}`, name, i, i)); err != nil {
 			b.Fatal(err)

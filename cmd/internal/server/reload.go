@@ -68,6 +68,7 @@ func (s *Server) Reload(ctx context.Context) error {
 			slog.String("file", file), slog.String("error", err.Error()))
 		return err
 	}
+	s.rechecks.signal()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "configuration reloaded", slog.String("file", file),
 		slog.Int("routes", len(s.cur.Load().cfg.Routes)), slog.Duration("took", time.Since(start)))
 	return nil

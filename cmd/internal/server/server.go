@@ -43,6 +43,9 @@ type Server struct {
 	limits  *limits.Limiter
 	events  *ledger.EventBatcher // nil without an audit section
 	tracing *tracing.Tracing     // nil: off, nothing wrapped
+	// rechecks reach the running consumers: a reload has each one look at
+	// its dead letter again.
+	rechecks rechecks
 	// mcp is the MCP proxy (nil without mcp_servers), built at start: it
 	// holds its upstreams' processes and sessions, so mcp_servers need a
 	// restart; each snapshot authenticates its callers.
@@ -78,7 +81,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, log: log, sessions: webui.NewSessions(),
-		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants()})}
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants(), Consumers: consumers(cfg)})}
 	for _, o := range opts {
 		o(s)
 	}
