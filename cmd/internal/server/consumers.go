@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/inbox/amqpinbox"
 	"github.com/idemgate/idemgate/inbox/natsinbox"
@@ -36,7 +36,7 @@ func (s *Server) RunConsumers(ctx context.Context) {
 	wg.Wait()
 }
 
-func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbox.Consumer) error {
+func (s *Server) consume(ctx context.Context, k *config.Consumer, c *inbox.Consumer) error {
 	log := s.log // the adapters name the consumer in each line
 	if k.Source.NATS != "" {
 		return natsinbox.Run(ctx, natsinbox.Source{URL: k.Source.NATS, Stream: k.Source.Stream,
