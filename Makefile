@@ -128,9 +128,9 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzStripeHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzGitHubHeader$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
 	go test -run '^$$' -fuzz '^FuzzStandardHeaders$$' -fuzztime $(FUZZ_WEBHOOK) -fuzzminimizetime 1000x ./inbox/webhook
-	go test -run '^$$' -fuzz '^FuzzCanonicalSubject$$' -fuzztime $(FUZZ_SUBJECT) -fuzzminimizetime 1000x ./gateway
-	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./gateway
-	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./gateway
+	go test -run '^$$' -fuzz '^FuzzCanonicalSubject$$' -fuzztime $(FUZZ_SUBJECT) -fuzzminimizetime 1000x ./config
+	go test -run '^$$' -fuzz '^FuzzClaimMapping$$' -fuzztime $(FUZZ_CLAIMS) -fuzzminimizetime 1000x ./config
+	go test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 1000x ./config
 	go test -run '^$$' -fuzz '^FuzzLocal$$' -fuzztime $(FUZZ_LOCATION) -fuzzminimizetime 1000x ./gateway
 	go test -run '^$$' -fuzz '^FuzzKeyFrom$$' -fuzztime $(FUZZ_KEYFROM) -fuzzminimizetime 1000x ./inbox
 	go test -run '^$$' -fuzz '^FuzzReadCall$$' -fuzztime $(FUZZ_MCP_CALL) -fuzzminimizetime 1000x ./mcpproxy

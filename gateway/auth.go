@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"math"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/idemgate/idemgate/contract"
@@ -16,13 +16,10 @@ import (
 type principalKey struct{}
 
 // PrincipalFrom returns the authenticated caller of a request.
-func PrincipalFrom(ctx context.Context) *Principal {
-	p, _ := ctx.Value(principalKey{}).(*Principal)
+func PrincipalFrom(ctx context.Context) *config.Principal {
+	p, _ := ctx.Value(principalKey{}).(*config.Principal)
 	return p
 }
-
-// HasRole reports whether the principal holds role.
-func (p *Principal) HasRole(role string) bool { return slices.Contains(p.Roles, role) }
 
 // Authenticated refuses requests without a known bearer token (401), and
 // gives the others their principal (PrincipalFrom, CallerOf). A client
@@ -58,7 +55,7 @@ func (g *Gateway) Authenticated(next http.Handler) http.Handler {
 // out. An unknown one counts against its client's failures, and past
 // them is answered 429 with the wait; a request without a token is no
 // guess, and does not count.
-func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) {
+func (g *Gateway) authenticate(r *http.Request) (*config.Principal, *contract.Problem) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		subject := clientSubject(r)
@@ -90,7 +87,7 @@ func (g *Gateway) authenticate(r *http.Request) (*Principal, *contract.Problem) 
 // principal's (bound to r's client certificate if its cert_subject says
 // so), or, with auth.jwt, a valid JWT's. Otherwise nil, and why, in words
 // fit for the client (never the token).
-func (g *Gateway) PrincipalFor(r *http.Request, token string) (*Principal, string) {
+func (g *Gateway) PrincipalFor(r *http.Request, token string) (*config.Principal, string) {
 	token = strings.TrimSpace(token)
 	sum := sha256.Sum256([]byte(token))
 	if p := g.principalBySum(sum); p != nil {
@@ -112,14 +109,14 @@ func (g *Gateway) PrincipalFor(r *http.Request, token string) (*Principal, strin
 // PrincipalByToken finds the configured principal whose token hashes to
 // token's SHA-256, comparing with every one in constant time; nil if
 // none. It knows nothing of certificates: PrincipalFor does.
-func (g *Gateway) PrincipalByToken(token string) *Principal {
+func (g *Gateway) PrincipalByToken(token string) *config.Principal {
 	return g.principalBySum(sha256.Sum256([]byte(strings.TrimSpace(token))))
 }
 
-func (g *Gateway) principalBySum(sum [32]byte) *Principal {
-	var found *Principal
+func (g *Gateway) principalBySum(sum [32]byte) *config.Principal {
+	var found *config.Principal
 	for _, p := range g.cfg.Principals {
-		if p.hash != nil && subtle.ConstantTimeCompare(sum[:], p.hash) == 1 {
+		if p.TokenHash() != nil && subtle.ConstantTimeCompare(sum[:], p.TokenHash()) == 1 {
 			found = p
 		}
 	}
@@ -128,12 +125,12 @@ func (g *Gateway) principalBySum(sum [32]byte) *Principal {
 
 // principalByCert is the principal that a verified client certificate's
 // subject alone authenticates (cert_subject without a token); nil if none.
-func (g *Gateway) principalByCert(subject string) *Principal {
+func (g *Gateway) principalByCert(subject string) *config.Principal {
 	if subject == "" {
 		return nil
 	}
 	for _, p := range g.cfg.Principals {
-		if p.hash == nil && p.CertSubject == subject {
+		if p.TokenHash() == nil && p.CertSubject == subject {
 			return p
 		}
 	}
@@ -147,5 +144,5 @@ func clientSubject(r *http.Request) string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return ""
 	}
-	return certSubject(r.TLS.VerifiedChains[0][0])
+	return config.CertSubject(r.TLS.VerifiedChains[0][0])
 }

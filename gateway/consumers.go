@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"hash"
 	"io"
 	"net/http"
@@ -19,7 +20,7 @@ import (
 // consumer is one consumer's way to its upstream: a message's effect is
 // a POST (its method) of its body to the upstream's path.
 type consumer struct {
-	cfg         *ConsumerConfig
+	cfg         *config.Consumer
 	uc          *upstreamClient
 	maxResponse int64
 	policy      keyed.Policy
@@ -79,7 +80,7 @@ func (c *consumer) send(ctx context.Context, run *keyed.Run, d inbox.Delivery) (
 		return keyed.Outcome{}, contract.NoAnswer("upstream", fmt.Errorf("the upstream's answer was cut off: %w", err))
 	}
 	answer := &ledger.Response{Status: resp.StatusCode, Header: resp.Header, Body: kept.body}
-	o := keyed.Outcome{Fate: c.cfg.Outcomes.classify(resp.StatusCode), Answer: answer,
+	o := keyed.Outcome{Fate: c.cfg.Outcomes.Classify(resp.StatusCode), Answer: answer,
 		Streamed: kept.over, Size: kept.size, SHA256: kept.digest()}
 	if kept.over {
 		answer.Body = nil

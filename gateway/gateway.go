@@ -1,9 +1,18 @@
+// Package gateway is the data plane of `idemgate serve` in front of any
+// HTTP API: the authentication of callers (bearer tokens, JWTs, client
+// certificates, webhook signatures), TLS, limits, routing, and the reverse
+// proxy that holds each upstream's credentials and is the effect of the
+// keyed executor's HTTP adapter (package httpidem), with the outcome
+// mapping, actions' reservations and the consumers' delivery. Its
+// configuration is package config's; the control API is package
+// control's; cmd/internal/server mounts them on one listener.
 package gateway
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"log/slog"
 	"math"
 	"net/http"
@@ -44,7 +53,7 @@ type Deps struct {
 // authentication, roles, limits, the idempotency middleware on the write
 // routes, and the reverse proxy.
 type Gateway struct {
-	cfg     *Config
+	cfg     *config.Config
 	store   keyed.Store
 	log     *slog.Logger
 	limits  *limits.Limiter
@@ -58,7 +67,7 @@ type Gateway struct {
 }
 
 // New builds the gateway's routes. The store must be migrated.
-func New(cfg *Config, d Deps) (*Gateway, error) {
+func New(cfg *config.Config, d Deps) (*Gateway, error) {
 	if d.Store == nil || d.Limits == nil {
 		return nil, errors.New("gateway: Deps.Store and Deps.Limits are required")
 	}
@@ -126,7 +135,7 @@ func (g *Gateway) build(d Deps) error {
 	m, err := httpidem.New(httpidem.Options{Executor: x, Routes: writes, Tenant: tenantOf, Principal: principalOf,
 		MaxResponse: int64(g.cfg.MaxResponse), StatusBase: contract.ControlPrefix, Logger: g.log})
 	if err != nil {
-		return fmt.Errorf("%s: %w", g.cfg.file, err)
+		return fmt.Errorf("%s: %w", g.cfg.File(), err)
 	}
 	mux := http.NewServeMux()
 	for _, rc := range g.cfg.Routes {
@@ -141,7 +150,7 @@ func (g *Gateway) build(d Deps) error {
 		} else {
 			h = g.Authenticated(h)
 		}
-		mux.Handle(rc.method+" "+rc.pattern, h)
+		mux.Handle(rc.Method()+" "+rc.Pattern(), h)
 	}
 	mux.Handle("/", g.Authenticated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no route for "+r.Method+" "+r.URL.Path).Write(w)
@@ -176,27 +185,21 @@ func (g *Gateway) actionsHandler(m *httpidem.Middleware) http.Handler {
 // docs/design.md "Actions"), behind bearer authentication.
 func (g *Gateway) Actions() http.Handler { return g.Authenticated(g.actions) }
 
-func (g *Gateway) writeRoute(rc *RouteConfig, uc *upstreamClient) (httpidem.Route, error) {
-	route := httpidem.Route{Method: rc.method, Pattern: rc.pattern, RequireKey: rc.RequireKey, KeyFrom: rc.KeyFrom,
+func (g *Gateway) writeRoute(rc *config.Route, uc *upstreamClient) (httpidem.Route, error) {
+	route := httpidem.Route{Method: rc.Method(), Pattern: rc.Pattern(), RequireKey: rc.RequireKey, KeyFrom: rc.KeyFrom,
 		Headers: rc.Fingerprint.Headers, Ignore: rc.Fingerprint.Ignore, IgnoreQuery: rc.Fingerprint.IgnoreQuery,
 		Opaque: rc.Body == "opaque", BusinessKey: rc.BusinessKey,
 		ConcurrencyKey: rc.ConcurrencyKey, Lease: rc.Lease, Retention: rc.Retention, MaxBody: int64(rc.MaxBody),
-		Resend: uc.cfg.HonoursKey, Classify: rc.Outcomes.classify, Approval: rc.policy, ResultRef: rc.ResultRef,
+		Resend: uc.cfg.HonoursKey, Classify: rc.Outcomes.Classify, Approval: rc.Policy(), ResultRef: rc.ResultRef,
 		Probe: routeProbe(rc)}
 	if w := rc.Webhook; w != nil {
 		// The key comes from signed material, and it is always there; the
 		// route's keys are its own (a sender's event ids never meet a
 		// client's keys).
-		route.KeyFrom, route.RequireKey, route.DigestKey = w.verifier.KeyFrom(), &always, w.verifier.DigestKey()
-		route.Kind, route.Namespace = ledger.KindWebhook, ledger.WebhookNamespace(rc.pattern)
+		route.KeyFrom, route.RequireKey, route.DigestKey = w.Verifier().KeyFrom(), &always, w.Verifier().DigestKey()
+		route.Kind, route.Namespace = ledger.KindWebhook, ledger.WebhookNamespace(rc.Pattern())
 	}
-	if rc.Schema != "" {
-		v, err := loadSchema(rc.Schema)
-		if err != nil {
-			return route, g.cfg.errorf(rc.line, "route %s: schema: %v", rc.Match, err)
-		}
-		route.Validate = v
-	}
+	route.Validate = rc.Validator()
 	return route, nil
 }
 

@@ -140,7 +140,7 @@ func stripAgentHeaders(h http.Header) {
 func (uc *upstreamClient) direct(pr *httputil.ProxyRequest, key string) {
 	stripAgentHeaders(pr.Out.Header)
 	pr.Out.Trailer = nil
-	pr.SetURL(uc.cfg.target)
+	pr.SetURL(uc.cfg.Target())
 	pr.SetXForwarded()
 	uc.setHeaders(pr.Out.Header, key)
 }

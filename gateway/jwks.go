@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -69,12 +70,12 @@ type keySet struct {
 // the keys.
 const fetchTimeout = 5 * time.Second
 
-func newJWKS(j *JWTConfig, log *slog.Logger) *jwks {
+func newJWKS(j *config.JWT, log *slog.Logger) *jwks {
 	algs := make([]jose.SignatureAlgorithm, len(j.Algorithms))
 	for i, a := range j.Algorithms {
 		algs[i] = jose.SignatureAlgorithm(a)
 	}
-	return &jwks{url: j.JWKSURL, algs: algs, minRefresh: j.MinRefresh, maxAge: j.MaxAge, now: j.clock, log: log,
+	return &jwks{url: j.JWKSURL, algs: algs, minRefresh: j.MinRefresh, maxAge: j.MaxAge, now: j.Clock, log: log,
 		client: &http.Client{Timeout: fetchTimeout, CheckRedirect: secureRedirect}}
 }
 
@@ -83,7 +84,7 @@ func newJWKS(j *JWTConfig, log *slog.Logger) *jwks {
 // redirect to plain http elsewhere would let the keys be swapped on the
 // way, around the rule on jwks_url.
 func secureRedirect(req *http.Request, via []*http.Request) error {
-	if !secureOrLoopback(req.URL.String()) {
+	if !config.SecureOrLoopback(req.URL.String()) {
 		return fmt.Errorf("redirected to %s: want https (plain http only to a loopback address)", req.URL.Redacted())
 	}
 	if len(via) >= 5 {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/idemgate/idemgate/config"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -33,8 +34,8 @@ func TestJWKSFetchesOnceForConcurrentCallers(t *testing.T) {
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	k := newJWKS(&JWTConfig{JWKSURL: srv.URL, MinRefresh: time.Second, MaxAge: time.Hour, Algorithms: asymmetric,
-		now: clock}, slog.New(slog.DiscardHandler))
+	k := newJWKS((&config.JWT{JWKSURL: srv.URL, MinRefresh: time.Second, MaxAge: time.Hour,
+		Algorithms: config.Asymmetric}).WithClock(clock), slog.New(slog.DiscardHandler))
 	key, err := idp.NewKey()
 	if err != nil {
 		t.Fatal(err)

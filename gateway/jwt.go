@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"github.com/idemgate/idemgate/config"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,7 +14,7 @@ import (
 
 // jwtAuth verifies the access tokens of auth.jwt (docs/design.md,
 // "Identity, transport and operations"): go-oidc checks the signature
-// (with the keys of jwks, and only the configured asymmetric algorithms:
+// (with the keys of jwks, and only the configured config.Asymmetric algorithms:
 // never none, never a shared secret), the issuer and the audience; the
 // times are checked here, with the configured leeway on both exp and nbf
 // (go-oidc's nbf skew is a fixed five minutes). A verified token's
@@ -21,16 +22,16 @@ import (
 // max_age at most, and only while the key that verified it is in the
 // JWKS in hand.
 type jwtAuth struct {
-	cfg      *JWTConfig
+	cfg      *config.JWT
 	keys     *jwks
 	verifier *oidc.IDTokenVerifier
 	cache    *tokenCache
 }
 
-func newJWTAuth(j *JWTConfig, log *slog.Logger) *jwtAuth {
+func newJWTAuth(j *config.JWT, log *slog.Logger) *jwtAuth {
 	keys := newJWKS(j, log)
 	v := oidc.NewVerifier(j.Issuer, keys, &oidc.Config{ClientID: j.Audience, SupportedSigningAlgs: j.Algorithms,
-		SkipExpiryCheck: true, Now: j.clock})
+		SkipExpiryCheck: true, Now: j.Clock})
 	return &jwtAuth{cfg: j, keys: keys, verifier: v, cache: newTokenCache(maxCachedTokens)}
 }
 
@@ -44,8 +45,8 @@ func looksLikeJWT(token string) bool { return strings.Count(token, ".") == 2 }
 // principal is the principal of a valid token (sum its SHA-256), or why
 // it is refused (a reason fit to tell the client: it names no key, no
 // claim's value).
-func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*Principal, error) {
-	now := a.cfg.clock()
+func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*config.Principal, error) {
+	now := a.cfg.Clock()
 	if p := a.cache.get(sum, now, a.keys.holds); p != nil {
 		return p, nil
 	}
@@ -62,11 +63,11 @@ func (a *jwtAuth) principal(ctx context.Context, token string, sum [32]byte) (*P
 	if err != nil {
 		return nil, err
 	}
-	p, err := a.cfg.principalOf(claims)
+	p, err := a.cfg.PrincipalOf(claims)
 	if err != nil {
 		return nil, err
 	}
-	p.expires = until
+	p = p.Until(until)
 	kept := until
 	if limit := now.Add(a.cfg.MaxAge); limit.Before(kept) {
 		kept = limit // a verification is kept for max_age at most
@@ -125,7 +126,7 @@ type tokenCache struct {
 }
 
 type cachedToken struct {
-	p     *Principal
+	p     *config.Principal
 	until time.Time
 	thumb string // the thumbprint of the key that verified it
 }
@@ -136,7 +137,7 @@ func newTokenCache(max int) *tokenCache {
 
 // get is the principal of a token kept, valid at now, whose key holds
 // says is still the issuer's.
-func (c *tokenCache) get(sum [32]byte, now time.Time, holds func(thumb string) bool) *Principal {
+func (c *tokenCache) get(sum [32]byte, now time.Time, holds func(thumb string) bool) *config.Principal {
 	c.mu.RLock()
 	e, ok := c.m[sum]
 	c.mu.RUnlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"io"
 	"log/slog"
 	"net"
@@ -23,7 +24,7 @@ import (
 // upstreamClient is one upstream's tuned transport and its settings.
 type upstreamClient struct {
 	name   string
-	cfg    *Upstream
+	cfg    *config.Upstream
 	client *http.Client
 	plain  *httputil.ReverseProxy // for routes that are not recorded
 	log    *slog.Logger
@@ -32,7 +33,7 @@ type upstreamClient struct {
 
 // newUpstreamClient builds an upstream's client; wrap, if not nil, wraps
 // its transport (Deps.Transport: traces).
-func newUpstreamClient(name string, u *Upstream, log *slog.Logger, wrap func(http.RoundTripper) http.RoundTripper) *upstreamClient {
+func newUpstreamClient(name string, u *config.Upstream, log *slog.Logger, wrap func(http.RoundTripper) http.RoundTripper) *upstreamClient {
 	var t http.RoundTripper = &http.Transport{
 		Proxy:                 nil, // the upstream is addressed directly
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -47,7 +48,7 @@ func newUpstreamClient(name string, u *Upstream, log *slog.Logger, wrap func(htt
 	if wrap != nil {
 		t = wrap(t)
 	}
-	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.target), client: &http.Client{Transport: t,
+	uc := &upstreamClient{name: name, cfg: u, log: log, origin: originOf(u.Target()), client: &http.Client{Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	uc.origin.resolve()
 	uc.plain = &httputil.ReverseProxy{

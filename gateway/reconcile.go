@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,30 +15,12 @@ import (
 	"github.com/idemgate/idemgate/reconcile"
 )
 
-// checkReconcile compiles a route's probe at start-up: a template that
-// does not parse, a probe that writes, or an expression that does not
-// type-check is an error naming the route's line.
-func (c *Config) checkReconcile(r *RouteConfig) error {
-	if r.Reconcile == nil {
-		return nil
-	}
-	if !r.IsWrite() {
-		return c.errorf(r.line, "route %s: reconcile: only a write route has operations to reconcile", r.Match)
-	}
-	p, err := reconcile.Compile(*r.Reconcile)
-	if err != nil {
-		return c.errorf(r.line, "route %s: reconcile: %v", r.Match, err)
-	}
-	r.probe = p
-	return nil
-}
-
 // routeProbe is the middleware's hook that renders a route's probe.
-func routeProbe(rc *RouteConfig) func(map[string]string, map[string][]string, any) (string, error) {
-	if rc.probe == nil {
+func routeProbe(rc *config.Route) func(map[string]string, map[string][]string, any) (string, error) {
+	if rc.Probe() == nil {
 		return nil
 	}
-	return rc.probe.Render
+	return rc.Probe().Render
 }
 
 // NewReconciler is the reconciler of cfg's routes that declare a probe
@@ -45,25 +28,25 @@ func routeProbe(rc *RouteConfig) func(map[string]string, map[string][]string, an
 // upstream with the gateway's credentials, each verdict recorded in store,
 // and each probe's audit event given to record (nil for none). It needs no
 // Gateway: `idemgate reconcile --once` builds only this.
-func NewReconciler(cfg *Config, store reconcile.Store, record func(audit.Event), log *slog.Logger) *reconcile.Reconciler {
+func NewReconciler(cfg *config.Config, store reconcile.Store, record func(audit.Event), log *slog.Logger) *reconcile.Reconciler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	probes, upstreams := map[string]*reconcile.Probe{}, map[string]*upstreamClient{}
 	refs := map[string]resultref.Reader{}
 	for _, rc := range cfg.Routes {
-		if rc.probe == nil {
+		if rc.Probe() == nil {
 			continue
 		}
-		route := rc.method + " " + rc.pattern
-		probes[route] = rc.probe
+		route := rc.Method() + " " + rc.Pattern()
+		probes[route] = rc.Probe()
 		upstreams[route] = newUpstreamClient(rc.Upstream, cfg.Upstreams[rc.Upstream], log, nil)
 		refs[route], _ = resultref.Compile(rc.ResultRef) // checked when the configuration was loaded
 	}
 	for _, a := range cfg.Actions {
-		if a.probe != nil {
+		if a.Probe() != nil {
 			route := contract.ActionRoute(a.Name)
-			probes[route] = a.probe
+			probes[route] = a.Probe()
 			upstreams[route] = newUpstreamClient(a.Upstream, cfg.Upstreams[a.Upstream], log, nil)
 		}
 	}
@@ -83,7 +66,7 @@ func (uc *upstreamClient) probe(ctx context.Context, method, target string, max 
 		return reconcile.Answer{}, fmt.Errorf("probe: %w", err)
 	}
 	out := in.Clone(ctx)
-	(&httputil.ProxyRequest{In: in, Out: out}).SetURL(uc.cfg.target)
+	(&httputil.ProxyRequest{In: in, Out: out}).SetURL(uc.cfg.Target())
 	uc.setHeaders(out.Header, "")
 	ctx, cancel := context.WithTimeout(ctx, uc.cfg.Timeout)
 	defer cancel()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/idemgate/idemgate/config"
 	"net/http"
 	"strings"
 
@@ -28,18 +29,18 @@ type prefixShape struct {
 
 // newShapes returns the shapes of cfg's routes, or nil when no upstream
 // declares one: then every refusal is RFC 9457's, at no cost.
-func newShapes(cfg *Config, mux *http.ServeMux) *shapes {
+func newShapes(cfg *config.Config, mux *http.ServeMux) *shapes {
 	s := &shapes{mux: mux, byRoute: map[string]contract.Shape{}}
 	shaped := false
 	for _, rc := range cfg.Routes {
-		shape := cfg.Upstreams[rc.Upstream].Errors.shape
+		shape := cfg.Upstreams[rc.Upstream].Errors.Shape()
 		if shape == nil {
 			shape = contract.ProblemShape
 		} else {
 			shaped = true
 		}
-		s.byRoute[rc.method+" "+rc.pattern] = shape
-		s.prefixes = append(s.prefixes, prefixShape{segments: literalSegments(rc.pattern), shape: shape})
+		s.byRoute[rc.Method()+" "+rc.Pattern()] = shape
+		s.prefixes = append(s.prefixes, prefixShape{segments: literalSegments(rc.Pattern()), shape: shape})
 	}
 	if !shaped {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/idemgate/idemgate/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,9 +24,9 @@ const defaultMaxBody = 1 << 20
 // as the route's principal (webhook:<path>, of the route's tenant). A bad
 // or missing signature, or a timestamp outside the tolerance, is 401 and
 // nothing else happens: no reservation, no forwarding.
-func (g *Gateway) signed(rc *RouteConfig, next http.Handler) http.Handler {
+func (g *Gateway) signed(rc *config.Route, next http.Handler) http.Handler {
 	w := rc.Webhook
-	who := &Principal{Name: "webhook:" + rc.pattern, Tenant: w.Tenant}
+	who := &config.Principal{Name: "webhook:" + rc.Pattern(), Tenant: w.Tenant}
 	limit := int64(rc.MaxBody)
 	if limit <= 0 {
 		limit = defaultMaxBody
@@ -36,7 +37,7 @@ func (g *Gateway) signed(rc *RouteConfig, next http.Handler) http.Handler {
 			prob.Write(rw)
 			return
 		}
-		if err := w.verifier.Verify(r.Header, body); err != nil {
+		if err := w.Verifier().Verify(r.Header, body); err != nil {
 			// The reason names a header or a check, never a secret or a
 			// signature.
 			g.log.Warn("webhook refused", slog.String("route", rc.Match), slog.String("scheme", w.Scheme),

@@ -42,7 +42,7 @@ func (m *Metrics) ConfigReloaded(err error) {
 	m.reload.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
 }
 
-// tlsSettings are the TLS settings whose files rotate (gateway.TLSConfig).
+// tlsSettings are the TLS settings whose files rotate (config.TLS).
 var tlsSettings = []string{"tls", "metrics_tls"}
 
 // tlsMetrics count the rotations of the listeners' TLS files: a rotation

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/audit"
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
 	"github.com/idemgate/idemgate/store/sqlite"
@@ -288,7 +288,7 @@ actions:
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		return "", err
 	}
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		return "", err
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -46,7 +46,7 @@ routes:
       summary: 'Deploy {{.body.artifact}} to {{.body.environment}} ({{.params.service}})'
       reversible: false
 `, filepath.Join(t.TempDir(), "gw.db"), up.srv.URL, hashOf("agent-token"), hashOf("alice-token"))
-	cfg, err := gateway.ParseConfig("gw.yaml", []byte(text))
+	cfg, err := config.Parse("gw.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

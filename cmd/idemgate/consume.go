@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 )
 
 func newConsumeCmd() *cobra.Command {
@@ -28,7 +28,7 @@ that is down is waited for. It also runs the maintenance plane (sweeps, purge, s
 SIGTERM or SIGINT it finishes the messages in hand and exits. Logs are JSON lines on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := gateway.LoadConsumersConfig(path)
+			cfg, err := config.LoadConsumers(path)
 			if err != nil {
 				return err
 			}
@@ -40,7 +40,7 @@ SIGTERM or SIGINT it finishes the messages in hand and exits. Logs are JSON line
 	return cmd
 }
 
-func consume(ctx context.Context, cfg *gateway.Config, log *slog.Logger) error {
+func consume(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	store, err := openMigrated(ctx, cfg.Store, false)

@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/opsapi"
 	"github.com/idemgate/idemgate/internal/scenarios"
 )
@@ -169,8 +169,8 @@ func startDemoAPI(ctx context.Context, dir string) (*opsapi.Server, string, erro
 	return api, "http://" + ln.Addr().String(), nil
 }
 
-func writeDemoConfig(dir, apiURL, storeDSN string) (*gateway.Config, error) {
-	config := fmt.Sprintf(`# The demo's gateway: idemgate serve --config %[1]s
+func writeDemoConfig(dir, apiURL, storeDSN string) (*config.Config, error) {
+	text := fmt.Sprintf(`# The demo's gateway: idemgate serve --config %[1]s
 listen: 127.0.0.1:0
 store: %[2]s
 upstreams:
@@ -198,10 +198,10 @@ routes:
 		return nil, err
 	}
 	path := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
-	return gateway.LoadConfig(path)
+	return config.Load(path)
 }
 
 func sha256Hex(s string) string {

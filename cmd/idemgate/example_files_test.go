@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 )
 
 // The README's commands, run from the repository's root, leave the
@@ -24,7 +24,7 @@ func TestExampleFilesAreIgnored(t *testing.T) {
 	}
 	t.Setenv("OPS_API_TOKEN", "x")
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_x")
-	cfg, err := gateway.LoadConfig(filepath.Join(root, "examples", "gateway.yaml"))
+	cfg, err := config.Load(filepath.Join(root, "examples", "gateway.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/maintain"
@@ -35,7 +36,7 @@ It purges nothing. It prints how many it settled; logs are JSON lines on stderr.
 			if !once {
 				return errors.New("pass --once (serve runs the reconciler continuously)")
 			}
-			cfg, err := gateway.LoadConfig(path)
+			cfg, err := config.Load(path)
 			if err != nil {
 				return err
 			}
@@ -53,7 +54,7 @@ It purges nothing. It prints how many it settled; logs are JSON lines on stderr.
 // probed), then the configuration's reconciler until no probe is due, then
 // the audit batcher's flush and a seal of what was recorded, when the
 // configuration keeps an audit log. It builds no gateway.
-func reconcileOnce(cmd *cobra.Command, cfg *gateway.Config) error {
+func reconcileOnce(cmd *cobra.Command, cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 	defer cancel()
 	store, err := openMigrated(ctx, cfg.Store, true)

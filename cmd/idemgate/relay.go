@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/inbox/natsinbox"
 	"github.com/idemgate/idemgate/outbox"
 )
@@ -51,7 +51,7 @@ rounds until none is due and prints what they did; without, it runs until SIGTER
 finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := gateway.LoadRelayConfig(path)
+			cfg, err := config.LoadRelay(path)
 			if err != nil {
 				return err
 			}
@@ -68,7 +68,7 @@ finishing the deliveries in flight. Logs are JSON lines on stderr.`,
 	return cmd
 }
 
-func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) error {
+func runRelay(cmd *cobra.Command, cfg *config.Config, f relayFlags, once bool) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	store, err := openMigrated(ctx, cfg.Store, false)
@@ -97,7 +97,7 @@ func runRelay(cmd *cobra.Command, cfg *gateway.Config, f relayFlags, once bool) 
 // relayTargets are the configuration's upstreams, as the relay's
 // targets, and its JetStream subjects (relay: {nats, subjects}) as
 // targets nats:SUBJECT.
-func relayTargets(cfg *gateway.Config) (map[string]outbox.Target, error) {
+func relayTargets(cfg *config.Config) (map[string]outbox.Target, error) {
 	out := map[string]outbox.Target{}
 	for name, u := range cfg.Upstreams {
 		h := http.Header{}

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/tracing"
 )
 
@@ -48,7 +48,7 @@ lines on stderr, without bodies or tokens.`,
 }
 
 func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func serve(ctx context.Context, path, pidFile string, log *slog.Logger) error {
 // gatewayServer is a server (cmd/internal/server: the gateway and the
 // planes beside it) on its migrated store, listening.
 type gatewayServer struct {
-	cfg   *gateway.Config
+	cfg   *config.Config
 	store migratingStore
 	s     *server.Server
 	ln    net.Listener
@@ -112,7 +112,7 @@ type gatewayServer struct {
 }
 
 // listenGateway opens and migrates the store and binds the listener.
-func listenGateway(ctx context.Context, cfg *gateway.Config, log *slog.Logger, opts ...server.Option) (*gatewayServer, error) {
+func listenGateway(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...server.Option) (*gatewayServer, error) {
 	store, err := openStore(ctx, cfg.Store, false)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -329,7 +329,7 @@ func TestShutdownWithAProbeInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "gw.db")
-	cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(fmt.Sprintf(`store: sqlite:%s
+	cfg, err := config.Parse(filepath.Join(dir, "gw.yaml"), []byte(fmt.Sprintf(`store: sqlite:%s
 listen: 127.0.0.1:0
 shutdown_timeout: 5s
 upstreams: {pay: {url: %s, timeout: 30s}}
@@ -392,7 +392,7 @@ func unknownCapture(t *testing.T, path string) string {
 
 // serveInProcess runs serve's own listen and run on cfg in this process;
 // stop is its SIGTERM, and returns what run returned.
-func serveInProcess(t *testing.T, cfg *gateway.Config) (addr string, stop func() error) {
+func serveInProcess(t *testing.T, cfg *config.Config) (addr string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	gs, err := listenGateway(ctx, cfg, slog.New(slog.DiscardHandler))

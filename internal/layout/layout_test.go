@@ -115,6 +115,12 @@ var rules = []rule{
 		forbid: func(_, imp string) bool {
 			return within(imp, "httpidem", "gateway", "control", "webui", "maintain", "outbox", "store")
 		}},
+	{id: "p", why: "the configuration reads and checks the file; it builds no plane (only cmd/ wires them from it)",
+		binds: func(p string) bool { return within(p, "config") },
+		forbid: func(_, imp string) bool {
+			return within(imp, "httpidem", "gateway", "mcpproxy", "control", "webui", "maintain", "outbox", "store",
+				"cmd", "tracing", "metrics")
+		}},
 	{id: "o", why: "the keyed executor knows no transport and no surface: they are its adapters",
 		binds: func(p string) bool { return within(p, "keyed") },
 		forbid: func(_, imp string) bool {
@@ -382,6 +388,7 @@ func clean() graph {
 		"cmd/idemgate":     {"gateway", "store/sqlite", "store/postgres"},
 		"inbox/webhook":    {},
 		"mcpproxy":         {"keyed", "approval", "contract", "fingerprint", "ledger"},
+		"config":           {"keyed", "approval", "contract", "inbox", "limits", "reconcile"},
 	}
 }
 
@@ -417,6 +424,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"httpidem", "mcpproxy", "f", "httpidem", "mcpproxy"},
 		{"mcpproxy", "httpidem", "m", "mcpproxy", "httpidem"},
 		{"keyed", "httpidem", "o", "keyed", "httpidem"},
+		{"config", "gateway", "p", "config", "gateway"},
 		{"keyed", "inbox", "o", "keyed", "inbox"},
 	} {
 		g := clean()

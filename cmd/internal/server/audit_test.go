@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 )
 
@@ -113,12 +113,12 @@ func TestAuditConfig(t *testing.T) {
 		"audit: {signing_key: k, checkpoint_every: -1}\n":    ":4: audit: checkpoint_every",
 		"audit: {signing_key: k, checkpoint_intervals: 1}\n": "checkpoint_intervals",
 	} {
-		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+text)); err == nil ||
+		if _, err := config.Parse(filepath.Join(dir, "gw.yaml"), []byte(base+text)); err == nil ||
 			!strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", text, err, want)
 		}
 	}
-	cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+"audit: {signing_key: k, checkpoints_file: c}\n"))
+	cfg, err := config.Parse(filepath.Join(dir, "gw.yaml"), []byte(base+"audit: {signing_key: k, checkpoints_file: c}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// testClock is a gateway's clock (gateway.Config.Clock) that the test
+// testClock is a gateway's clock (config.Config.Clock) that the test
 // moves, instead of sleeping past a second, a min_refresh or a max_age.
 // It starts at the wall clock's now, so that tokens signed with real
 // times are judged as they would be.

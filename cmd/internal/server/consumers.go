@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/inbox/amqpinbox"
 	"github.com/idemgate/idemgate/inbox/natsinbox"
@@ -39,7 +39,7 @@ func (s *Server) RunConsumers(ctx context.Context) {
 // consume runs one consumer on its broker: its parks and its connection
 // are the metrics' (s.metrics is its inbox.Observer), and each reload has
 // it look at its dead letter again.
-func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbox.Consumer) error {
+func (s *Server) consume(ctx context.Context, k *config.Consumer, c *inbox.Consumer) error {
 	log := s.log // the adapters name the consumer in each line
 	recheck, done := s.rechecks.add()
 	defer done()
@@ -56,7 +56,7 @@ func (s *Server) consume(ctx context.Context, k *gateway.ConsumerConfig, c *inbo
 
 // consumers are the configuration's consumers, by name: the metrics'
 // series start with them.
-func consumers(cfg *gateway.Config) []string {
+func consumers(cfg *config.Config) []string {
 	out := make([]string, 0, len(cfg.Consumers))
 	for _, k := range cfg.Consumers {
 		out = append(out, k.Name)

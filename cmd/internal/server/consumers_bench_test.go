@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/inbox/natsinbox"
 	"github.com/idemgate/idemgate/internal/dbtest"
@@ -95,7 +95,7 @@ consumers:
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := gateway.LoadConsumersConfig(path)
+	cfg, err := config.LoadConsumers(path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
@@ -41,7 +41,7 @@ consumers:
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := gateway.LoadConsumersConfig(path)
+		cfg, err := config.LoadConsumers(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -262,13 +262,13 @@ func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare 
 }
 
 // loadConfig writes text to dir/gw.yaml and loads it.
-func loadConfig(t testing.TB, dir, text string) *gateway.Config {
+func loadConfig(t testing.TB, dir, text string) *config.Config {
 	t.Helper()
 	path := filepath.Join(dir, "gw.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 )
@@ -118,7 +118,7 @@ func newHygieneEnv(t *testing.T) *hygieneEnv {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/mcpproxy"
@@ -24,7 +25,7 @@ func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
 }
 
 // mcpServer is one configured server as the proxy takes it.
-func mcpServer(c *gateway.MCPServerConfig) mcpproxy.Server {
+func mcpServer(c *config.MCPServer) mcpproxy.Server {
 	tools := make(map[string]mcpproxy.Tool, len(c.Tools))
 	for name, t := range c.Tools {
 		tools[name] = mcpproxy.Tool{Guard: t.Guard, BusinessKey: t.BusinessKey, ConcurrencyKey: t.ConcurrencyKey,

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/ledger"
 	"github.com/idemgate/idemgate/store/postgres"
@@ -63,7 +63,7 @@ func benchProxy(b *testing.B, store ledger.Store, dsn, upstream string) string {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		b.Fatal(err)
 	}

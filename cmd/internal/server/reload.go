@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/reconcile"
@@ -19,7 +20,7 @@ import (
 // a request loads the running snapshot once (Handler) and finishes under
 // it, whatever a reload swaps in meanwhile.
 type snapshot struct {
-	cfg     *gateway.Config
+	cfg     *config.Config
 	gw      *gateway.Gateway
 	op      *control.Operator
 	rec     *reconcile.Reconciler
@@ -29,7 +30,7 @@ type snapshot struct {
 // build makes a configuration's snapshot on the server's lasting parts.
 // The web page is the snapshot's too; its sessions are the server's, and
 // a reload ends those whose principal it removed or changed (Reload).
-func (s *Server) build(cfg *gateway.Config) (*snapshot, error) {
+func (s *Server) build(cfg *config.Config) (*snapshot, error) {
 	gw, err := gateway.New(cfg, s.deps(cfg))
 	if err != nil {
 		return nil, err
@@ -88,7 +89,7 @@ func (s *Server) reloadAsked(ctx context.Context) error {
 
 func (s *Server) reload() (string, error) {
 	running := s.cur.Load().cfg
-	next, err := gateway.LoadConfig(running.File())
+	next, err := config.Load(running.File())
 	if err == nil {
 		err = running.Reloadable(next)
 	}
@@ -114,4 +115,4 @@ func (s *Server) reload() (string, error) {
 }
 
 // Config is the running configuration.
-func (s *Server) Config() *gateway.Config { return s.cur.Load().cfg }
+func (s *Server) Config() *config.Config { return s.cur.Load().cfg }

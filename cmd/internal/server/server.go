@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/control"
 	"github.com/idemgate/idemgate/gateway"
@@ -69,14 +70,14 @@ type Option func(*Server)
 func WithTracing(t *tracing.Tracing) Option { return func(s *Server) { s.tracing = t } }
 
 // WithClock makes now the time the configuration's JWT and TLS checks
-// read (gateway.Config.Clock), the first configuration's and every
+// read (config.Config.Clock), the first configuration's and every
 // reloaded one's: tests move it instead of sleeping past a second, a
 // min_refresh or a max_age.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.clock = now } }
 
 // New builds the server. The store must be migrated; it is the caller's
 // to close, after Close.
-func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
+func New(cfg *config.Config, store ledger.Store, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -108,7 +109,7 @@ func New(cfg *gateway.Config, store ledger.Store, log *slog.Logger, opts ...Opti
 // deps are the gateway's collaborators: the metrics observe its requests,
 // the batcher records its events that are no transition, the limiter
 // reads each tenant's usage from the store.
-func (s *Server) deps(cfg *gateway.Config) gateway.Deps {
+func (s *Server) deps(cfg *config.Config) gateway.Deps {
 	d := gateway.Deps{Store: s.tracing.Store(s.store), Logger: s.log, Limits: s.limits}
 	if s.tracing != nil {
 		d.Transport = s.tracing.Transport

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 )
@@ -92,7 +92,7 @@ routes:
   - {match: POST /v2/core/event_destinations, upstream: api}
   - {match: POST /v1/refunds, upstream: api, roles: [admin]}
 `, db.DSN, upstream, errors, sha("sk_test_app"), sha("sk_test_slow"))
-	cfg, err := gateway.ParseConfig("gw.yaml", []byte(text))
+	cfg, err := config.Parse("gw.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

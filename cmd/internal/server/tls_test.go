@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
-	"github.com/idemgate/idemgate/gateway"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
@@ -204,7 +204,7 @@ func TestTLSConfigErrors(t *testing.T) {
 	for _, subject := range []string{"CN=bot,O=acme", "CN=bot,OU=eu+OU=ops,O=acme,C=FR", `CN=a\,b,O=acme`,
 		"1.2.3.4=#0c0178,CN=x", "O=acme,CN=bot", "CN=bot,OU=ops,OU=eu", "CN=a,CN=b,O=acme"} {
 		text := base + withCA + fmt.Sprintf("principals: [{name: x, tenant: t, cert_subject: %q}]\n", subject)
-		if _, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
+		if _, err := config.Parse(filepath.Join(dir, "gw.yaml"), []byte(text)); err != nil {
 			t.Errorf("%s, as Go writes it: %v", subject, err)
 		}
 	}
@@ -223,7 +223,7 @@ func TestTLSConfigErrors(t *testing.T) {
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "cn=bot,o=acme"}]` + "\n", `write "CN=bot,O=acme"`},
 		{withCA + `principals: [{name: x, tenant: t, cert_subject: "CN=bot,OU=ops+OU=eu"}]` + "\n", `write "CN=bot,OU=eu+OU=ops"`},
 	} {
-		_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
+		_, err := config.Parse(filepath.Join(dir, "gw.yaml"), []byte(base+c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.text, err, c.want)
 		}

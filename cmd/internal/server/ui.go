@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/approval"
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
-	"github.com/idemgate/idemgate/gateway"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/webui"
 )
@@ -48,7 +48,7 @@ func (s *Server) ui(sn *snapshot) (*webui.UI, error) {
 // amountsOf reads the members that each route's and action's schema marks
 // as minor units of a currency (webui.MinorUnitsKeyword), by the route's
 // name as its operations record it: the web page formats them.
-func amountsOf(cfg *gateway.Config) (map[string][]webui.Amount, error) {
+func amountsOf(cfg *config.Config) (map[string][]webui.Amount, error) {
 	out := map[string][]webui.Amount{}
 	add := func(route, schema string) error {
 		if schema == "" {

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const mcpBase = `store: sqlite:/tmp/x.db
+principals:
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+mcp_servers:
+`
+
+// TestMCPServersConfig: a configuration of MCP servers alone is a
+// gateway's; each tool's policies are read, the approval compiled, and
+// the defaults filled.
+func TestMCPServersConfig(t *testing.T) {
+	t.Setenv("IDEMGATE_TEST_MCP_TOKEN", "s3cret")
+	cfg, err := Parse("gw.yaml", []byte(mcpBase+`  - name: tickets
+    command: [node, tickets-server.js]
+    tools:
+      create_ticket: {business_key: /source_event_id, retention: 24h}
+      deploy: {approval: {when: 'args.environment == "production"', ttl: 15m, summary: 'Deploy {{.args.artifact}}'}}
+      search_tickets: {guard: false}
+  - name: remote
+    url: https://mcp.example.com/mcp
+    headers: {Authorization: "Bearer ${IDEMGATE_TEST_MCP_TOKEN}"}
+    timeout: 5s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.MCPServer("tickets")
+	if s == nil || s.Timeout != 30*time.Second || s.Tools["deploy"].Policy == nil || *s.Tools["search_tickets"].Guard ||
+		s.Tools["create_ticket"].BusinessKey != "/source_event_id" {
+		t.Fatalf("tickets: %+v", s)
+	}
+	if r := cfg.MCPServer("remote"); r.Headers["Authorization"] != "Bearer s3cret" || r.Timeout != 5*time.Second {
+		t.Fatalf("remote: %+v", r)
+	}
+}
+
+// TestMCPServersConfigErrors: every mistake is refused at start-up, at
+// its line.
+func TestMCPServersConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"  - {name: Tickets, command: [x]}\n", "gw.yaml:5: mcp server \"Tickets\": want a name"},
+		{"  - {name: t}\n", "gw.yaml:5: mcp server t: give either command"},
+		{"  - {name: t, command: [x], url: http://h/mcp}\n", "gw.yaml:5: mcp server t: give either command"},
+		{"  - {name: t, url: ftp://h/mcp}\n", "gw.yaml:5: mcp server t: url"},
+		{"  - {name: t, command: [x], headers: {A: b}}\n", "gw.yaml:5: mcp server t: headers go with url"},
+		{"  - {name: t, url: http://h/mcp, headers: {\"A b\": c}}\n", "gw.yaml:5: mcp server t: header name"},
+		{"  - {name: t, command: [x]}\n  - {name: t, command: [y]}\n", "gw.yaml:6: mcp server \"t\" is defined twice"},
+		{"  - name: t\n    command: [x]\n    tools:\n      a: {guard: false, business_key: /id}\n",
+			"gw.yaml:8: mcp server t: tool a: guard: false forwards it unrecorded"},
+		{"  - name: t\n    command: [x]\n    tools:\n      a: {business_key: id}\n", "gw.yaml:8: mcp server t: tool a: JSON pointer"},
+		{"  - name: t\n    command: [x]\n    tools:\n      a:\n        approval:\n          when: 'args.x =='\n",
+			"gw.yaml:10: mcp server t: tool a: approval: when"},
+		{"  - name: t\n    command: [x]\n    tools:\n      a:\n", "gw.yaml:8: mcp server t: tool a: empty"},
+	} {
+		_, err := Parse("gw.yaml", []byte(mcpBase+tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
