@@ -168,7 +168,7 @@ func TestExampleConfig(t *testing.T) {
 	if !ok {
 		t.Fatal("no commented consumers: block in the example")
 	}
-	enabled, err := Parse("gateway.yaml", []byte(string(text)+block))
+	enabled, err := Parse("../examples/gateway.yaml", []byte(string(text)+block))
 	if err != nil || len(enabled.Consumers) != 1 {
 		t.Fatalf("the example's consumer, uncommented: %v", err)
 	}
