@@ -97,8 +97,20 @@ func (c *Config) checkWebhook(r *Route) error {
 		return c.errorf(at("secret"), "route %s: webhook: %v", r.Match, err)
 	}
 	w.verifier = v
+	if len(r.Outcomes.NotApplied) == 0 && len(r.Outcomes.Final) == 0 {
+		r.Outcomes.NotApplied = WebhookNotApplied
+	}
 	return nil
 }
+
+// WebhookNotApplied are a webhook route's not_applied statuses when its
+// outcomes name none: 502 and 503, what a receiver's own proxy or a
+// receiver not taking work answers before the event reaches it. Senders
+// retry for days; an event that is unknown answers every retry 409 until
+// someone resolves it, so a route says what its receiver means by the
+// rest (a 500 or a 504 may come after the receiver acted: unknown, unless
+// the route lists them).
+var WebhookNotApplied = []int{502, 503}
 
 // webhookMisfit says what of the route cannot go with a webhook: the
 // scheme names the key, the signature is the only credential (no roles,

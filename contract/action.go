@@ -50,8 +50,19 @@ func ActionRoute(name string) string { return actionRoutePrefix + name }
 // ActionTarget is the target of an action's operations, "ACTION NAME".
 func ActionTarget(name string) string { return "ACTION " + name }
 
-// ActionOf returns the action an operation's route names, if it is one.
+// ActionOf returns the action a route names ("action:NAME"), if it is
+// one: a configured policy's name. An operation's kind is its own field
+// (ActionName).
 func ActionOf(route string) (string, bool) { return strings.CutPrefix(route, actionRoutePrefix) }
+
+// ActionName returns the action an operation reserved, if it is an
+// action's: its kind says so, and its route names it.
+func ActionName(op *ledger.Operation) (string, bool) {
+	if op.Kind != ledger.KindAction {
+		return "", false
+	}
+	return ActionOf(op.Route)
+}
 
 // LeaseView is an owner's lease as the actions API gives it. The token is
 // given once, in the answer that grants the lease.

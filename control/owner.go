@@ -159,7 +159,7 @@ func (o *Operator) actionOperation(ctx context.Context, c Caller, id string) (*l
 	if err != nil {
 		return nil, Action{}, err
 	}
-	name, ok := contract.ActionOf(op.Route)
+	name, ok := contract.ActionName(op)
 	if !ok {
 		return nil, Action{}, fmt.Errorf("operation %s is not an action's: %w", id, ledger.ErrNotFound)
 	}

@@ -102,7 +102,7 @@ func (o *Operator) resolveParams(c Caller, r Resolution, op *ledger.Operation) (
 // resolvedResult checks an action's result given with a resolution and
 // returns it as the answer to store.
 func (o *Operator) resolvedResult(r Resolution, to ledger.State, op *ledger.Operation) (*ledger.Response, error) {
-	name, isAction := contract.ActionOf(op.Route)
+	name, isAction := contract.ActionName(op)
 	result, err := compactResult(r.Result)
 	switch {
 	case !isAction:

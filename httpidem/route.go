@@ -94,6 +94,7 @@ type route struct {
 	name       string // the operation's route: "METHOD template", or "action:NAME"
 	namespace  string
 	policy     keyed.Policy // what the executor asks of its operations
+	rules      string       // its fingerprint rules, as an operation keeps them
 	params     []param
 	keyHeader  string
 	keyPointer []string
@@ -121,7 +122,7 @@ func compileRoute(r Route, o *Options) (*route, error) {
 		}
 		c.requireKey = true
 	}
-	c.name, c.namespace = c.Method+" "+c.template, r.Namespace
+	c.name, c.namespace, c.rules = c.Method+" "+c.template, r.Namespace, rulesOf(r).text()
 	if c.namespace == "" {
 		c.namespace = ledger.NamespaceClients
 	}

@@ -43,7 +43,8 @@ func (m *Middleware) command(r *http.Request, req *request) *keyed.Command {
 	rt := req.route
 	cmd := &keyed.Command{Policy: &rt.policy, Tenant: req.tenant, Namespace: rt.namespace, Key: req.key,
 		Fingerprint: req.fingerprint, BusinessKey: req.businessKey(), ConcurrencyKey: keyed.KeyValue(req.command, rt.concurrent),
-		Principal: req.principal, Run: req.run, Trace: req.trace, Target: req.target, Probe: m.probeOf(req)}
+		Principal: req.principal, Run: req.run, Trace: req.trace, Target: req.target, Probe: m.probeOf(req),
+		Rules: rt.rules, Refingerprint: func(rules string) (string, error) { return m.refingerprint(r, req, rules) }}
 	cmd.Principal.Name = req.who
 	if wait, ok := preferWait(r, m.opts.MaxWait); ok {
 		cmd.Wait = wait

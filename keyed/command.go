@@ -77,6 +77,16 @@ type Command struct {
 	// Probe is the policy's reconciliation probe rendered from this
 	// command ("" for none).
 	Probe string
+	// Rules are the rules Fingerprint was made under, as the adapter
+	// writes them ("" for none to keep), kept on a new operation; and
+	// Refingerprint, if set, is this command's fingerprint under rules an
+	// operation was made under. A key whose operation was made under
+	// other rules (a reload changed a route's settings since) is then
+	// refused only if the command differs under that operation's own
+	// rules: an answered key still replays (docs/design.md, "Fingerprint
+	// rules").
+	Rules         string
+	Refingerprint func(rules string) (string, error)
 	// Approval is what a human is shown and a policy reads, required when
 	// the policy asks for approvals.
 	Approval *ApprovalInput
@@ -174,7 +184,8 @@ func (x *Executor) reserveParams(c *Command) ledger.ReserveParams {
 	return ledger.ReserveParams{Tenant: c.Tenant, Namespace: c.Namespace, Key: c.Key, Kind: c.Policy.Kind,
 		Route: c.Policy.Name, Fingerprint: c.Fingerprint, Lease: c.Policy.lease(), Retention: c.Policy.retention(),
 		BusinessKey: c.BusinessKey, ConcurrencyKey: c.ConcurrencyKey, Actor: x.opts.Actor,
-		Principal: c.Principal.Name, Target: c.Target, RunID: c.Run, TraceID: c.Trace, Probe: c.Probe}
+		Principal: c.Principal.Name, Target: c.Target, RunID: c.Run, TraceID: c.Trace, Probe: c.Probe,
+		FingerprintRules: c.Rules}
 }
 
 // detached is ctx without its cancellation, bounded by d: a step that
@@ -182,4 +193,23 @@ func (x *Executor) reserveParams(c *Command) ledger.ReserveParams {
 // between its commit and its reply, an outcome its retry must find).
 func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// sameCommand reports whether c is op's command: the same fingerprint,
+// or, for an operation made under other rules, the same fingerprint
+// under those (c then takes op's fingerprint, for the steps and events
+// that follow).
+func (c *Command) sameCommand(op *ledger.Operation) bool {
+	if op.Fingerprint == c.Fingerprint {
+		return true
+	}
+	if c.Refingerprint == nil || op.FingerprintRules == "" || op.FingerprintRules == c.Rules {
+		return false // the same rules, or none recorded (an operation of before they were)
+	}
+	fp, err := c.Refingerprint(op.FingerprintRules)
+	if err != nil || fp != op.Fingerprint {
+		return false
+	}
+	c.Fingerprint = fp
+	return true
 }

@@ -78,6 +78,9 @@ func (x *Executor) reserved(e *exec, apr *ledger.ApprovalRequest) Result {
 	r, err := x.reserve(ctx, e, apr)
 	cancel()
 	e.created = err == nil && r.Created
+	if errors.Is(err, ledger.ErrFingerprintMismatch) && r.Op != nil && e.sameCommand(r.Op) {
+		return x.existing(e, r.Op) // made under other rules, the same command under them
+	}
 	switch {
 	case err != nil:
 		x.reserveFailed(ctx, err, r.Op)

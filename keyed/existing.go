@@ -11,7 +11,7 @@ import (
 
 // cached answers from the replay cache exactly as from the store.
 func (x *Executor) cached(e *exec, op *ledger.Operation) Result {
-	if op.Fingerprint != e.Fingerprint {
+	if !e.sameCommand(op) {
 		x.noteRefusal(e, ledger.ErrFingerprintMismatch, op)
 		return x.refused(contract.ProblemFor(ledger.ErrFingerprintMismatch), op)
 	}
@@ -133,7 +133,7 @@ func (x *Executor) retried(e *exec) (Result, bool) {
 		return Result{}, false
 	case err != nil:
 		return x.refused(contract.ProblemFor(err), nil), true
-	case op.Fingerprint != e.Fingerprint:
+	case !e.sameCommand(op):
 		x.noteRefusal(e, ledger.ErrFingerprintMismatch, op)
 		return x.refused(contract.ProblemFor(ledger.ErrFingerprintMismatch), op), true
 	}

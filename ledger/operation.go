@@ -42,11 +42,16 @@ type Operation struct {
 	// Probe is the request that proves whether the effect happened
 	// ("GET /v1/payments?reference=ord-7"), rendered at reservation on a
 	// route that declares one; "" otherwise.
-	Probe     string
-	LastError string // a short code, never a message holding request data
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	ExpiresAt time.Time // when a final operation may be purged
+	Probe string
+	// FingerprintRules are the rules Fingerprint was made under, as its
+	// adapter wrote them ("" for the default rules): a retry after a
+	// change of its route's settings is fingerprinted again under these
+	// (docs/design.md, "Fingerprint rules").
+	FingerprintRules string
+	LastError        string // a short code, never a message holding request data
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	ExpiresAt        time.Time // when a final operation may be purged
 }
 
 // Response is the stored answer replayed to every retry.

@@ -24,6 +24,10 @@ type ReserveParams struct {
 	// Probe is the route's probe request, rendered from this request
 	// (docs/design.md, "Reconciliation"); "" when the route declares none.
 	Probe string
+	// FingerprintRules are the rules Fingerprint was made under, as the
+	// adapter writes them, kept on the operation ("" for the default
+	// rules); at most MaxFingerprintRules bytes of UTF-8 text.
+	FingerprintRules string
 	// Approval, when set, reserves the operation prepared (Lease must be
 	// 0) with a pending approval, in the same atomic step.
 	Approval *ApprovalRequest
@@ -36,6 +40,9 @@ type ReserveParams struct {
 	ID, Token string
 }
 
+// MaxFingerprintRules bounds an operation's FingerprintRules.
+const MaxFingerprintRules = 4 << 10
+
 // MaxKeyLen bounds an idempotency key, as the HTTP contract does.
 const MaxKeyLen = 255
 
@@ -47,7 +54,8 @@ const MinDuration = time.Microsecond
 // answer bad input alike, with ErrInvalid, before any driver sees it.
 func (p ReserveParams) Validate() error {
 	if err := texts(map[string]string{"tenant": p.Tenant, "route": p.Route, "fingerprint": p.Fingerprint,
-		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey, p.Principal, p.Target, p.RunID, p.TraceID, p.Probe); err != nil {
+		"actor": p.Actor}, p.BusinessKey, p.ConcurrencyKey, p.Principal, p.Target, p.RunID, p.TraceID, p.Probe,
+		p.FingerprintRules); err != nil {
 		return err
 	}
 	switch {
@@ -60,6 +68,8 @@ func (p ReserveParams) Validate() error {
 			NamespaceClients)
 	case !p.Kind.Valid():
 		return invalid("kind %q: want one of %v", p.Kind, Kinds)
+	case len(p.FingerprintRules) > MaxFingerprintRules:
+		return invalid("fingerprint rules of %d bytes: at most %d", len(p.FingerprintRules), MaxFingerprintRules)
 	case p.Lease != 0 && p.Lease < MinDuration:
 		return invalid("lease %v: want 0 (reserve only) or at least %v", p.Lease, MinDuration)
 	case p.Retention < MinDuration:
@@ -129,7 +139,7 @@ func (p ReserveParams) NewOperation(id string, created, leaseUntil, expires time
 	op := &Operation{ID: id, Tenant: p.Tenant, Namespace: p.Namespace, Key: p.Key, Kind: p.Kind, Route: p.Route,
 		Fingerprint: p.Fingerprint, State: p.State(), BusinessKey: p.BusinessKey, ConcurrencyKey: p.ConcurrencyKey,
 		Principal: p.Principal, Target: p.Target, RunID: p.RunID, TraceID: p.TraceID, Probe: p.Probe,
-		CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
+		FingerprintRules: p.FingerprintRules, CreatedAt: created, UpdatedAt: created, ExpiresAt: expires}
 	if op.State == Executing {
 		op.Attempts, op.Fence, op.LeaseUntil = 1, 1, leaseUntil
 	}

@@ -20,8 +20,13 @@ type consumerMetrics struct {
 var _ inbox.Observer = (*Metrics)(nil)
 
 // newConsumerMetrics registers the families, each named consumer's
-// series at zero (a consumer is not connected before it says so).
+// series at zero (a consumer is not connected before it says so). A
+// configuration without consumers has none of these families: nothing
+// could ever count in them (consumers are set at start-up).
 func newConsumerMetrics(m *Metrics, consumers []string) *consumerMetrics {
+	if len(consumers) == 0 {
+		return nil
+	}
 	c := &consumerMetrics{
 		parked: counter("consumer_parked_total", "Messages a consumer parked on its dead letter, once the dead "+
 			"letter confirmed them, by reason: conflict, no_identity, max_deliveries, or a problem code.",
@@ -46,16 +51,25 @@ func newConsumerMetrics(m *Metrics, consumers []string) *consumerMetrics {
 
 // Parked implements inbox.Observer.
 func (m *Metrics) Parked(consumer, reason string) {
+	if m.queues == nil {
+		return
+	}
 	m.queues.parked.WithLabelValues(consumer, reason).Inc()
 }
 
 // ParkUnconfirmed implements inbox.Observer.
 func (m *Metrics) ParkUnconfirmed(consumer string) {
+	if m.queues == nil {
+		return
+	}
 	m.queues.unconfirmed.WithLabelValues(consumer).Inc()
 }
 
 // Connected implements inbox.Observer.
 func (m *Metrics) Connected(consumer string, up bool) {
+	if m.queues == nil {
+		return
+	}
 	v := 0.0
 	if up {
 		v = 1

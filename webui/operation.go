@@ -66,7 +66,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	data := operationData{Row: u.rowOf(op, u.opts.Now()), CanResolve: u.isAdmin(s.principal),
 		Resolvable: op.State == ledger.Unknown}
-	_, data.Action = contract.ActionOf(op.Route)
+	_, data.Action = contract.ActionName(op)
 	if data.History, err = u.opts.Store.History(r.Context(), op.ID); err != nil {
 		u.storeFail(w, r, s, err, "operations")
 		return

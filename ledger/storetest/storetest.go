@@ -55,6 +55,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("OwnerRetry", inParallel(b, testOwnerRetry))
 	t.Run("ReserveRetry", inParallel(b, testReserveRetry))
 	t.Run("FingerprintMismatch", inParallel(b, testFingerprintMismatch))
+	t.Run("FingerprintRules", inParallel(b, testFingerprintRules))
 	t.Run("Tenants", inParallel(b, testTenants))
 	t.Run("BusinessKey", inParallel(b, testBusinessKey))
 	t.Run("ConcurrencyKey", inParallel(b, testConcurrencyKey))

@@ -26,9 +26,9 @@ func us(param string) string { return param + `::bigint * interval '1 microsecon
 var reserveApprovalSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, fence, business_key,
 		concurrency_key, retention_us, created_at, updated_at, expires_at, approval_id, approval_status,
-		approval_expires_at, principal, target, run_id, trace_id, probe, namespace, kind)
+		approval_expires_at, principal, target, run_id, trace_id, probe, namespace, kind, fingerprint_rules)
 	VALUES ($1, $2, $3, $4, $5, 'prepared', 0, 0, $6, $7, $8::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + ` + us("$8") + `,
-		$10, 'pending', statement_timestamp() + ` + us("$11") + `, $19, $20, $21, $22, $23, $25, $26)
+		$10, 'pending', statement_timestamp() + ` + us("$11") + `, $19, $20, $21, $22, $23, $25, $26, $27)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -140,7 +140,7 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 		nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, a.ID, micros(a.TTL), a.Target, a.Summary,
 		string(a.Command), a.Reversible, a.RequestedBy, a.Approvers, micros(a.ValidFor), nullable(p.Principal),
 		nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe), steps.HeaderText(a.Headers),
-		p.Namespace, string(p.Kind))
+		p.Namespace, string(p.Kind), nullable(p.FingerprintRules))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard

@@ -23,10 +23,10 @@ import (
 var reserveSQL = `WITH ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-		principal, target, run_id, trace_id, probe, namespace, kind)
+		principal, target, run_id, trace_id, probe, namespace, kind, fingerprint_rules)
 	VALUES ($1, $2, $3, $4, $5, $6, $7::integer, $8, $7::integer,
 		CASE WHEN $9::bigint > 0 THEN statement_timestamp() + $9::bigint * interval '1 microsecond' END,
-		$10, $11, $12::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19, $20, $21)
+		$10, $11, $12::bigint, statement_timestamp(), statement_timestamp(), statement_timestamp() + $12::bigint * interval '1 microsecond', $15, $16, $17, $18, $19, $20, $21, $22)
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `
 ), hist AS (
@@ -177,7 +177,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	}, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts, tokenArg, micros(p.Lease),
 		nullable(p.BusinessKey), nullable(p.ConcurrencyKey), micros(p.Retention), p.Actor, reason,
 		nullable(p.Principal), nullable(p.Target), nullable(p.RunID), nullable(p.TraceID), nullable(p.Probe),
-		p.Namespace, string(p.Kind))
+		p.Namespace, string(p.Kind), nullable(p.FingerprintRules))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, steps.ErrGuard

@@ -37,17 +37,18 @@ const (
 var multiReserveSQL = `WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[],
 		$8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[],
-		$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[])
+		$16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[], $22::text[])
 		AS i(id, tenant, key, route, fingerprint, state, attempts, owner_token, lease_us, business_key,
-			concurrency_key, retention_us, actor, reason, principal, target, run_id, trace_id, probe, namespace, kind)
+			concurrency_key, retention_us, actor, reason, principal, target, run_id, trace_id, probe, namespace, kind,
+			fingerprint_rules)
 ), ins AS (
 	INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token, fence,
 		lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-		principal, target, run_id, trace_id, probe, namespace, kind)
+		principal, target, run_id, trace_id, probe, namespace, kind, fingerprint_rules)
 	SELECT id, tenant, key, route, fingerprint, state, attempts, owner_token, attempts,
 		CASE WHEN lease_us > 0 THEN statement_timestamp() + lease_us * interval '1 microsecond' END,
 		business_key, concurrency_key, retention_us, statement_timestamp(), statement_timestamp(), statement_timestamp() + retention_us * interval '1 microsecond',
-		principal, target, run_id, trace_id, probe, namespace, kind
+		principal, target, run_id, trace_id, probe, namespace, kind, fingerprint_rules
 	FROM input ORDER BY tenant, namespace, key
 	ON CONFLICT DO NOTHING
 	RETURNING ` + opColumns + `

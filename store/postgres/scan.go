@@ -16,7 +16,8 @@ import (
 const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, lease_until,
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
-	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe, namespace, kind`
+	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe, namespace, kind,
+	fingerprint_rules`
 
 // opColumnsNoBody returns the same columns without the stored response's
 // headers and body, for statements that wrote them and need not read them
@@ -35,13 +36,13 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 		respHeaders, respBody       []byte
 		resultRef, lastError        *string
 		principal, target, runID    *string
-		traceID, sum, probe         *string
+		traceID, sum, probe, rules  *string
 	)
 	err := row.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
 		&respStatus, &respHeaders, &respBody, &resultRef, &lastError,
 		&op.CreatedAt, &op.UpdatedAt, &op.ExpiresAt, &principal, &target, &runID, &traceID, &sum, &probe,
-		&op.Namespace, &kind)
+		&op.Namespace, &kind, &rules)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func scanOp(row pgx.Row) (*ledger.Operation, error) {
 	op.BusinessKey, op.ConcurrencyKey = deref(businessKey), deref(concurrencyKey)
 	op.ResultRef, op.LastError = deref(resultRef), deref(lastError)
 	op.Principal, op.Target, op.RunID, op.TraceID = deref(principal), deref(target), deref(runID), deref(traceID)
-	op.ResponseSHA256, op.Probe = deref(sum), deref(probe)
+	op.ResponseSHA256, op.Probe, op.FingerprintRules = deref(sum), deref(probe), deref(rules)
 	if approvalID != nil {
 		op.Approval = &ledger.ApprovalRef{ID: *approvalID, Status: ledger.ApprovalStatus(deref(approvalStatus)),
 			ExpiresAt: deref(approvalExpires)}

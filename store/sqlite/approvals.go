@@ -22,9 +22,10 @@ const approvalColumns = `id, op_id, tenant, key, route, target, fingerprint, sum
 // microseconds.
 const reserveApprovalSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts,
 	fence, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at, last_actor, last_reason,
-	approval_id, approval_status, approval_expires_at, principal, target, run_id, trace_id, probe, namespace, kind)
+	approval_id, approval_status, approval_expires_at, principal, target, run_id, trace_id, probe, namespace, kind,
+	fingerprint_rules)
 VALUES (?1, ?2, ?3, ?4, ?5, 'prepared', 0, 0, ?6, ?7, ?8, ` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?8, ?9,
-	'reserve for approval', ?10, 'pending', ` + nowUS + ` + ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+	'reserve for approval', ?10, 'pending', ` + nowUS + ` + ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
 ON CONFLICT DO NOTHING
 RETURNING created_at, expires_at`
 
@@ -116,7 +117,7 @@ func (d driver) insertForApproval(ctx context.Context, id string, p ledger.Reser
 	err := queryRow(ctx, d.q, reserveApprovalSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, null(p.BusinessKey),
 		null(p.ConcurrencyKey), p.Retention.Microseconds(), p.Actor, p.Approval.ID,
 		p.Approval.TTL.Microseconds(), null(p.Principal), null(p.Target), null(p.RunID),
-		null(p.TraceID), null(p.Probe), p.Namespace, string(p.Kind)).Scan(&created, &expires)
+		null(p.TraceID), null(p.Probe), p.Namespace, string(p.Kind), null(p.FingerprintRules)).Scan(&created, &expires)
 	switch {
 	case errors.Is(err, errNoRows):
 		return nil, steps.ErrGuard

@@ -23,9 +23,9 @@ const nowUS = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
 // ?12 the retention.
 const reserveSQL = `INSERT INTO idem_operations (id, tenant, key, route, fingerprint, state, attempts, owner_token,
 	fence, lease_until, business_key, concurrency_key, retention_us, created_at, updated_at, expires_at,
-	last_actor, last_reason, principal, target, run_id, trace_id, probe, namespace, kind)
+	last_actor, last_reason, principal, target, run_id, trace_id, probe, namespace, kind, fingerprint_rules)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7, CASE WHEN ?9 > 0 THEN ` + nowUS + ` + ?9 END, ?10, ?11, ?12,
-	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+	` + nowUS + `, ` + nowUS + `, ` + nowUS + ` + ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
 ON CONFLICT DO NOTHING
 RETURNING created_at, lease_until, expires_at`
 
@@ -125,7 +125,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	err := queryRow(ctx, d.q, reserveSQL, id, p.Tenant, p.Key, p.Route, p.Fingerprint, string(state), attempts,
 		tokenArg, p.Lease.Microseconds(), null(p.BusinessKey), null(p.ConcurrencyKey), p.Retention.Microseconds(),
 		p.Actor, reason, null(p.Principal), null(p.Target), null(p.RunID), null(p.TraceID), null(p.Probe),
-		p.Namespace, string(p.Kind)).Scan(&created, &leaseUntil, &expires)
+		p.Namespace, string(p.Kind), null(p.FingerprintRules)).Scan(&created, &leaseUntil, &expires)
 	switch {
 	case errors.Is(err, errNoRows):
 		return nil, steps.ErrGuard

@@ -16,7 +16,7 @@ const opColumns = `id, tenant, key, route, fingerprint, state, attempts, fence, 
 	business_key, concurrency_key, approval_id, approval_status, approval_expires_at,
 	response_status, response_headers, response_body, result_ref, last_error,
 	created_at, updated_at, expires_at, principal, target, run_id, trace_id, response_sha256, probe,
-	namespace, kind`
+	namespace, kind, fingerprint_rules`
 
 // The two lookups of one operation.
 const (
@@ -41,12 +41,12 @@ func scanOp(r row) (*ledger.Operation, error) {
 		respHeaders, respBody                   []byte
 		created, updated, expires               int64
 		principal, target, runID, traceID, sum  sql.NullString
-		probe                                   sql.NullString
+		probe, rules                            sql.NullString
 	)
 	err := r.Scan(&op.ID, &op.Tenant, &op.Key, &op.Route, &op.Fingerprint, &state, &op.Attempts, &op.Fence,
 		&leaseUntil, &businessKey, &concurrencyKey, &approvalID, &approvalStatus, &approvalExpires,
 		&respStatus, &respHeaders, &respBody, &resultRef, &lastError, &created, &updated, &expires,
-		&principal, &target, &runID, &traceID, &sum, &probe, &op.Namespace, &kind)
+		&principal, &target, &runID, &traceID, &sum, &probe, &op.Namespace, &kind, &rules)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func scanOp(r row) (*ledger.Operation, error) {
 	op.BusinessKey, op.ConcurrencyKey = businessKey.String, concurrencyKey.String
 	op.ResultRef, op.LastError = resultRef.String, lastError.String
 	op.Principal, op.Target, op.RunID, op.TraceID = principal.String, target.String, runID.String, traceID.String
-	op.ResponseSHA256, op.Probe = sum.String, probe.String
+	op.ResponseSHA256, op.Probe, op.FingerprintRules = sum.String, probe.String, rules.String
 	op.CreatedAt, op.UpdatedAt, op.ExpiresAt = fromMicro(created), fromMicro(updated), fromMicro(expires)
 	if approvalID.Valid {
 		op.Approval = &ledger.ApprovalRef{ID: approvalID.String, Status: ledger.ApprovalStatus(approvalStatus.String),

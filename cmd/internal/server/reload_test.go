@@ -428,3 +428,42 @@ func TestTightenedApproversApplyToOpenApprovals(t *testing.T) {
 		t.Fatalf("the approved write: %d %s, %d effects", r.status, r.body, e.up.count("/v1/policy/prod"))
 	}
 }
+
+// TestReloadKeepsEachOperationsFingerprintRules: an operation keeps the
+// fingerprint rules it was made under (issue 34, 16). A reload that stops
+// ignoring a member leaves an answered key replaying, even to a retry
+// whose ignored member differs, rather than 422 fingerprint_mismatch; a
+// command that differs under the operation's own rules is still refused;
+// and a key made after the reload is bound by the new rules.
+func TestReloadKeepsEachOperationsFingerprintRules(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, e *env) {
+		first := e.do("POST", "/v1/tickets", "agent-token", `{"title":"disk","client_time":"1"}`, "Idempotency-Key", "fr1")
+		if first.status != 201 {
+			t.Fatalf("first: %d %s", first.status, first.body)
+		}
+		e.rewrite(replace("fingerprint: {ignore: [/client_time]}", "fingerprint: {headers: [X-Region]}"))
+		if err := e.g.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range []string{`{"title":"disk","client_time":"1"}`, `{"title":"disk","client_time":"2"}`} {
+			r := e.do("POST", "/v1/tickets", "agent-token", body, "Idempotency-Key", "fr1", "X-Region", "eu")
+			if r.status != 201 || r.body != first.body || r.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("a retry after the reload, %s: %d %s", body, r.status, r.body)
+			}
+		}
+		changed := e.do("POST", "/v1/tickets", "agent-token", `{"title":"cpu","client_time":"1"}`, "Idempotency-Key", "fr1")
+		if changed.status != 422 || code(changed) != "fingerprint_mismatch" {
+			t.Fatalf("another command under the old rules: %d %s", changed.status, changed.body)
+		}
+		if r := e.do("POST", "/v1/tickets", "agent-token", `{"title":"x"}`, "Idempotency-Key", "fr2", "X-Region", "eu"); r.status != 201 {
+			t.Fatalf("a new key: %d %s", r.status, r.body)
+		}
+		if r := e.do("POST", "/v1/tickets", "agent-token", `{"title":"x"}`, "Idempotency-Key", "fr2", "X-Region", "us"); r.status != 422 {
+			t.Fatalf("a new key's header, now fingerprinted: %d %s", r.status, r.body)
+		}
+		if n := e.up.count("/v1/tickets"); n != 2 {
+			t.Fatalf("%d effects, want 2", n)
+		}
+	})
+}

@@ -216,3 +216,33 @@ var missingHeaders = map[string][]string{
 	webhook.Stripe:   {"Stripe-Signature"},
 	webhook.GitHub:   {"X-Hub-Signature-256", "X-GitHub-Delivery"},
 }
+
+// TestWebhookTransientFailureIsDeliveredAgain: on a webhook route, the
+// receiver's 502 or 503 means not applied by default (senders retry for
+// days): the sender's retry is delivered, and made once, instead of 409
+// until an operator acts. A 500 may come after the receiver acted: it
+// stays unknown, and its retries are told so, nothing sent again.
+func TestWebhookTransientFailureIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		e := newEnv(t, db.Open(t), db.DSN, webhookRoutes)
+		h := hooks("transient-" + fmt.Sprint(time.Now().UnixNano()))[0]
+		now := time.Now()
+		if r := e.deliver(h, h.id, h.body, now, "X-Status", "503"); r.status != 503 {
+			t.Fatalf("the receiver's 503: %d %s", r.status, r.body)
+		}
+		again := e.deliver(h, h.id, h.body, now.Add(time.Second))
+		if again.status != 201 || again.header.Get(contract.HeaderReplayed) == "true" {
+			t.Fatalf("the sender's retry after a 503: %d %s", again.status, again.body)
+		}
+		u := hooks("unknown-" + fmt.Sprint(time.Now().UnixNano()))[0]
+		if r := e.deliver(u, u.id, u.body, now, "X-Status", "500"); r.status != 500 {
+			t.Fatalf("the receiver's 500: %d %s", r.status, r.body)
+		}
+		calls := e.up.count(u.path())
+		if r := e.deliver(u, u.id, u.body, now.Add(time.Second)); r.status != 409 || code(r) != "outcome_unknown" ||
+			e.up.count(u.path()) != calls {
+			t.Fatalf("the sender's retry after a 500: %d %s", r.status, r.body)
+		}
+	})
+}
