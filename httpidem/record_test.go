@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/audit"
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/httpidem"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -130,7 +131,9 @@ func TestAnswerUnrecordedPastDeadline(t *testing.T) {
 		o.down()
 		w.WriteHeader(201)
 	}
-	if r := a.post("k", "acme", `{}`); r.status != 201 {
+	// The client is told that its answer is the only record of it
+	// (issue 34, 19): its retries will hear outcome_unknown.
+	if r := a.post("k", "acme", `{}`); r.status != 201 || r.header.Get(contract.HeaderUnrecorded) != "true" {
 		t.Fatalf("first: %+v", r)
 	}
 	if !strings.Contains(log.String(), `"msg":"answer_unrecorded"`) {
