@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 var claimConfig = &JWT{TenantClaim: "org", RolesClaim: "realm_access.roles", NameClaim: "sub"}
