@@ -263,7 +263,7 @@ func TestSilentServerIsUnavailable(t *testing.T) {
 	reserve := func(ctx context.Context, s *Store, key string) <-chan error {
 		errc := make(chan error, 1)
 		go func() {
-			_, err := s.Reserve(ctx, ledger.ReserveParams{Tenant: "acme", Key: key, Route: "/r", Fingerprint: "f",
+			_, err := s.Reserve(ctx, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindRoute, Tenant: "acme", Key: key, Route: "/r", Fingerprint: "f",
 				Lease: time.Hour, Retention: time.Hour, Actor: "gw"})
 			errc <- err
 		}()
