@@ -242,6 +242,11 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		switch {
 		case errors.Is(err, errNotSent):
 			return keyed.Outcome{}, contract.NotSent("mcp", err)
+		case errors.Is(err, errNoAnswer):
+			// Before the JSON-RPC case: a lost answer may wrap the SDK's
+			// own "rejected by transport" error, which is no answer of the
+			// server's (it was recorded as the call's failure).
+			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
 		case errors.As(err, &rpc):
 			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
 		case err != nil && ctx.Err() != nil:

@@ -230,15 +230,7 @@ func (s *mcpSurface) Key(c surfacetest.Call) ledger.OpKey {
 		Key: contract.MCPIntentKey(s.tool(c), principal, c.Key)}
 }
 
-// Skips: the lost answer over Streamable HTTP (the server exits mid-call)
-// is answered to the suite's client, under the suite's parallel load, as
-// a transport error ("rejected by transport") instead of outcome_unknown:
-// not yet understood, so it is not claimed here. TestMCPUpstreamDiesMidCall
-// proves the guarantee on a stdio server.
-func (s *mcpSurface) Skips() map[string]string {
-	return map[string]string{"SentWithoutAnswerIsUnknown": "a Streamable HTTP server dying mid-call reaches the " +
-		"client as a transport error under load (open; TestMCPUpstreamDiesMidCall proves it on stdio)"}
-}
+func (s *mcpSurface) Skips() map[string]string { return nil }
 
 // Down stops the MCP server: its port refuses connections.
 func (s *mcpSurface) Down(t testing.TB) { s.mcp.stop(t) }
