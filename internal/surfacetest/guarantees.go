@@ -67,6 +67,9 @@ func testChanged(t *testing.T, s Surface, c Call) {
 	if first.Outcome != Executed || refused.Outcome != Refused {
 		t.Fatalf("first %s, changed %s %q", first.Outcome, refused.Outcome, refused.Body)
 	}
+	if p := refused.Parked; p != nil && p["Idemgate-Parked-Reason"] != "conflict" {
+		t.Fatalf("a conflicting message parked with %v", p)
+	}
 	if again := s.Send(t, c); again.Outcome != Replayed {
 		t.Fatalf("the first command after the refusal: %s", again.Outcome)
 	}
@@ -92,6 +95,11 @@ func testUnknown(t *testing.T, s Surface, c Call) {
 	op := operation(t, s, c)
 	if op.State != ledger.Unknown {
 		t.Fatalf("operation %s", op.State)
+	}
+	// A consumer's message is parked, saying why and which operation, so
+	// that an operator who resolves it "not applied" can deliver it again.
+	if p := first.Parked; p != nil && (p["Idemgate-Parked-Reason"] != "unknown" || p["Idemgate-Operation"] != op.ID) {
+		t.Fatalf("parked with %v, operation %s", p, op.ID)
 	}
 }
 

@@ -63,6 +63,7 @@ type suiteGateway struct {
 	counter *markerCounter
 	flaky   *switchable
 	mcp     *restartableCounter
+	brokers []*broker
 }
 
 func newSuiteGateway(t *testing.T, db dbtest.DB) *suiteGateway {
@@ -71,7 +72,9 @@ func newSuiteGateway(t *testing.T, db dbtest.DB) *suiteGateway {
 	t.Cleanup(suite.Close)
 	flaky := newSwitchable(t, counter)
 	mc := newRestartableCounter(t)
-	more := mc.config() + consumersConfig(t)
+	nb, natsYAML := newNATS(t)
+	ab, amqpYAML := newAMQP(t)
+	more := mc.config() + "consumers:\n" + natsYAML + amqpYAML
 	text := fmt.Sprintf(suiteConfig, db.DSN, suite.URL, "http://"+flaky.addr, more,
 		sha("agent-token"), sha("alice-token"), sha("globex-token"))
 	cfg := loadConfig(t, t.TempDir(), text)
@@ -89,7 +92,9 @@ func newSuiteGateway(t *testing.T, db dbtest.DB) *suiteGateway {
 	gw := httptest.NewServer(g.Handler())
 	t.Cleanup(gw.Close)
 	e := &env{t: t, store: store, gw: gw, g: g, logs: logs}
-	return &suiteGateway{env: e, counter: counter, flaky: flaky, mcp: mc}
+	sg := &suiteGateway{env: e, counter: counter, flaky: flaky, mcp: mc, brokers: []*broker{nb, ab}}
+	sg.runConsumers(t)
+	return sg
 }
 
 func (g *suiteGateway) surfaces(t *testing.T) []surfacetest.Surface {
@@ -98,7 +103,7 @@ func (g *suiteGateway) surfaces(t *testing.T) []surfacetest.Surface {
 		&actionSurface{suiteGateway: g, effects: &markerCounter{n: map[string]int{}}},
 		&mcpSurface{suiteGateway: g},
 		&webhookSurface{g},
-	}, g.consumerSurfaces(t)...)
+	}, g.consumerSurfaces()...)
 }
 
 // tokens are the principals' tokens of each tenant (agent, other).
@@ -271,7 +276,3 @@ func (e *env) doAs(t testing.TB, method, path, token, body string, headers ...st
 	b, _ := io.ReadAll(resp.Body)
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
-
-func consumersConfig(testing.TB) string { return "" }
-
-func (g *suiteGateway) consumerSurfaces(testing.TB) []surfacetest.Surface { return nil }

@@ -1,0 +1,335 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/surfacetest"
+	"github.com/idemgate/idemgate/internal/testenv"
+	"github.com/idemgate/idemgate/keyed"
+	"github.com/idemgate/idemgate/ledger"
+)
+
+// broker is a NATS JetStream or a RabbitMQ of the suite's own streams or
+// queues: it publishes to a consumer and hears its dead letter.
+type broker struct {
+	kind    string // nats or amqp
+	id      string
+	publish func(t testing.TB, consumer, key, body string)
+	mu      sync.Mutex
+	parked  map[string]map[string]string // by Event-Id: the parked copy's headers
+}
+
+// consumerNames are a broker's consumers: tenant A's to each upstream,
+// and tenant B's.
+func consumerName(kind string, c surfacetest.Call) string {
+	up := map[surfacetest.Upstream]string{surfacetest.Answers: "ok", surfacetest.LosesAnswer: "lost",
+		surfacetest.Breakable: "flaky"}[c.Upstream]
+	return kind + "-" + c.Tenant + "-" + up
+}
+
+var consumerCalls = []surfacetest.Call{
+	{Tenant: surfacetest.TenantA, Upstream: surfacetest.Answers}, {Tenant: surfacetest.TenantA, Upstream: surfacetest.LosesAnswer},
+	{Tenant: surfacetest.TenantA, Upstream: surfacetest.Breakable}, {Tenant: surfacetest.TenantB, Upstream: surfacetest.Answers},
+}
+
+// consumerYAML is a consumer's configuration, its source and dead letter
+// the broker's.
+func consumerYAML(name string, c surfacetest.Call, source, dead string) string {
+	up, path := "suite", "/c/"+name
+	if c.Upstream == surfacetest.Breakable {
+		up = "flaky"
+	}
+	if c.Upstream == surfacetest.LosesAnswer {
+		path += "/lost"
+	}
+	return fmt.Sprintf("  - {name: %s, tenant: %s, source: %s, key_from: header:Event-Id,\n"+
+		"     deliver: {upstream: %s, path: %s}, dead_letter: %s}\n", name, c.Tenant, source, up, path, dead)
+}
+
+func (b *broker) heard(key string, h map[string]string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.parked[key] = h
+}
+
+func (b *broker) parkedCopy(key string) map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.parked[key]
+}
+
+// newNATS makes the suite's stream (one subject per consumer) and dead
+// letter stream, and hears the dead letter.
+func newNATS(t *testing.T) (*broker, string) {
+	url := testenv.RequireNATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	b := &broker{kind: "nats", id: runSuffix(), parked: map[string]map[string]string{}}
+	stream, in, dead := "SUITE_"+b.id, "suite."+b.id+".in", "suite."+b.id+".dead"
+	for name, subj := range map[string]string{stream: in + ".>", stream + "_DEAD": dead} {
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subj}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	}
+	if _, err := nc.Subscribe(dead, func(m *nats.Msg) {
+		h := map[string]string{}
+		for k := range m.Header {
+			h[k] = m.Header.Get(k)
+		}
+		b.heard(m.Header.Get("Event-Id"), h)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.publish = func(t testing.TB, consumer, key, body string) {
+		m := nats.NewMsg(in + "." + consumer)
+		m.Header.Set("Event-Id", key)
+		m.Data = []byte(body)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Error(err)
+		}
+	}
+	var yaml strings.Builder
+	for _, c := range consumerCalls {
+		name := consumerName("nats", c)
+		yaml.WriteString(consumerYAML(name, c, fmt.Sprintf("{nats: %q, stream: %s, consumer: %s, subject: %q}", url, stream,
+			name, in+"."+name), fmt.Sprintf("{subject: %q}", dead)))
+	}
+	return b, yaml.String()
+}
+
+// newAMQP makes a queue per consumer and the dead letter queue, and hears
+// the dead letter.
+func newAMQP(t *testing.T) (*broker, string) {
+	url := testenv.RequireAMQP(t)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &broker{kind: "amqp", id: runSuffix(), parked: map[string]map[string]string{}}
+	queue := func(name string) string { return "suite." + b.id + "." + name }
+	declare := func(q string) {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
+	}
+	declare(queue("dead"))
+	var yaml strings.Builder
+	for _, c := range consumerCalls {
+		name := consumerName("amqp", c)
+		declare(queue(name))
+		yaml.WriteString(consumerYAML(name, c, fmt.Sprintf("{amqp: %q, queue: %q}", url, queue(name)),
+			fmt.Sprintf("{exchange: \"\", routing_key: %q}", queue("dead"))))
+	}
+	deliveries, err := ch.Consume(queue("dead"), "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range deliveries {
+			h := map[string]string{}
+			for k, v := range d.Headers {
+				h[k] = fmt.Sprint(v)
+			}
+			b.heard(h["Event-Id"], h)
+		}
+	}()
+	pub, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pmu sync.Mutex
+	b.publish = func(t testing.TB, consumer, key, body string) {
+		pmu.Lock()
+		defer pmu.Unlock()
+		if err := pub.PublishWithContext(context.Background(), "", queue(consumer), false, false, amqp.Publishing{
+			Headers: amqp.Table{"Event-Id": key}, ContentType: "application/json", Body: []byte(body),
+			DeliveryMode: amqp.Persistent}); err != nil {
+			t.Error(err)
+		}
+	}
+	return b, yaml.String()
+}
+
+var (
+	suffixMu     sync.Mutex
+	suffixN      int
+	testRunStart = time.Now().UnixNano()
+)
+
+// runSuffix names a broker's streams and queues apart from every other
+// run's and store's.
+func runSuffix() string {
+	suffixMu.Lock()
+	defer suffixMu.Unlock()
+	suffixN++
+	return fmt.Sprintf("%d_%d", testRunStart, suffixN)
+}
+
+// consumerSurface: a message published to a broker, handled by the
+// gateway's consumer of the call's tenant and upstream. Its sends are
+// one at a time: each waits for the executor's observation of its
+// message (the metrics), then reads the operation and the dead letter.
+type consumerSurface struct {
+	*suiteGateway
+	b  *broker
+	mu sync.Mutex
+}
+
+func (s *consumerSurface) Name() string { return s.b.kind }
+
+func (s *consumerSurface) Store() ledger.Store { return s.store }
+
+func (s *consumerSurface) Key(c surfacetest.Call) ledger.OpKey {
+	return ledger.OpKey{Tenant: c.Tenant, Namespace: ledger.ConsumerNamespace(consumerName(s.b.kind, c)), Key: c.Key}
+}
+
+func (s *consumerSurface) Effects(_ testing.TB, marker string) int { return s.counter.count(marker) }
+
+// Skips: nothing; a consumer has no approvals of its own, and the suite
+// asks none of it.
+func (s *consumerSurface) Skips() map[string]string { return nil }
+
+func (s *consumerSurface) Down(t testing.TB) { s.flaky.Down(t) }
+
+func (s *consumerSurface) Up(t testing.TB) { s.flaky.Up(t) }
+
+func (s *consumerSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
+	return s.SendCopies(t, c, 1)[0]
+}
+
+// SendCopies publishes n copies of c and waits for the n observations.
+func (s *consumerSurface) SendCopies(t testing.TB, c surfacetest.Call, n int) []surfacetest.Answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := consumerName(s.b.kind, c)
+	before := s.observed(t, name)
+	for range n {
+		s.b.publish(t, name, c.Key, command(c))
+	}
+	var after map[string]int
+	testenv.WaitFor(t, fmt.Sprintf("%d messages of %s handled", n, name), func() bool {
+		after = s.observed(t, name)
+		return sum(after)-sum(before) >= n
+	})
+	var answers []surfacetest.Answer
+	for outcome, k := range after {
+		for range k - before[outcome] {
+			answers = append(answers, s.answer(t, c, outcome))
+		}
+	}
+	return answers
+}
+
+// answer is one handled message's outcome, by its observation and its
+// operation; an unknown or conflicting one is waited for on the dead
+// letter.
+func (s *consumerSurface) answer(t testing.TB, c surfacetest.Call, outcome string) surfacetest.Answer {
+	op, _ := s.store.GetByKey(context.Background(), s.Key(c))
+	a := surfacetest.Answer{Outcome: surfacetest.Other} // a consumer has no answer to compare
+
+	if op != nil {
+		a.OpID = op.ID
+	}
+	switch {
+	case op != nil && op.State == ledger.Unknown:
+		a.Outcome = surfacetest.Unknown
+	case outcome == contract.CodeFingerprintMismatch:
+		a.Outcome = surfacetest.Refused
+	case outcome == keyed.OutcomeReplayed:
+		a.Outcome = surfacetest.Replayed
+	case outcome == keyed.OutcomeCreated || outcome == keyed.OutcomeExecuted:
+		a.Outcome = surfacetest.Executed
+		if op != nil && op.State == ledger.Prepared {
+			a.Outcome = surfacetest.Released
+		}
+	case outcome == contract.CodeUpstreamUnavailable:
+		a.Outcome = surfacetest.Released
+	case outcome == contract.CodeInProgress:
+		a.Outcome = surfacetest.InProgress
+	default:
+		a.Body = []byte(outcome)
+	}
+	if a.Outcome == surfacetest.Unknown || a.Outcome == surfacetest.Refused {
+		testenv.WaitFor(t, "the message parked", func() bool { return s.b.parkedCopy(c.Key) != nil })
+		a.Parked = s.b.parkedCopy(c.Key)
+	}
+	return a
+}
+
+var observation = regexp.MustCompile(`(?m)^idemgate_request_duration_seconds_count\{outcome="([^"]+)",route="([^"]+)"\} (\d+)$`)
+
+// observed is how many messages of consumer the executor answered, by
+// outcome.
+func (s *consumerSurface) observed(t testing.TB, consumer string) map[string]int {
+	rec := httptest.NewRecorder()
+	s.g.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	n := map[string]int{}
+	for _, m := range observation.FindAllStringSubmatch(string(body), -1) {
+		if m[2] == "consumer:"+consumer {
+			v, _ := strconv.Atoi(m[3])
+			n[m[1]] += v
+		}
+	}
+	return n
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// runConsumers starts the gateway's consumers and waits until each
+// consumes.
+func (g *suiteGateway) runConsumers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.g.RunConsumers(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, b := range g.brokers {
+		for _, c := range consumerCalls {
+			series := fmt.Sprintf("\nidemgate_consumer_connected{consumer=%q} 1\n", consumerName(b.kind, c))
+			testenv.WaitFor(t, "the consumers connected", func() bool {
+				rec := httptest.NewRecorder()
+				g.g.Metrics().Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+				return strings.Contains(rec.Body.String(), series)
+			})
+		}
+	}
+}
+
+func (g *suiteGateway) consumerSurfaces() []surfacetest.Surface {
+	var s []surfacetest.Surface
+	for _, b := range g.brokers {
+		s = append(s, &consumerSurface{suiteGateway: g, b: b})
+	}
+	return s
+}
