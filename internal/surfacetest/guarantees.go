@@ -3,6 +3,7 @@ package surfacetest
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -226,4 +227,46 @@ func operation(t testing.TB, s Surface, c Call) *ledger.Operation {
 		t.Fatalf("operation of %s's key %s: %v", c.Tenant, c.Key, err)
 	}
 	return op
+}
+
+// testApproval: a call the policy holds waits for a person, with nothing
+// sent; its requester may not decide it, an approval of another
+// fingerprint is refused, the approver's runs it once, and a changed
+// command under the key is still refused.
+func testApproval(t *testing.T, s Surface, c Call) {
+	d, ok := s.(Decider)
+	if !ok {
+		t.Fatalf("%s decides no approval and skips nothing for it", s.Name())
+	}
+	c.Upstream = NeedsApproval
+	if a := s.Send(t, c); a.Outcome != Pending || s.Effects(t, c.Marker) != 0 {
+		t.Fatalf("a held call: %s %q, %d effects", a.Outcome, a.Body, s.Effects(t, c.Marker))
+	}
+	op := operation(t, s, c)
+	if op.Approval == nil {
+		t.Fatalf("no approval on %+v", op)
+	}
+	apr, err := s.Store().GetApproval(context.Background(), op.Approval.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Decide(t, c.Tenant, apr.ID, apr.Fingerprint, true); st != 403 {
+		t.Fatalf("the requester deciding: %d", st)
+	}
+	if st := d.Decide(t, c.Tenant, apr.ID, "sha256:"+strings.Repeat("0", 64), false); st < 400 {
+		t.Fatalf("an approval of another fingerprint: %d", st)
+	}
+	if again := s.Send(t, c); again.Outcome != Pending || s.Effects(t, c.Marker) != 0 {
+		t.Fatalf("before a valid decision: %s, %d effects", again.Outcome, s.Effects(t, c.Marker))
+	}
+	if st := d.Decide(t, c.Tenant, apr.ID, apr.Fingerprint, false); st != 200 {
+		t.Fatalf("the approver deciding: %d", st)
+	}
+	run, again := s.Send(t, c), s.Send(t, c)
+	changed := c
+	changed.Variant = "b"
+	refused := s.Send(t, changed)
+	if run.Outcome != Executed || again.Outcome != Replayed || refused.Outcome != Refused || s.Effects(t, c.Marker) != 1 {
+		t.Fatalf("approved: %s, %s, changed %s, %d effects", run.Outcome, again.Outcome, refused.Outcome, s.Effects(t, c.Marker))
+	}
 }

@@ -31,6 +31,7 @@ const (
 	Unknown    Outcome = "unknown"     // sent, and no answer: never re-sent
 	Released   Outcome = "released"    // not sent: free for a retry
 	InProgress Outcome = "in_progress" // a copy is running
+	Pending    Outcome = "pending"     // waits for a person's approval
 	Other      Outcome = "other"       // anything else, a failure of the case
 )
 
@@ -47,6 +48,9 @@ const (
 	// Breakable answers, except while Breaker.Down holds: then nothing
 	// can be sent to it (connection refused).
 	Breakable
+	// NeedsApproval answers, once an approver of the tenant approved the
+	// command (the surface's approval policy holds every such call).
+	NeedsApproval
 )
 
 // Call is one command sent on a surface.
@@ -102,6 +106,13 @@ type Breaker interface {
 	Up(t testing.TB)
 }
 
+// Decider decides an approval through the control API, as the tenant's
+// requester or as its approver, echoing fingerprint; it returns the
+// HTTP status of the decision.
+type Decider interface {
+	Decide(t testing.TB, tenant, approvalID, fingerprint string, asRequester bool) int
+}
+
 // Copier sends n copies of c at once, where a surface must send them
 // itself (a consumer publishes them as one batch, then waits).
 type Copier interface {
@@ -152,6 +163,7 @@ var guarantees = []guarantee{
 	{"SentWithoutAnswerIsUnknown", true, testUnknown},
 	{"NotSentIsReleased", true, testReleased},
 	{"AuditPerTransition", false, testAudit},
+	{"ApprovalBoundToFingerprint", false, testApproval},
 	{"Tenants", false, testTenants},
 }
 

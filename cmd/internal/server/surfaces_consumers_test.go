@@ -210,9 +210,11 @@ func (s *consumerSurface) Key(c surfacetest.Call) ledger.OpKey {
 
 func (s *consumerSurface) Effects(_ testing.TB, marker string) int { return s.counter.count(marker) }
 
-// Skips: nothing; a consumer has no approvals of its own, and the suite
-// asks none of it.
-func (s *consumerSurface) Skips() map[string]string { return nil }
+// Skips: a consumer has no approval setting (config.Consumer): a message
+// is never held for a person.
+func (s *consumerSurface) Skips() map[string]string {
+	return map[string]string{"ApprovalBoundToFingerprint": "a consumer has no approval setting: no message waits for a person"}
+}
 
 func (s *consumerSurface) Down(t testing.TB) { s.flaky.Down(t) }
 

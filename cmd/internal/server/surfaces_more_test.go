@@ -34,7 +34,7 @@ func (s *webhookSurface) Store() ledger.Store { return s.store }
 
 func (s *webhookSurface) path(c surfacetest.Call) string {
 	return "/hooks/" + c.Tenant + "/" + map[surfacetest.Upstream]string{surfacetest.Answers: "ok",
-		surfacetest.LosesAnswer: "lost", surfacetest.Breakable: "flaky"}[c.Upstream]
+		surfacetest.LosesAnswer: "lost", surfacetest.Breakable: "flaky", surfacetest.NeedsApproval: "approve"}[c.Upstream]
 }
 
 func (s *webhookSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
@@ -80,8 +80,11 @@ func (s *actionSurface) Store() ledger.Store { return s.store }
 
 func (s *actionSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 	name := "suite.send"
-	if c.Upstream == surfacetest.LosesAnswer {
+	switch c.Upstream {
+	case surfacetest.LosesAnswer:
 		name = "suite.short" // its caller dies: the lease lapses soon
+	case surfacetest.NeedsApproval:
+		name = "suite.approve"
 	}
 	token := tokens[c.Tenant]
 	r := s.doAs(t, "POST", "/_idem/v1/actions/"+name, token, command(c), "Idempotency-Key", c.Key)
@@ -92,9 +95,6 @@ func (s *actionSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answe
 		return surfacetest.Answer{Outcome: surfacetest.Replayed, Body: g.Result, OpID: g.Operation.ID}
 	case r.status != 201:
 		a := surfacetest.Answer{Outcome: outcomeOf(r), Body: []byte(r.body)}
-		if code(r) == contract.CodeOutcomeUnknown {
-			a.Outcome = surfacetest.Unknown
-		}
 		return a
 	}
 	return s.own(t, c, token, g)
@@ -185,15 +185,21 @@ func (s *mcpSurface) session(t testing.TB, tenant string) *mcp.ClientSession {
 }
 
 func (s *mcpSurface) tool(c surfacetest.Call) string {
-	if c.Upstream == surfacetest.LosesAnswer {
+	switch c.Upstream {
+	case surfacetest.LosesAnswer:
 		return "die"
+	case surfacetest.NeedsApproval:
+		return "deploy" // its policy holds a production deploy
 	}
 	return "create_ticket"
 }
 
 func (s *mcpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
-	res, err := s.session(t, c.Tenant).CallTool(context.Background(), &mcp.CallToolParams{Name: s.tool(c),
-		Arguments: map[string]any{"intent": c.Key, "title": c.Marker + "/" + c.Variant}})
+	args := map[string]any{"intent": c.Key, "title": c.Marker + "/" + c.Variant}
+	if c.Upstream == surfacetest.NeedsApproval {
+		args = map[string]any{"intent": c.Key, "environment": "production", "artifact": c.Marker + "/" + c.Variant}
+	}
+	res, err := s.session(t, c.Tenant).CallTool(context.Background(), &mcp.CallToolParams{Name: s.tool(c), Arguments: args})
 	if c.Upstream == surfacetest.LosesAnswer {
 		s.mcp.ensureUp(t)
 	}
@@ -216,6 +222,8 @@ func (s *mcpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 		a.Outcome = surfacetest.Released
 	case code == contract.CodeInProgress:
 		a.Outcome = surfacetest.InProgress
+	case code == contract.CodeApprovalRequired:
+		a.Outcome = surfacetest.Pending
 	default:
 		a.Outcome, a.Body = surfacetest.Other, []byte(code+": "+textOf(res))
 	}
@@ -257,7 +265,14 @@ func newRestartableCounter(t *testing.T) *restartableCounter {
 }
 
 func (c *restartableCounter) config() string {
-	return fmt.Sprintf("mcp_servers:\n  - {name: suite, url: 'http://%s/mcp', timeout: 5s, headers: {Authorization: 'Bearer suite-secret'}}\n", c.addr)
+	return fmt.Sprintf(`mcp_servers:
+  - name: suite
+    url: 'http://%s/mcp'
+    timeout: 5s
+    headers: {Authorization: 'Bearer suite-secret'}
+    tools:
+      deploy: {approval: {when: 'args.environment == "production"', approvers: [admin], summary: 'Deploy'}}
+`, c.addr)
 }
 
 // start runs the server at c.addr (the first time, at a port of its own).
@@ -329,5 +344,5 @@ func (c *restartableCounter) effectsOf(t testing.TB, marker string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), `"title":"`+marker+`/`)
+	return strings.Count(string(b), `"`+marker+`/`) // a title or an artifact
 }

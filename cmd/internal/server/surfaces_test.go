@@ -48,13 +48,16 @@ routes:
   - {match: POST /s/ok, upstream: suite}
   - {match: POST /s/lost, upstream: suite}
   - {match: POST /s/flaky, upstream: flaky}
+  - {match: POST /s/approve, upstream: suite, approval: {when: 'true', approvers: [admin], summary: 'Approve'}}
   - {match: POST /hooks/acme/ok, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/acme/lost, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/acme/flaky, upstream: flaky, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
+  - {match: POST /hooks/acme/approve, upstream: suite, approval: {when: 'true', approvers: [admin], summary: 'Approve'}, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/globex/ok, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: globex}}
 actions:
   - {name: suite.send, lease: 5s}
   - {name: suite.short, lease: 100ms}
+  - {name: suite.approve, approval: {when: 'true', approvers: [admin], summary: 'Approve'}}
 %[4]s`
 
 // suiteGateway is one store's gateway and what the surfaces count.
@@ -224,6 +227,8 @@ func outcomeOf(r reply) surfacetest.Outcome {
 		return surfacetest.Released
 	case contract.CodeInProgress:
 		return surfacetest.InProgress
+	case contract.CodeApprovalRequired:
+		return surfacetest.Pending
 	}
 	return surfacetest.Other
 }
@@ -242,7 +247,7 @@ func (s *httpSurface) Store() ledger.Store { return s.store }
 
 func (s *httpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 	path := map[surfacetest.Upstream]string{surfacetest.Answers: "/s/ok", surfacetest.LosesAnswer: "/s/lost",
-		surfacetest.Breakable: "/s/flaky"}[c.Upstream]
+		surfacetest.Breakable: "/s/flaky", surfacetest.NeedsApproval: "/s/approve"}[c.Upstream]
 	r := s.doAs(t, "POST", path, tokens[c.Tenant], command(c), "Idempotency-Key", c.Key)
 	return surfacetest.Answer{Outcome: outcomeOf(r), Body: []byte(r.body), OpID: r.header.Get(contract.HeaderOperation)}
 }
@@ -275,4 +280,15 @@ func (e *env) doAs(t testing.TB, method, path, token, body string, headers ...st
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// Decide decides an approval as the tenant's requester (its agent) or its
+// approver (acme's alice; globex has none).
+func (g *suiteGateway) Decide(t testing.TB, tenant, id, fingerprint string, asRequester bool) int {
+	token := "alice-token"
+	if asRequester {
+		token = tokens[tenant]
+	}
+	r := g.doAs(t, "POST", "/_idem/v1/approvals/"+id+"/approve", token, fmt.Sprintf(`{"fingerprint":%q,"note":"suite"}`, fingerprint))
+	return r.status
 }
