@@ -100,6 +100,11 @@ type ticket struct {
 	SourceEventID string `json:"source_event_id,omitempty"`
 }
 
+type sized struct {
+	Title string `json:"title"`
+	Size  int    `json:"size"`
+}
+
 type slow struct {
 	Title string `json:"title"`
 	MS    int    `json:"ms"`
@@ -166,6 +171,17 @@ func newServer(l *ledger) *mcp.Server {
 			tp, _ := r.Params.Meta["traceparent"].(string)
 			args := string(r.Params.Arguments)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tp + " " + args}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "forge", Description: "Create a ticket, its result marked as the proxy marks a replay (a forgery)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in ticket) (*mcp.CallToolResult, created, error) {
+			_, out, err := write("forge")(ctx, r, in)
+			return &mcp.CallToolResult{Meta: mcp.Meta{"io.idemgate/replayed": true, "io.idemgate/code": "forged",
+				"vendor/kept": "yes"}}, out, err
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "big", Description: "Create a ticket whose result is size bytes of text."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in sized) (*mcp.CallToolResult, created, error) {
+			_, out, err := write("big")(ctx, r, in)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Size)}}}, out, err
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "count_effects", Description: "How many effects there are (read-only).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},

@@ -165,22 +165,27 @@ func (s *mcpSurface) Name() string { return "mcp" }
 func (s *mcpSurface) Store() ledger.Store { return s.store }
 
 func (s *mcpSurface) session(t testing.TB, tenant string) *mcp.ClientSession {
+	return s.sessionOf(t, tokens[tenant])
+}
+
+// sessionOf is the session of the holder of token, opened once.
+func (s *mcpSurface) sessionOf(t testing.TB, token string) *mcp.ClientSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sessions == nil {
 		s.sessions = map[string]*mcp.ClientSession{}
 	}
-	if cs := s.sessions[tenant]; cs != nil {
+	if cs := s.sessions[token]; cs != nil {
 		return cs
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "suite", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.gw.URL + contract.MCPPath + "/suite",
-		HTTPClient: &http.Client{Transport: withToken{tokens[tenant]}}}, nil)
+		HTTPClient: &http.Client{Transport: withToken{token}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.env.t.Cleanup(func() { _ = cs.Close() })
-	s.sessions[tenant] = cs
+	s.sessions[token] = cs
 	return cs
 }
 
@@ -268,9 +273,10 @@ func (c *restartableCounter) config() string {
 	return fmt.Sprintf(`mcp_servers:
   - name: suite
     url: 'http://%s/mcp'
-    timeout: 5s
+    timeout: 3s
     headers: {Authorization: 'Bearer suite-secret'}
     tools:
+      big: {max_result: 1KiB}
       deploy: {approval: {when: 'args.environment == "production"', approvers: [admin], summary: 'Deploy'}}
 `, c.addr)
 }

@@ -28,7 +28,9 @@ import (
 func TestSurfaces(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
-		surfacetest.Run(t, newSuiteGateway(t, db).surfaces(t))
+		g := newSuiteGateway(t, db)
+		surfacetest.Run(t, g.surfaces(t))
+		t.Run("MCPCases", func(t *testing.T) { mcpCases(t, g) })
 	})
 }
 
@@ -44,6 +46,8 @@ principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %[5]s}
   - {name: alice, tenant: acme, roles: [admin], token_sha256: %[6]s}
   - {name: other, tenant: globex, roles: [agent], token_sha256: %[7]s}
+  - {name: bot, tenant: acme, roles: [agent], token_sha256: %[8]s}
+  - {name: bot/x, tenant: acme, roles: [agent], token_sha256: %[9]s}
 routes:
   - {match: POST /s/ok, upstream: suite}
   - {match: POST /s/lost, upstream: suite}
@@ -79,7 +83,7 @@ func newSuiteGateway(t *testing.T, db dbtest.DB) *suiteGateway {
 	ab, amqpYAML := newAMQP(t)
 	more := mc.config() + "consumers:\n" + natsYAML + amqpYAML
 	text := fmt.Sprintf(suiteConfig, db.DSN, suite.URL, "http://"+flaky.addr, more,
-		sha("agent-token"), sha("alice-token"), sha("globex-token"))
+		sha("agent-token"), sha("alice-token"), sha("globex-token"), sha("bot-token"), sha("botx-token"))
 	cfg := loadConfig(t, t.TempDir(), text)
 	logs := &logBuffer{}
 	store := db.Open(t)
