@@ -27,7 +27,9 @@ func mcpCases(t *testing.T, g *suiteGateway) {
 		}
 		return res
 	}
-	id := func(t *testing.T) string { return strings.ReplaceAll(t.Name(), "/", "-") + "-" + fmt.Sprint(testRunStart) }
+	id := func(t *testing.T) string {
+		return strings.ReplaceAll(t.Name(), "/", "-") + "-" + fmt.Sprint(testRunStart)
+	}
 
 	// Case 2: principal bot with intent x/job-c1, then principal bot/x
 	// with intent job-c1: two keys, two effects, neither answered with
