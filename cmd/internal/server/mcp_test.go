@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/ledger"
