@@ -3,6 +3,7 @@ package surfacetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +269,20 @@ func testApproval(t *testing.T, s Surface, c Call) {
 	refused := s.Send(t, changed)
 	if run.Outcome != Executed || again.Outcome != Replayed || refused.Outcome != Refused || s.Effects(t, c.Marker) != 1 {
 		t.Fatalf("approved: %s, %s, changed %s, %d effects", run.Outcome, again.Outcome, refused.Outcome, s.Effects(t, c.Marker))
+	}
+}
+
+// testInputBounded: a command over the surface's bound is refused before
+// anything is reserved or sent.
+func testInputBounded(t *testing.T, s Surface, c Call) {
+	c.Oversize = true
+	if a := s.Send(t, c); a.Outcome != TooLarge {
+		t.Fatalf("an oversized command: %s %.200q", a.Outcome, a.Body)
+	}
+	if _, err := s.Store().GetByKey(context.Background(), s.Key(c)); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("an oversized command was reserved: %v", err)
+	}
+	if n := s.Effects(t, c.Marker); n != 0 {
+		t.Fatalf("%d effects", n)
 	}
 }

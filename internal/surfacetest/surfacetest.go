@@ -32,6 +32,7 @@ const (
 	Released   Outcome = "released"    // not sent: free for a retry
 	InProgress Outcome = "in_progress" // a copy is running
 	Pending    Outcome = "pending"     // waits for a person's approval
+	TooLarge   Outcome = "too_large"   // over the surface's input bound
 	Other      Outcome = "other"       // anything else, a failure of the case
 )
 
@@ -60,6 +61,9 @@ type Call struct {
 	Marker   string // unique to the case; the upstream counts effects by it
 	Variant  string // another Variant is another command under the same key
 	Upstream Upstream
+	// Oversize asks for a command over the surface's bound on its input
+	// (the surface pads it past its own limit).
+	Oversize bool
 }
 
 // The two tenants every surface serves.
@@ -165,6 +169,7 @@ var guarantees = []guarantee{
 	{"AuditPerTransition", false, testAudit},
 	{"ApprovalBoundToFingerprint", false, testApproval},
 	{"Tenants", false, testTenants},
+	{"InputBounded", false, testInputBounded},
 }
 
 // runID makes keys and markers unique across runs on a shared broker.

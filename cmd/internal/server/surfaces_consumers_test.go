@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/internal/surfacetest"
 	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/keyed"
@@ -211,9 +212,15 @@ func (s *consumerSurface) Key(c surfacetest.Call) ledger.OpKey {
 func (s *consumerSurface) Effects(_ testing.TB, marker string) int { return s.counter.count(marker) }
 
 // Skips: a consumer has no approval setting (config.Consumer): a message
-// is never held for a person.
+// is never held for a person. A JetStream message cannot be larger than
+// the server's max_payload (1 MiB), the consumer's own bound: the broker
+// refuses it at publish.
 func (s *consumerSurface) Skips() map[string]string {
-	return map[string]string{"ApprovalBoundToFingerprint": "a consumer has no approval setting: no message waits for a person"}
+	skips := map[string]string{"ApprovalBoundToFingerprint": "a consumer has no approval setting: no message waits for a person"}
+	if s.b.kind == "nats" {
+		skips["InputBounded"] = "NATS refuses a message over max_payload (1 MiB), the consumer's bound, at publish"
+	}
+	return skips
 }
 
 func (s *consumerSurface) Down(t testing.TB) { s.flaky.Down(t) }
@@ -221,7 +228,23 @@ func (s *consumerSurface) Down(t testing.TB) { s.flaky.Down(t) }
 func (s *consumerSurface) Up(t testing.TB) { s.flaky.Up(t) }
 
 func (s *consumerSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
+	if c.Oversize {
+		return s.sendOversized(t, c)
+	}
 	return s.SendCopies(t, c, 1)[0]
+}
+
+// sendOversized publishes a body past the consumer's bound (1 MiB), which
+// is parked before the executor sees it.
+func (s *consumerSurface) sendOversized(t testing.TB, c surfacetest.Call) surfacetest.Answer {
+	s.b.publish(t, consumerName(s.b.kind, c), c.Key, commandOf(c, contract.DefaultMaxBody))
+	testenv.WaitFor(t, "the oversized message parked", func() bool { return s.b.parkedCopy(c.Key) != nil })
+	a := surfacetest.Answer{Outcome: surfacetest.Other, Parked: s.b.parkedCopy(c.Key)}
+	if a.Parked[inbox.ReasonHeader] == contract.CodePayloadTooLarge {
+		a.Outcome = surfacetest.TooLarge
+	}
+	a.Body = []byte(fmt.Sprint(a.Parked))
+	return a
 }
 
 // SendCopies publishes n copies of c and waits for the n observations.

@@ -201,6 +201,9 @@ func (s *mcpSurface) tool(c surfacetest.Call) string {
 
 func (s *mcpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 	args := map[string]any{"intent": c.Key, "title": c.Marker + "/" + c.Variant}
+	if c.Oversize {
+		args["title"] = c.Marker + "/" + strings.Repeat("p", contract.DefaultMaxBody)
+	}
 	if c.Upstream == surfacetest.NeedsApproval {
 		args = map[string]any{"intent": c.Key, "environment": "production", "artifact": c.Marker + "/" + c.Variant}
 	}
@@ -229,6 +232,11 @@ func (s *mcpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 		a.Outcome = surfacetest.InProgress
 	case code == contract.CodeApprovalRequired:
 		a.Outcome = surfacetest.Pending
+	case code == contract.CodePayloadTooLarge,
+		// The proxy refuses arguments over 1 MiB while reading them, as
+		// invalid JSON ("document too large"), not as payload_too_large.
+		code == contract.CodeInvalidCommand && strings.Contains(textOf(res), "document too large"):
+		a.Outcome = surfacetest.TooLarge
 	default:
 		a.Outcome, a.Body = surfacetest.Other, []byte(code+": "+textOf(res))
 	}

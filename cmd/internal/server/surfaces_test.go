@@ -49,17 +49,17 @@ principals:
   - {name: bot, tenant: acme, roles: [agent], token_sha256: %[8]s}
   - {name: bot/x, tenant: acme, roles: [agent], token_sha256: %[9]s}
 routes:
-  - {match: POST /s/ok, upstream: suite}
+  - {match: POST /s/ok, upstream: suite, max_body: 16KiB}
   - {match: POST /s/lost, upstream: suite}
   - {match: POST /s/flaky, upstream: flaky}
   - {match: POST /s/approve, upstream: suite, approval: {when: 'true', approvers: [admin], summary: 'Approve'}}
-  - {match: POST /hooks/acme/ok, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
+  - {match: POST /hooks/acme/ok, upstream: suite, max_body: 16KiB, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/acme/lost, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/acme/flaky, upstream: flaky, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/acme/approve, upstream: suite, approval: {when: 'true', approvers: [admin], summary: 'Approve'}, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: acme}}
   - {match: POST /hooks/globex/ok, upstream: suite, webhook: {scheme: standard, secret: "` + standardSecret + `", tenant: globex}}
 actions:
-  - {name: suite.send, lease: 5s}
+  - {name: suite.send, lease: 5s, max_body: 16KiB}
   - {name: suite.short, lease: 100ms}
   - {name: suite.approve, approval: {when: 'true', approvers: [admin], summary: 'Approve'}}
 %[4]s`
@@ -233,13 +233,26 @@ func outcomeOf(r reply) surfacetest.Outcome {
 		return surfacetest.InProgress
 	case contract.CodeApprovalRequired:
 		return surfacetest.Pending
+	case contract.CodePayloadTooLarge:
+		return surfacetest.TooLarge
 	}
 	return surfacetest.Other
 }
 
-// command is the JSON command of a call on the HTTP surfaces.
+// command is the JSON command of a call on the HTTP surfaces; an
+// oversized one is padded past 16KiB, the suite's routes' and actions'
+// max_body.
 func command(c surfacetest.Call) string {
-	return fmt.Sprintf(`{"case":%q,"v":%q}`, c.Marker, c.Variant)
+	return commandOf(c, 32<<10)
+}
+
+// commandOf is command padded past limit when c asks for it.
+func commandOf(c surfacetest.Call, limit int) string {
+	pad := ""
+	if c.Oversize {
+		pad = strings.Repeat("p", limit+1)
+	}
+	return fmt.Sprintf(`{"case":%q,"v":%q,"pad":%q}`, c.Marker, c.Variant, pad)
 }
 
 // httpSurface: a keyed POST on an HTTP route.
