@@ -114,6 +114,13 @@ func newNATS(t *testing.T) (*broker, string) {
 		yaml.WriteString(consumerYAML(name, c, fmt.Sprintf("{nats: %q, stream: %s, consumer: %s, subject: %q}", url, stream,
 			name, in+"."+name), fmt.Sprintf("{subject: %q}", dead)))
 	}
+	// Issue 30, case 4: upstreams answering 500 and 503 (ConsumerCases).
+	for _, st := range []string{"500", "503"} {
+		name := "nats-acme-s" + st
+		fmt.Fprintf(&yaml, "  - {name: %s, tenant: acme, source: {nats: %q, stream: %s, consumer: %s, subject: %q},\n"+
+			"     key_from: header:Event-Id, deliver: {upstream: suite, path: /c/%s/status/%s}, dead_letter: {subject: %q},\n"+
+			"     outcomes: {not_applied: [503]}, max_deliveries: 2}\n", name, url, stream, name, in+"."+name, name, st, dead)
+	}
 	return b, yaml.String()
 }
 
@@ -357,4 +364,40 @@ func (g *suiteGateway) consumerSurfaces() []surfacetest.Surface {
 		s = append(s, &consumerSurface{suiteGateway: g, b: b})
 	}
 	return s
+}
+
+// consumerCases are issue 30's case 4 on a NATS consumer: a message its
+// upstream answered 500 is unknown, parked with its operation (never
+// acknowledged and lost); one answered 503, which the consumer's outcomes
+// say is not applied, is released and delivered again, then parked past
+// max_deliveries.
+func consumerCases(t *testing.T, g *suiteGateway) {
+	var b *broker
+	for _, x := range g.brokers {
+		if x.kind == "nats" {
+			b = x
+		}
+	}
+	store := g.store
+	t.Run("UpstreamAnswered500", func(t *testing.T) {
+		key, marker := "c500-"+b.id, "m-c500-"+b.id
+		b.publish(t, "nats-acme-s500", key, fmt.Sprintf(`{"case":%q}`, marker))
+		testenv.WaitFor(t, "the message parked", func() bool { return b.parkedCopy(key) != nil })
+		p := b.parkedCopy(key)
+		op, err := store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.ConsumerNamespace("nats-acme-s500"), Key: key})
+		if err != nil || op.State != ledger.Unknown || p["Idemgate-Parked-Reason"] != "unknown" || p["Idemgate-Operation"] != op.ID ||
+			g.counter.count(marker) != 1 {
+			t.Fatalf("parked %v, operation %+v %v, %d effects", p, op, err, g.counter.count(marker))
+		}
+	})
+	t.Run("UpstreamAnswered503NotApplied", func(t *testing.T) {
+		key, marker := "c503-"+b.id, "m-c503-"+b.id
+		b.publish(t, "nats-acme-s503", key, fmt.Sprintf(`{"case":%q}`, marker))
+		testenv.WaitFor(t, "the message parked", func() bool { return b.parkedCopy(key) != nil })
+		p := b.parkedCopy(key)
+		op, err := store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.ConsumerNamespace("nats-acme-s503"), Key: key})
+		if err != nil || op.State != ledger.Prepared || p["Idemgate-Parked-Reason"] != "max_deliveries" || g.counter.count(marker) != 2 {
+			t.Fatalf("parked %v, operation %+v %v, %d deliveries", p, op, err, g.counter.count(marker))
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,7 @@ func TestSurfaces(t *testing.T) {
 		g := newSuiteGateway(t, db)
 		surfacetest.Run(t, g.surfaces(t))
 		t.Run("MCPCases", func(t *testing.T) { mcpCases(t, g) })
+		t.Run("ConsumerCases", func(t *testing.T) { consumerCases(t, g) })
 	})
 }
 
@@ -130,6 +132,11 @@ func (c *markerCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewDecoder(r.Body).Decode(&cmd)
 	n := c.add(cmd.Case)
+	if _, status, ok := strings.Cut(r.URL.Path, "/status/"); ok { // the upstream answers this status
+		code, _ := strconv.Atoi(status)
+		w.WriteHeader(code)
+		return
+	}
 	if strings.HasSuffix(r.URL.Path, "/lost") {
 		conn, _, _ := http.NewResponseController(w).Hijack()
 		conn.Close()
