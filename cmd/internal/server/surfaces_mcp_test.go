@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/contract"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -113,6 +115,41 @@ func mcpCases(t *testing.T, g *suiteGateway) {
 		}
 		if n := s.Effects(t, m); n != 1 {
 			t.Fatalf("%d effects", n)
+		}
+	})
+
+	// Case 7: the server, redeployed, says a write tool is read-only: an
+	// intent it recorded is never forwarded again, and no call's intent
+	// argument reaches the server. (Last: the server is restarted as it
+	// was for the suite's guarantees.)
+	t.Run("AnnotationsFlipped", func(t *testing.T) {
+		m := id(t)
+		args := map[string]any{"intent": m, "title": m + "/a"}
+		if first := call(t, "agent-token", "create_ticket", args, nil); first.IsError {
+			t.Fatalf("first: %s", textOf(first))
+		}
+		g.mcp.restartWith(t, "-readonly")
+		defer g.mcp.restartWith(t)
+		if again := call(t, "agent-token", "create_ticket", args, nil); again.Meta[contract.MetaReplayed] != true {
+			t.Fatalf("the recorded intent: %v %s", again.Meta, textOf(again))
+		}
+		// A new intent, once the proxy has its new session (the first
+		// try may meet the old one: released, upstream_unavailable).
+		other := map[string]any{"intent": m + "-new", "title": m + "/b"}
+		var res *mcp.CallToolResult
+		testenv.WaitFor(t, "the new intent answered", func() bool {
+			res = call(t, "agent-token", "create_ticket", other, nil)
+			return codeOf(res) != contract.CodeUpstreamUnavailable
+		})
+		if res.IsError {
+			t.Fatalf("a new intent: %s", textOf(res))
+		}
+		if again := call(t, "agent-token", "create_ticket", args, nil); again.Meta[contract.MetaReplayed] != true {
+			t.Fatalf("the recorded intent, with the new session: %v %s", again.Meta, textOf(again))
+		}
+		b, _ := os.ReadFile(g.mcp.effects)
+		if n := s.Effects(t, m); n != 2 || strings.Contains(string(b), `"intent"`) {
+			t.Fatalf("%d effects (want the first and the new intent's); the effects file: %s", n, b)
 		}
 	})
 }

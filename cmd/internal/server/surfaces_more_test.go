@@ -268,6 +268,7 @@ type restartableCounter struct {
 	effects string
 	cmd     *exec.Cmd
 	exited  chan struct{}
+	flags   []string // mcpcounter's extra flags (-readonly)
 }
 
 func newRestartableCounter(t *testing.T) *restartableCounter {
@@ -304,7 +305,8 @@ func (c *restartableCounter) start(t testing.TB) {
 }
 
 func (c *restartableCounter) startLocked(t testing.TB) error {
-	cmd := exec.Command(counterBinary(t), "-effects", c.effects, "-http", c.addr, "-token", "suite-secret")
+	cmd := exec.Command(counterBinary(t), append([]string{"-effects", c.effects, "-http", c.addr, "-token", "suite-secret"},
+		c.flags...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -323,6 +325,15 @@ func (c *restartableCounter) startLocked(t testing.TB) error {
 	}
 	c.addr, c.cmd, c.exited = addr, cmd, exited
 	return nil
+}
+
+// restartWith stops the server and starts it again with flags.
+func (c *restartableCounter) restartWith(t testing.TB, flags ...string) {
+	c.stop(t)
+	c.mu.Lock()
+	c.flags = flags
+	c.mu.Unlock()
+	c.start(t)
 }
 
 // stop kills the server and waits for it to be gone.
