@@ -120,7 +120,9 @@ func testReleased(t *testing.T, s Surface, c Call) {
 	if down.Outcome != Released || s.Effects(t, c.Marker) != 0 {
 		t.Fatalf("sent to a refusing upstream: %s %q, %d effects", down.Outcome, down.Body, s.Effects(t, c.Marker))
 	}
-	if op := operation(t, s, c); op.State != ledger.Prepared {
+	_, redelivers := s.(Redeliverer)
+	// (A broker may be delivering it again already: executing.)
+	if op := operation(t, s, c); op.State != ledger.Prepared && !(redelivers && op.State == ledger.Executing) {
 		t.Fatalf("after the refusal: %s", op.State)
 	}
 	// A surface may learn only from its first retry that the upstream
@@ -129,6 +131,9 @@ func testReleased(t *testing.T, s Surface, c Call) {
 	retry := s.Send(t, c)
 	for i := 0; retry.Outcome == Released && i < 3; i++ {
 		retry = s.Send(t, c)
+	}
+	if redelivers && retry.Outcome == Replayed {
+		retry.Outcome = Executed // the broker's own redelivery ran it first
 	}
 	again := s.Send(t, c)
 	if retry.Outcome != Executed || again.Outcome != Replayed || s.Effects(t, c.Marker) != 1 {

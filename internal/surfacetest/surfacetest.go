@@ -110,6 +110,13 @@ type Breaker interface {
 	Up(t testing.TB)
 }
 
+// Redeliverer is a surface whose transport retries a released command on
+// its own (a broker delivers the message again after a delay): its
+// retry may find the command already run by that redelivery.
+type Redeliverer interface {
+	Redelivers() bool
+}
+
 // Decider decides an approval through the control API, as the tenant's
 // requester or as its approver, echoing fingerprint; it returns the
 // HTTP status of the decision.

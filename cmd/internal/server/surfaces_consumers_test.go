@@ -232,6 +232,9 @@ func (s *consumerSurface) Skips() map[string]string {
 
 func (s *consumerSurface) Down(t testing.TB) { s.flaky.Down(t) }
 
+// Redelivers: a released message is delivered again by the broker.
+func (s *consumerSurface) Redelivers() bool { return true }
+
 func (s *consumerSurface) Up(t testing.TB) { s.flaky.Up(t) }
 
 func (s *consumerSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
@@ -295,9 +298,11 @@ func (s *consumerSurface) answer(t testing.TB, c surfacetest.Call, outcome strin
 	case outcome == keyed.OutcomeReplayed:
 		a.Outcome = surfacetest.Replayed
 	case outcome == keyed.OutcomeCreated || outcome == keyed.OutcomeExecuted:
-		a.Outcome = surfacetest.Executed
-		if op != nil && op.State == ledger.Prepared {
-			a.Outcome = surfacetest.Released
+		// Run, and released unless it succeeded (the broker may be
+		// delivering it again already: executing, or prepared).
+		a.Outcome = surfacetest.Released
+		if op != nil && op.State == ledger.Succeeded {
+			a.Outcome = surfacetest.Executed
 		}
 	case outcome == contract.CodeUpstreamUnavailable:
 		a.Outcome = surfacetest.Released

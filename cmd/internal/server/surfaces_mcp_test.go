@@ -129,7 +129,7 @@ func mcpCases(t *testing.T, g *suiteGateway) {
 			t.Fatalf("first: %s", textOf(first))
 		}
 		g.mcp.restartWith(t, "-readonly")
-		defer g.mcp.restartWith(t)
+		defer func() { g.mcp.restartWith(t); s.fresh(t) }()
 		if again := call(t, "agent-token", "create_ticket", args, nil); again.Meta[contract.MetaReplayed] != true {
 			t.Fatalf("the recorded intent: %v %s", again.Meta, textOf(again))
 		}

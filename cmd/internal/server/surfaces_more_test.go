@@ -21,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/inbox/webhook"
 	"github.com/idemgate/idemgate/internal/surfacetest"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -208,8 +209,8 @@ func (s *mcpSurface) Send(t testing.TB, c surfacetest.Call) surfacetest.Answer {
 		args = map[string]any{"intent": c.Key, "environment": "production", "artifact": c.Marker + "/" + c.Variant}
 	}
 	res, err := s.session(t, c.Tenant).CallTool(context.Background(), &mcp.CallToolParams{Name: s.tool(c), Arguments: args})
-	if c.Upstream == surfacetest.LosesAnswer {
-		s.mcp.ensureUp(t)
+	if c.Upstream == surfacetest.LosesAnswer && s.mcp.ensureUp(t) {
+		s.fresh(t)
 	}
 	if err != nil {
 		return surfacetest.Answer{Outcome: surfacetest.Other, Body: []byte(err.Error())}
@@ -257,8 +258,20 @@ func (s *mcpSurface) Skips() map[string]string { return nil }
 func (s *mcpSurface) Down(t testing.TB) { s.mcp.stop(t) }
 
 // Up starts it again at its address: a new process, which knows nothing
-// of the proxy's session (404 session not found).
+// of the proxy's session (404 session not found). The suite's retry
+// meets that session: Up leaves it to the retry.
 func (s *mcpSurface) Up(t testing.TB) { s.mcp.start(t) }
+
+// fresh waits until the proxy has a session with the server started
+// anew: the read-only count_effects, forwarded unrecorded, meets the old
+// session (404, not sent), which the proxy then drops for a new one.
+func (s *mcpSurface) fresh(t testing.TB) {
+	testenv.WaitFor(t, "the proxy's new session", func() bool {
+		res, err := s.sessionOf(t, "agent-token").CallTool(context.Background(),
+			&mcp.CallToolParams{Name: "count_effects", Arguments: map[string]any{}})
+		return err == nil && !res.IsError
+	})
+}
 
 // restartableCounter is mcpcounter over Streamable HTTP, at one address
 // across restarts, its effects in one file.
@@ -345,19 +358,21 @@ func (c *restartableCounter) stop(testing.TB) {
 }
 
 // ensureUp starts the server again if it died (the tool die): its port
-// refuses connections once the process is gone.
-func (c *restartableCounter) ensureUp(t testing.TB) {
+// refuses connections once the process is gone. It reports whether it
+// did.
+func (c *restartableCounter) ensureUp(t testing.TB) bool {
 	c.mu.Lock()
 	conn, err := net.Dial("tcp", c.addr)
 	c.mu.Unlock()
 	if err == nil {
 		conn.Close()
-		return
+		return false
 	}
 	c.mu.Lock()
 	<-c.exited
 	c.mu.Unlock()
 	c.start(t)
+	return true
 }
 
 // effectsOf counts the server's effects whose title carries marker.
