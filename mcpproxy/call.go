@@ -30,7 +30,7 @@ func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 		if t == nil || !t.guards(call) {
 			return next(ctx, method, req)
 		}
-		pr, ok := principalIn(call)
+		pr, ok := principalOf(call.Extra)
 		if !ok {
 			return nil, errors.New("no principal")
 		}
@@ -255,16 +255,4 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		res.Meta = unmarked(res.Meta)
 		return envelopeOutcome(contract.FateSucceeded, "mcp_result", envelope{Result: res}), nil
 	}
-}
-
-// principalKey is where the caller's principal rides in the token info
-// the SDK hands each request.
-const principalKey = "idemgate.principal"
-
-func principalIn(req *mcp.CallToolRequest) (approval.Principal, bool) {
-	if req.Extra == nil || req.Extra.TokenInfo == nil {
-		return approval.Principal{}, false
-	}
-	p, ok := req.Extra.TokenInfo.Extra[principalKey].(approval.Principal)
-	return p, ok
 }
