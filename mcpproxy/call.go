@@ -17,29 +17,45 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// guard is the proxy's receiving middleware: a tools/call that is guarded
-// goes through the executor; any other request goes on to the SDK (a tool
-// that is not, to its handler: forward).
+// guard is the proxy's receiving middleware: a tools/call is traced (its
+// own trace, or the agent's), and one that is guarded goes through the
+// executor; any other request goes on to the SDK (a tool that is not, to
+// its handler: forward).
 func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		call, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || call.Params == nil {
 			return next(ctx, method, req)
 		}
-		t := ps.lookup(call.Params.Name)
-		if t == nil || !t.guards(call) {
-			return next(ctx, method, req)
-		}
-		pr, ok := principalOf(call.Extra)
-		if !ok {
-			return nil, errors.New("no principal")
-		}
-		c, refused := ps.readCall(t, pr, call)
-		if refused != nil {
-			return refused, nil
-		}
-		return ps.guarded(ctx, call, c)
+		ctx, span := ps.callSpan(ctx, call)
+		var ran *keyed.Result
+		res, err := ps.serve(ctx, call, next, &ran)
+		endCallSpan(span, ran, res, err)
+		return res, err
 	}
+}
+
+// serve is a tools/call: guarded, through the executor (ran is what it
+// made of it), or not, to the SDK.
+func (ps *proxied) serve(ctx context.Context, call *mcp.CallToolRequest, next mcp.MethodHandler, ran **keyed.Result) (mcp.Result, error) {
+	t := ps.lookup(call.Params.Name)
+	if t == nil || !t.guards(call) {
+		return next(ctx, "tools/call", call)
+	}
+	pr, ok := principalOf(call.Extra)
+	if !ok {
+		return nil, errors.New("no principal")
+	}
+	c, refused := ps.readCall(t, pr, call)
+	if refused != nil {
+		return refused, nil
+	}
+	res, err := ps.p.opts.Executor.Execute(ctx, c.cmd, ps.send(c))
+	if err != nil {
+		return nil, err
+	}
+	*ran = &res
+	return ps.answer(ctx, call, res)
 }
 
 // guards reports whether call is guarded: its tool is, or it names a key
@@ -216,16 +232,6 @@ func unmarked(m mcp.Meta) mcp.Meta {
 		}
 	}
 	return m
-}
-
-// guarded runs a checked call on the executor: reserved, sent once,
-// recorded, then answered.
-func (ps *proxied) guarded(ctx context.Context, req *mcp.CallToolRequest, c *call) (*mcp.CallToolResult, error) {
-	res, err := ps.p.opts.Executor.Execute(ctx, c.cmd, ps.send(c))
-	if err != nil {
-		return nil, err
-	}
-	return ps.answer(ctx, req, res)
 }
 
 // send is the effect of a call this command owns: the call, sent once,
