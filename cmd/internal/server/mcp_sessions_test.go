@@ -112,3 +112,38 @@ func TestMCPIdleSessionsExpire(t *testing.T) {
 		t.Errorf("open: %v, want 2", got)
 	}
 }
+
+// TestMCPSessionsAreTheirOwners: a session is used by the principal who
+// opened it, compared as (tenant, name): neither another principal nor
+// one whose tenant and name join to the same text (tenant acme/agentA's
+// x, tenant acme's agentA/x) may use it, and the refusal is a JSON-RPC
+// error, as MCP clients read one.
+func TestMCPSessionsAreTheirOwners(t *testing.T) {
+	more := "  - {name: x, tenant: acme/agentA, roles: [agent], token_sha256: " + sha("slash-tenant-token") + "}\n" +
+		"  - {name: agentA/x, tenant: acme, roles: [agent], token_sha256: " + sha("slash-name-token") + "}\n"
+	db := dbtest.SQLiteDB(t)
+	effects := filepath.Join(t.TempDir(), "effects.jsonl")
+	e := &mcpEnv{env: newEnvEdited(t, db.Open(t), db.DSN, fmt.Sprintf(mcpServersTemplate, counterBinary(t), effects, ""), nil,
+		func(s string) string { return strings.Replace(s, "principals:\n", "principals:\n"+more, 1) }), effects: effects}
+	t.Cleanup(e.g.Close)
+	s, err := e.connect("slash-name-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{"slash-tenant-token", "globex-token"} {
+		req, _ := http.NewRequest("POST", e.gw.URL+contract.MCPPath+"/tickets",
+			strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", s.ID())
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		r := roundTrip(t, req)
+		if r.status != 403 || r.header.Get("Content-Type") != "application/json" ||
+			!strings.Contains(r.body, `"jsonrpc":"2.0"`) || !strings.Contains(r.body, `"error":{"code":`) {
+			t.Errorf("%s using another's session: %d %s %s", token, r.status, r.header.Get("Content-Type"), r.body)
+		}
+	}
+	if err := s.Ping(context.Background(), nil); err != nil {
+		t.Fatalf("the owner's session: %v", err)
+	}
+}
