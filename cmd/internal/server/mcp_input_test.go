@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,8 @@ import (
 )
 
 // TestMCPBadInputChangesNothing: each bad request is refused with nothing
-// forwarded and nothing recorded.
+// forwarded and nothing recorded, saying what is wrong (never the
+// gateway's own files).
 func TestMCPBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
@@ -64,6 +66,10 @@ func TestMCPBadInputChangesNothing(t *testing.T) {
 			res := callTool(t, s, "create_ticket", c.args)
 			if !res.IsError || codeOf(res) != c.code {
 				t.Errorf("%s: %+v %s, want %s", c.name, res, textOf(res), c.code)
+			}
+			// A schema's refusal says what is wrong, never where the gateway runs.
+			if wd, _ := os.Getwd(); strings.Contains(textOf(res), "file:") || strings.Contains(textOf(res), wd) {
+				t.Errorf("%s: the refusal shows the gateway's files: %s", c.name, textOf(res))
 			}
 		}
 		if n := e.effectCount(); n != 0 {
