@@ -191,7 +191,7 @@ func newProxied(p *Proxy, s Server) *proxied {
 	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}}
 	ps.srv = mcp.NewServer(&mcp.Implementation{Name: "idemgate/" + s.Name, Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-		Logger:       p.opts.Logger,
+		Logger:       sdkLogger(p.opts.Logger),
 	})
 	ps.srv.AddTool(statusTool(), ps.status)
 	ps.srv.AddReceivingMiddleware(p.tracked, ps.guard)
@@ -204,7 +204,7 @@ func newProxied(p *Proxy, s Server) *proxied {
 	// standalone stream, which clients open by default; without it the
 	// refusal's text still carries the URL.
 	ps.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ps.srv },
-		&mcp.StreamableHTTPOptions{Logger: p.opts.Logger, JSONResponse: true})
+		&mcp.StreamableHTTPOptions{Logger: sdkLogger(p.opts.Logger), JSONResponse: true})
 	return ps
 }
 

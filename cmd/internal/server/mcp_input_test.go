@@ -40,6 +40,15 @@ func TestMCPBadInputChangesNothing(t *testing.T) {
 				t.Errorf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
 			}
 		}
+		// A call without a session is the client's error: it is told, and
+		// the log takes it below ERROR.
+		noSession := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"count_effects","arguments":{}}}`
+		if r := e.do("POST", "/mcp/tickets", "agent-token", noSession, mcpHeaders...); !strings.Contains(r.body, `"error"`) {
+			t.Errorf("a call without a session: %d %s", r.status, r.body)
+		}
+		if logs := e.logs.String(); strings.Contains(logs, `"level":"ERROR"`) {
+			t.Errorf("a client's error logged at ERROR: %s", logs)
+		}
 		s := e.session("agent-token", "tickets", nil)
 		// A session is its opener's: another principal's token on it is refused.
 		call := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"count_effects","arguments":{}}}`
