@@ -17,12 +17,17 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// guard is the proxy's receiving middleware: a tools/call is traced (its
+// guard is the proxy's receiving middleware: tools/list lists the tools as
+// their server wrote them; a tools/call is traced (its
 // own trace, or the agent's), and one that is guarded goes through the
 // executor; any other request goes on to the SDK (a tool that is not, to
 // its handler: forward).
 func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/list" {
+			res, err := next(ctx, method, req)
+			return ps.asWritten(res), err
+		}
 		call, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || call.Params == nil {
 			return next(ctx, method, req)

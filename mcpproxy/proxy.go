@@ -182,13 +182,15 @@ type proxied struct {
 	up   *upstream
 	srv  *mcp.Server
 	http http.Handler
+	// raw keeps the upstream's tools as it wrote them.
+	raw *rawTools
 
 	mu    sync.Mutex
 	tools map[string]*tool
 }
 
 func newProxied(p *Proxy, s Server) *proxied {
-	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}}
+	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}, raw: newRawTools()}
 	ps.srv = mcp.NewServer(&mcp.Implementation{Name: "idemgate/" + s.Name, Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 		Logger:       sdkLogger(p.opts.Logger),
@@ -197,6 +199,8 @@ func newProxied(p *Proxy, s Server) *proxied {
 	ps.srv.AddReceivingMiddleware(p.tracked, ps.guard)
 	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
 	ps.up.connected = ps.list
+	ps.up.wrap = ps.raw.wrap
+	ps.up.hc.Transport = recordingRT{next: ps.up.hc.Transport, r: ps.raw}
 	// JSONResponse: a call is answered with one application/json body
 	// rather than an SSE stream of one event, which every Streamable HTTP
 	// client accepts and costs a replay about a tenth less. What is not an

@@ -43,6 +43,9 @@ type tool struct {
 	// its business and concurrency keys.
 	policy               keyed.Policy
 	business, concurrent []string
+	// listed is the tool as the proxy lists it, in its server's own
+	// bytes (nil: as the SDK has it).
+	listed json.RawMessage
 }
 
 // guarded decides whether a tool is guarded: by its setting if it has
@@ -116,6 +119,7 @@ func (ps *proxied) tool(up *mcp.Tool) (*tool, *mcp.Tool, error) {
 	t.validate = validate
 	switch {
 	case !t.guarded:
+		t.listed = ps.written(up.Name, nil)
 		return t, up, nil
 	case verr != nil:
 		return nil, nil, fmt.Errorf("its input schema: %w", verr)
@@ -124,6 +128,7 @@ func (ps *proxied) tool(up *mcp.Tool) (*tool, *mcp.Tool, error) {
 	}
 	shown := *up
 	shown.InputSchema = schema
+	t.listed = ps.written(up.Name, schema)
 	return t, &shown, nil
 }
 
