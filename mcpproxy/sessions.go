@@ -28,16 +28,26 @@ type Sessions struct {
 	Max int
 }
 
-// Session limits' defaults, as config's.
+// The session limits' defaults (config's too).
 const (
 	DefaultSessionIdle  = 30 * time.Minute
 	DefaultPerPrincipal = 100
 	DefaultMaxSessions  = 10000
-	LimitPerPrincipal   = "per_principal" // the refusals' limits, as Observer hears them
-	LimitMax            = "max"
-	sweepEveryAtMost    = time.Minute
-	sweepEveryAtLeast   = time.Second
-	codeTooManySessions = -32000 // a server error of JSON-RPC's, for a refused initialize
+)
+
+// The limits a new session is refused at, as Observer hears them.
+const (
+	LimitPerPrincipal = "per_principal"
+	LimitMax          = "max"
+)
+
+const (
+	// sweepEveryAtMost and sweepEveryAtLeast bound the pace of the sweep.
+	sweepEveryAtMost  = time.Minute
+	sweepEveryAtLeast = time.Second
+	// The JSON-RPC codes (implementation-defined server errors) of the
+	// proxy's own refusals.
+	codeTooManySessions = -32000
 	codeShuttingDown    = -32000
 	codeNotYourSession  = -32001
 )
