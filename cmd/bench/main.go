@@ -25,6 +25,10 @@
 // With -jwt, one more gateway with auth.jwt is reached with the static
 // token and with a JWT, in the same rounds (jwt.go).
 //
+// With -scale it measures instead 1, 2 and 3 gateways on one PostgreSQL
+// (scale.go): new keys and replays, the CPU spent and the server's commits
+// per request, for docs/capacity.md's model.
+//
 // With -traces it measures instead the gateway's cost of OpenTelemetry
 // traces (traces.go): on each store, a build without tracing wiring, one
 // with tracing off, one exporting to a local OTLP receiver.
@@ -70,6 +74,8 @@ func main() {
 	quick := flag.Bool("quick", false, "with -suite: a short run, for a smoke test (figures too noisy to judge)")
 	md := flag.String("md", "bench.md", "with -suite: write the table as Markdown to this file (empty: none)")
 	goCount := flag.Int("count", 3, "with -suite: runs of each Go benchmark (their medians are reported)")
+	scale := flag.Bool("scale", false, "measure 1, 2 and 3 gateways on one PostgreSQL (-c: 32,96 unless given), new keys "+
+		"and replays, with the CPU and the server's commits per request, and nothing else")
 	flag.Parse()
 	if *cpuprofile != "" {
 		stop, err := profileCPU(*cpuprofile)
@@ -89,6 +95,12 @@ func main() {
 				count: *goCount, command: strings.Join(os.Args, " ")})
 		}
 	}
+	if *scale {
+		if !isSet("c") {
+			*conc = "32,96"
+		}
+		do = func() error { return runScale(*n, *rounds, *conc, *pg, os.Stdout) }
+	}
 	if *traces {
 		do = func() error { return runTraces(*n, *rounds, *conc, *pg) }
 	}
@@ -96,6 +108,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// isSet reports whether the flag was given.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func envOr(k, def string) string {

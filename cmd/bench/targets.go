@@ -50,6 +50,9 @@ type target struct {
 	url    string
 	action bool
 	token  string // the bearer token its writes send: the bench principal's by default
+	// urls, if set, are several gateways on one store, the load spread
+	// over them (-scale): each worker sends to one, url is the first.
+	urls []string
 	// flush, if set, ends each of the target's rounds, within its time:
 	// the traced gateway exports its round's spans then, so that their
 	// cost is its own and not spread over the next target's round.
