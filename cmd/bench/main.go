@@ -76,6 +76,7 @@ func main() {
 	goCount := flag.Int("count", 3, "with -suite: runs of each Go benchmark (their medians are reported)")
 	scale := flag.Bool("scale", false, "measure 1, 2 and 3 gateways on one PostgreSQL (-c: 32,96 unless given), new keys "+
 		"and replays, with the CPU and the server's commits per request, and nothing else")
+	flag.IntVar(&pgBatches, "batches", 0, "the PostgreSQL gateway's step transactions in flight (0: the store's default)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		stop, err := profileCPU(*cpuprofile)

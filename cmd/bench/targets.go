@@ -24,6 +24,10 @@ import (
 
 const token = "bench-token"
 
+// pgBatches is the PostgreSQL gateway's batches in flight (-batches; 0:
+// the store's default).
+var pgBatches int
+
 // The targets' names, as the table and the checks use them.
 const (
 	direct      = "(a) direct"
@@ -180,7 +184,7 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 	if err != nil {
 		return err
 	}
-	pgStore, err := postgres.Open(ctx, dsn, postgres.Options{})
+	pgStore, err := postgres.Open(ctx, dsn, postgres.Options{Batches: pgBatches})
 	if err != nil {
 		return err
 	}
