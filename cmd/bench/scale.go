@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -26,6 +27,7 @@ type scaleRow struct {
 	span         time.Duration // the wall time they were counted over (a replay round's set-up too)
 	commits      int64         // the server's transactions committed (all its databases' clients)
 	walSyncs     int64         // the server's WAL flushes
+	walBytes     int64         // the WAL the server wrote
 }
 
 // runScale measures 1, 2 and 3 gateways, each its own process's worth of
@@ -82,7 +84,36 @@ func runScale(n, rounds int, concList, base string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printScale(w, targets, rows, concurrencies)
+	if err := printScale(w, targets, rows, concurrencies); err != nil {
+		return err
+	}
+	return printKept(w, stats, dsn)
+}
+
+// printKept prints what the run's operations keep on the server: rows
+// and bytes (tables, their indexes and TOAST) per operation.
+func printKept(w io.Writer, stats *pgx.Conn, dsn string) error {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return err
+	}
+	schema := u.Query().Get("search_path")
+	ctx := context.Background()
+	var ops int64
+	if err := stats.QueryRow(ctx, "SELECT count(*) FROM "+schema+".idem_operations").Scan(&ops); err != nil || ops == 0 {
+		return err
+	}
+	fmt.Fprintf(w, "kept, per operation (%d operations):", ops)
+	for _, table := range []string{"idem_operations", "idem_audit_events"} {
+		var rows, size int64
+		if err := stats.QueryRow(ctx, "SELECT count(*), pg_total_relation_size($1) FROM "+schema+"."+table,
+			schema+"."+table).Scan(&rows, &size); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, " %s %.2f rows, %.0f bytes;", table, float64(rows)/float64(ops), float64(size)/float64(ops))
+	}
+	_, err = fmt.Fprintln(w)
+	return err
 }
 
 // scaleRounds measures every target in every mode and concurrency, the
@@ -116,7 +147,7 @@ func scaleRounds(targets []target, stats *pgx.Conn, n, rounds int, concurrencies
 // measure adds one round to the row, with the CPU and the server's
 // commits it took.
 func (s *scaleRow) measure(t target, mode string, n, c int, stats *pgx.Conn) error {
-	commits0, syncs0, err := serverCounts(stats)
+	commits0, syncs0, bytes0, err := serverCounts(stats)
 	if err != nil {
 		return err
 	}
@@ -128,42 +159,43 @@ func (s *scaleRow) measure(t target, mode string, n, c int, stats *pgx.Conn) err
 	s.span += time.Since(t0)
 	s.cpu += cpuTime() - cpu0
 	s.machine += machineTime() - machine0
-	commits1, syncs1, err := serverCounts(stats)
+	commits1, syncs1, bytes1, err := serverCounts(stats)
 	if err != nil {
 		return err
 	}
 	s.commits += commits1 - commits0
 	s.walSyncs += syncs1 - syncs0
+	s.walBytes += bytes1 - bytes0
 	s.add(rd)
 	return nil
 }
 
-// serverCounts are the server's committed transactions and WAL flushes
-// so far (pg_stat_database and pg_stat_wal: the whole server's, since
-// others share it).
-func serverCounts(conn *pgx.Conn) (commits, syncs int64, err error) {
+// serverCounts are the server's committed transactions, WAL flushes and
+// WAL bytes so far (pg_stat_database and pg_stat_wal: the whole server's,
+// since others share it).
+func serverCounts(conn *pgx.Conn) (commits, syncs, walBytes int64, err error) {
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	err = conn.QueryRow(ctx, `SELECT (SELECT sum(xact_commit)::bigint FROM pg_stat_database),
-		(SELECT wal_sync FROM pg_stat_wal)`).Scan(&commits, &syncs)
-	return commits, syncs, err
+		(SELECT wal_sync FROM pg_stat_wal), (SELECT wal_bytes::bigint FROM pg_stat_wal)`).Scan(&commits, &syncs, &walBytes)
+	return commits, syncs, walBytes, err
 }
 
 func printScale(w io.Writer, targets []target, rows map[row]*scaleRow, concurrencies []int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "gateways\twrites\tc\treq/s\tp50 ms\tp99 ms\tmachine CPU %\tCPU µs/req (all)\tthis process µs/req\t"+
-		"server commits/req\tWAL flushes/req\t")
+		"server commits/req\tWAL flushes/req\tWAL bytes/req\t")
 	for _, mode := range modes {
 		for _, c := range concurrencies {
 			for _, t := range targets {
 				r := rows[row{t.name, mode, c}]
 				reqs := float64(r.count())
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t\n", t.name, mode, c, r.rate,
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t\n", t.name, mode, c, r.rate,
 					ms(r.p50), ms(r.p99), 100*r.machine.Seconds()/r.span.Seconds()/float64(runtime.NumCPU()),
 					float64(r.machine.Microseconds())/reqs, float64(r.cpu.Microseconds())/reqs,
-					float64(r.commits)/reqs, float64(r.walSyncs)/reqs)
+					float64(r.commits)/reqs, float64(r.walSyncs)/reqs, float64(r.walBytes)/reqs)
 			}
 		}
 	}
