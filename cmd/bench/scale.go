@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +31,11 @@ type scaleRow struct {
 	commits      int64         // the server's transactions committed (all its databases' clients)
 	walSyncs     int64         // the server's WAL flushes
 	walBytes     int64         // the WAL the server wrote
+	backends     time.Duration // the CPU time of the gateways' server backends
 }
+
+// scaleApp names the gateways' connections, to find their backends.
+const scaleApp = "idemgate-bench-scale"
 
 // runScale measures 1, 2 and 3 gateways, each its own process's worth of
 // server (its own store, pool and batcher) on one PostgreSQL schema, the
@@ -55,6 +62,7 @@ func runScale(n, rounds int, concList, base string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	dsn += "&application_name=" + scaleApp // its backends, whose CPU is counted
 	var urls []string
 	for i := range maxGateways {
 		s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
@@ -151,6 +159,10 @@ func (s *scaleRow) measure(t target, mode string, n, c int, stats *pgx.Conn) err
 	if err != nil {
 		return err
 	}
+	backends0, err := backendsCPU(stats)
+	if err != nil {
+		return err
+	}
 	cpu0, machine0, t0 := cpuTime(), machineTime(), time.Now()
 	rd, err := measureOnce(t, mode, n, c)
 	if err != nil {
@@ -166,8 +178,44 @@ func (s *scaleRow) measure(t target, mode string, n, c int, stats *pgx.Conn) err
 	s.commits += commits1 - commits0
 	s.walSyncs += syncs1 - syncs0
 	s.walBytes += bytes1 - bytes0
+	backends1, err := backendsCPU(stats)
+	if err != nil {
+		return err
+	}
+	s.backends += backends1 - backends0
 	s.add(rd)
 	return nil
+}
+
+// backendsCPU is the CPU time the gateways' server backends have spent,
+// from /proc (the server runs on this machine); a backend that closed
+// meanwhile drops out, which the pools, kept full, make rare.
+func backendsCPU(conn *pgx.Conn) (time.Duration, error) {
+	rows, err := conn.Query(context.Background(), "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+		scaleApp)
+	if err != nil {
+		return 0, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// After the command's closing parenthesis: fields 14 and 15
+		// (utime, stime) are the 12th and 13th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			total += time.Duration(u+s) * 10 * time.Millisecond
+		}
+	}
+	return total, nil
 }
 
 // serverCounts are the server's committed transactions, WAL flushes and
@@ -185,16 +233,16 @@ func serverCounts(conn *pgx.Conn) (commits, syncs, walBytes int64, err error) {
 
 func printScale(w io.Writer, targets []target, rows map[row]*scaleRow, concurrencies []int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "gateways\twrites\tc\treq/s\tp50 ms\tp99 ms\tmachine CPU %\tCPU µs/req (all)\tthis process µs/req\t"+
+	fmt.Fprintln(tw, "gateways\twrites\tc\treq/s\tp50 ms\tp99 ms\tmachine CPU %\tCPU µs/req (all)\tthis process µs/req\tits server backends µs/req\t"+
 		"server commits/req\tWAL flushes/req\tWAL bytes/req\t")
 	for _, mode := range modes {
 		for _, c := range concurrencies {
 			for _, t := range targets {
 				r := rows[row{t.name, mode, c}]
 				reqs := float64(r.count())
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t\n", t.name, mode, c, r.rate,
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f\t\n", t.name, mode, c, r.rate,
 					ms(r.p50), ms(r.p99), 100*r.machine.Seconds()/r.span.Seconds()/float64(runtime.NumCPU()),
-					float64(r.machine.Microseconds())/reqs, float64(r.cpu.Microseconds())/reqs,
+					float64(r.machine.Microseconds())/reqs, float64(r.cpu.Microseconds())/reqs, float64(r.backends.Microseconds())/reqs,
 					float64(r.commits)/reqs, float64(r.walSyncs)/reqs, float64(r.walBytes)/reqs)
 			}
 		}
