@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -238,14 +239,23 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		ctx, span, meta := ps.toolSpan(ctx, c.tool.name, run.OperationID(), c.meta)
 		res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args), Meta: meta})
 		endToolSpan(span, res, err)
+		if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
+			// The executor logs only the outcome's code: what failed is said
+			// here, the url's secrets redacted (upstream.call).
+			ps.up.log.Warn("mcp server: call got no answer", slog.String("tool", c.tool.name),
+				slog.String("operation_id", run.OperationID()), slog.String("error", err.Error()))
+		}
 		var rpc *jsonrpc.Error
+		// A JSON-RPC error is a failure only when the server answered it
+		// (upstream.call): one the SDK made of a lost connection, or the
+		// proxy's stand-in for an answer too large to read, is no answer.
 		switch {
 		case errors.Is(err, errNotSent):
 			return keyed.Outcome{}, contract.NotSent("mcp", err)
-		case errors.As(err, &rpc):
-			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
-		case err != nil && ctx.Err() != nil:
+		case errors.Is(err, errNoAnswer) && ctx.Err() != nil:
 			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
+		case errors.As(err, &rpc) && !errors.Is(err, errNoAnswer):
+			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
 		case err != nil:
 			return keyed.Outcome{}, contract.NoAnswer("mcp", err)
 		case res.IsError:

@@ -194,7 +194,8 @@ func (ps *proxied) refresh() {
 		defer cancel()
 		if s, err := ps.up.current(ctx, 0); err == nil {
 			if err := ps.list(ctx, s); err != nil {
-				ps.p.opts.Logger.Warn("mcp server: listing its tools", slog.String("error", err.Error()))
+				ps.p.opts.Logger.Warn("mcp server: listing its tools", slog.String("mcp_server", ps.cfg.Name),
+					slog.String("error", ps.up.redact.text(err.Error())))
 			}
 		}
 	}()

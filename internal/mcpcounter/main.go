@@ -28,6 +28,7 @@ func main() {
 	effects := flag.String("effects", os.Getenv("MCPCOUNTER_EFFECTS"), "the file effects are appended to")
 	addr := flag.String("http", "", "serve Streamable HTTP at this address (/mcp) instead of stdio")
 	token := flag.String("token", "", "with -http, the bearer token required")
+	jsonAnswers := flag.Bool("json", false, "with -http, answer each call with one application/json body, not a stream")
 	flag.Parse()
 	if *effects == "" {
 		log.Fatal("mcpcounter: -effects FILE (or MCPCOUNTER_EFFECTS) is required")
@@ -44,7 +45,8 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println("listening", ln.Addr())
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{JSONResponse: *jsonAnswers})
 	log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if *token != "" && r.Header.Get("Authorization") != "Bearer "+*token {
 			http.Error(w, "bad token", http.StatusUnauthorized)
@@ -122,6 +124,16 @@ type created struct {
 
 type none struct{}
 
+type gate struct {
+	Title string `json:"title"`
+	Gate  string `json:"gate"`
+}
+
+type big struct {
+	Title string `json:"title"`
+	Bytes int    `json:"bytes"`
+}
+
 func newServer(l *ledger) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcpcounter", Version: "1"}, nil)
 	write := func(tool string) func(context.Context, *mcp.CallToolRequest, any) (*mcp.CallToolResult, created, error) {
@@ -166,6 +178,32 @@ func newServer(l *ledger) *mcp.Server {
 			tp, _ := r.Params.Meta["traceparent"].(string)
 			args := string(r.Params.Arguments)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tp + " " + args}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "gated_ticket", Description: "Create a ticket once the file gate exists."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in gate) (*mcp.CallToolResult, created, error) {
+			for {
+				if _, err := os.Stat(in.Gate); err == nil {
+					return write("gated_ticket")(ctx, r, in)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, created{}, ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
+	s.AddTool(&mcp.Tool{Name: "big", Description: "Create a ticket, and answer with bytes bytes of text.",
+		InputSchema: map[string]any{"type": "object", "properties": map[string]any{
+			"title": map[string]any{"type": "string"}, "bytes": map[string]any{"type": "integer"}}}},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in big
+			if err := json.Unmarshal(r.Params.Arguments, &in); err != nil {
+				return nil, err
+			}
+			if _, err := l.effect("big", in); err != nil {
+				return nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "count_effects", Description: "How many effects there are (read-only).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
