@@ -19,8 +19,11 @@ import (
 // "MCP proxy"), served at /mcp/{name}: a stdio server the gateway starts
 // (Command), or a Streamable HTTP one (URL, with Headers that stay here).
 type MCPServer struct {
-	Name    string            `yaml:"name"`
-	Command []string          `yaml:"command"`
+	Name    string   `yaml:"name"`
+	Command []string `yaml:"command"`
+	// Env is added to a stdio server's environment (its credentials),
+	// which it otherwise inherits from the gateway's.
+	Env     map[string]string `yaml:"env"`
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
 	// Timeout bounds a call: one unanswered past it is unknown (30s).
@@ -59,6 +62,9 @@ type MCPTool struct {
 // every operation's route.
 var mcpName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
+// envName is what an environment variable of a stdio server may be called.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // checkMCPServers validates every MCP server and its tools.
 func (c *Config) checkMCPServers() error {
 	seen := map[string]bool{}
@@ -85,7 +91,9 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 	case (len(s.Command) == 0) == (s.URL == ""):
 		return c.errorf(s.line, "%s: give either command (a stdio server) or url (a Streamable HTTP server)", what)
 	case len(s.Command) > 0 && len(s.Headers) > 0:
-		return c.errorf(s.line, "%s: headers go with url; a stdio server takes its credentials from its environment", what)
+		return c.errorf(s.line, "%s: headers go with url; a stdio server takes its credentials from its environment (env)", what)
+	case s.URL != "" && len(s.Env) > 0:
+		return c.errorf(s.line, "%s: env goes with command (a stdio server's environment); a url's credentials are headers", what)
 	case s.Timeout < 0:
 		return c.errorf(s.line, "%s: timeout must be positive", what)
 	}
@@ -96,6 +104,11 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 	}
 	if err := c.checkHeaderSet(what, s.Headers, nil, s.line); err != nil {
 		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		if !envName.MatchString(k) {
+			return c.errorf(s.line, "%s: env %q: want a variable name of [A-Za-z0-9_], not starting with a digit", what, k)
+		}
 	}
 	if s.Timeout == 0 {
 		s.Timeout = 30 * time.Second

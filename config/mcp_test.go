@@ -51,6 +51,8 @@ func TestMCPServersConfigErrors(t *testing.T) {
 		{"  - {name: t, url: ftp://h/mcp}\n", "gw.yaml:5: mcp server t: url"},
 		{"  - {name: t, command: [x], headers: {A: b}}\n", "gw.yaml:5: mcp server t: headers go with url"},
 		{"  - {name: t, url: http://h/mcp, headers: {\"A b\": c}}\n", "gw.yaml:5: mcp server t: header name"},
+		{"  - {name: t, url: http://h/mcp, env: {A: b}}\n", "gw.yaml:5: mcp server t: env goes with command"},
+		{"  - {name: t, command: [x], env: {\"A=B\": c}}\n", "gw.yaml:5: mcp server t: env \"A=B\""},
 		{"  - {name: t, command: [x]}\n  - {name: t, command: [y]}\n", "gw.yaml:6: mcp server \"t\" is defined twice"},
 		{"  - name: t\n    command: [x]\n    tools:\n      a: {guard: false, business_key: /id}\n",
 			"gw.yaml:8: mcp server t: tool a: guard: false forwards it unrecorded"},

@@ -242,7 +242,7 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 			// The executor logs only the outcome's code: what failed is said
 			// here, the url's secrets redacted (upstream.call).
-			ps.up.log.Warn("mcp server: call got no answer", slog.String("tool", c.tool.name),
+			ps.up.log.Info("mcp server: call got no answer", slog.String("tool", c.tool.name),
 				slog.String("operation_id", run.OperationID()), slog.String("error", err.Error()))
 		}
 		var rpc *jsonrpc.Error

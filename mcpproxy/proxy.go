@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -164,13 +165,14 @@ type proxied struct {
 
 	mu    sync.Mutex
 	tools map[string]*tool
+	shown map[string]string // each served tool as its clients see it (JSON)
 }
 
 func newProxied(p *Proxy, s Server) *proxied {
 	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}}
 	ps.srv = mcp.NewServer(&mcp.Implementation{Name: "idemgate/" + s.Name, Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-		Logger:       p.opts.Logger,
+		Logger:       slog.New(quietNotices{p.opts.Logger.Handler()}),
 	})
 	ps.srv.AddTool(statusTool(), ps.status)
 	ps.srv.AddReceivingMiddleware(ps.guard)
@@ -199,4 +201,31 @@ func (ps *proxied) refresh() {
 			}
 		}
 	}()
+}
+
+// quietNotices logs the SDK's failures to tell one session of a change at
+// DEBUG: a client without a standalone stream cannot be told, and a WARN
+// per open session would bury the one line (publish) that says what
+// changed.
+type quietNotices struct{ slog.Handler }
+
+// Handle implements slog.Handler.
+func (h quietNotices) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") {
+		if !h.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h quietNotices) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietNotices{h.Handler.WithAttrs(as)}
+}
+
+// WithGroup implements slog.Handler.
+func (h quietNotices) WithGroup(name string) slog.Handler {
+	return quietNotices{h.Handler.WithGroup(name)}
 }

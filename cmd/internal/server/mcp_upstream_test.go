@@ -196,3 +196,54 @@ func TestMCPURLSecretsAreNotShown(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPReconnectLogsOnce: a stdio server started again is one log line
+// at WARN, however many clients are connected: its tools did not change,
+// so no client is told they did.
+func TestMCPReconnectLogsOnce(t *testing.T) {
+	t.Parallel()
+	e := newMCPEnv(t, dbtest.SQLiteDB(t), "")
+	sessions := make([]*mcp.ClientSession, 4)
+	for i := range sessions {
+		// Clients that open no standalone stream cannot be told anything.
+		c := mcp.NewClient(&mcp.Implementation{Name: "quiet-agent", Version: "1"}, nil)
+		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: e.gw.URL + "/mcp/tickets",
+			HTTPClient: &http.Client{Transport: withToken{"agent-token"}}, DisableStandaloneSSE: i > 0}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		sessions[i] = s
+	}
+	before := e.g.MCP().Started("tickets")
+	callTool(t, sessions[0], "die", map[string]any{"intent": "restart", "title": "x"})
+	eventually(t, "the server is started again", func() bool { return e.g.MCP().Started("tickets") > before })
+	if res := callTool(t, sessions[1], "create_ticket", map[string]any{"intent": "after", "title": "y"}); res.IsError {
+		t.Fatalf("after the restart: %s", textOf(res))
+	}
+	var warns []string
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) {
+			warns = append(warns, line)
+		}
+	}
+	if len(warns) != 1 {
+		t.Fatalf("%d WARN lines for one restart, want 1:\n%s", len(warns), strings.Join(warns, "\n"))
+	}
+}
+
+// TestMCPServerEnvironment: a stdio server's env is added to its
+// environment: here, where mcpcounter writes its effects.
+func TestMCPServerEnvironment(t *testing.T) {
+	t.Parallel()
+	effects := filepath.Join(t.TempDir(), "env-effects.jsonl")
+	e := newMCPEnv(t, dbtest.SQLiteDB(t), fmt.Sprintf("  - {name: envd, command: [%s], env: {MCPCOUNTER_EFFECTS: %s}}\n",
+		counterBinary(t), effects))
+	e.effects = effects
+	if res := callTool(t, e.session("agent-token", "envd", nil), "create_ticket", map[string]any{"intent": "e", "title": "t"}); res.IsError {
+		t.Fatalf("%s", textOf(res))
+	}
+	if n := e.effectCount(); n != 1 {
+		t.Fatalf("%d effects in the file env named, want 1", n)
+	}
+}
