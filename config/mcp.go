@@ -31,6 +31,14 @@ type MCPServer struct {
 	// Tools are the tools' own settings; a tool not named here is guarded
 	// unless its annotations say readOnlyHint.
 	Tools map[string]*MCPTool `yaml:"tools"`
+	// Roles, if set, are the roles (one of them) a principal needs to use
+	// the server at all, as a route's; Tenants, if set, the only tenants
+	// whose principals may.
+	Roles   []string `yaml:"roles"`
+	Tenants []string `yaml:"tenants"`
+	// Isolation is who shares an upstream session, and a stdio server's
+	// process: tenant (the default), principal, or shared.
+	Isolation string `yaml:"isolation"`
 
 	line      int
 	toolLines map[string]int
@@ -41,7 +49,10 @@ type MCPServer struct {
 type MCPTool struct {
 	// Guard, if set, guards the tool (true) or forwards it unrecorded
 	// (false), whatever its annotations say.
-	Guard          *bool            `yaml:"guard"`
+	Guard *bool `yaml:"guard"`
+	// Roles, if set, are the roles (one of them) a principal needs to call
+	// the tool, as an action's.
+	Roles          []string         `yaml:"roles"`
 	BusinessKey    string           `yaml:"business_key"`
 	ConcurrencyKey string           `yaml:"concurrency_key"`
 	Retention      time.Duration    `yaml:"retention"`
@@ -96,6 +107,13 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 		return c.errorf(s.line, "%s: env goes with command (a stdio server's environment); a url's credentials are headers", what)
 	case s.Timeout < 0:
 		return c.errorf(s.line, "%s: timeout must be positive", what)
+	case !slices.Contains([]string{"", "tenant", "principal", "shared"}, s.Isolation):
+		return c.errorf(s.line, "%s: isolation %q: want tenant (the default), principal or shared", what, s.Isolation)
+	case slices.Contains(s.Roles, "") || slices.Contains(s.Tenants, ""):
+		return c.errorf(s.line, "%s: an empty role or tenant", what)
+	}
+	if s.Isolation == "" {
+		s.Isolation = "tenant"
 	}
 	if s.URL != "" {
 		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -131,6 +149,8 @@ func (c *Config) checkMCPTool(s *MCPServer, name string, t *MCPTool, line int) e
 	case t.Guard != nil && !*t.Guard && (t.Approval != nil || t.BusinessKey != "" || t.ConcurrencyKey != ""):
 		return c.errorf(line, "%s: guard: false forwards it unrecorded; approval, business_key and "+
 			"concurrency_key need a guarded tool", what)
+	case slices.Contains(t.Roles, ""):
+		return c.errorf(line, "%s: an empty role", what)
 	case t.Lease < 0 || t.Retention < 0 || t.MaxResult < 0:
 		return c.errorf(line, "%s: lease, retention and max_result must be positive", what)
 	}

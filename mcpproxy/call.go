@@ -27,13 +27,16 @@ func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 		if method != "tools/call" || !ok || call.Params == nil {
 			return next(ctx, method, req)
 		}
-		t := ps.lookup(call.Params.Name)
-		if t == nil || !t.guards(call) {
-			return next(ctx, method, req)
-		}
 		pr, ok := principalIn(call)
 		if !ok {
 			return nil, errors.New("no principal")
+		}
+		if msg := ps.toolRefused(call.Params.Name, pr); msg != "" {
+			return refusal(contract.CodeForbidden, msg, nil), nil
+		}
+		t := ps.lookup(call.Params.Name)
+		if t == nil || !t.guards(call) {
+			return next(ctx, method, req)
 		}
 		c, refused := ps.readCall(t, pr, call)
 		if refused != nil {
@@ -79,8 +82,9 @@ func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		delete(obj, t.intent)
 		args, _ = json.Marshal(obj)
 	}
+	pr, _ := principalIn(req)
 	ctx, span, meta := ps.toolSpan(ctx, req.Params.Name, "", forwardedMeta(req.Params.Meta))
-	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
+	res, err := ps.call(ctx, pr, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
 	endToolSpan(span, res, err)
 	if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 		return refusal(contract.CodeUpstreamUnavailable, err.Error(), nil), nil
@@ -237,7 +241,8 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		ctx, cancel := context.WithTimeout(ctx, ps.cfg.Timeout)
 		defer cancel()
 		ctx, span, meta := ps.toolSpan(ctx, c.tool.name, run.OperationID(), c.meta)
-		res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args), Meta: meta})
+		res, err := ps.call(ctx, c.cmd.Principal, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args),
+			Meta: meta})
 		endToolSpan(span, res, err)
 		if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 			// The executor logs only the outcome's code: what failed is said

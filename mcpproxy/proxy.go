@@ -47,6 +47,14 @@ type Server struct {
 	Timeout time.Duration
 	// Tools are the tools' own settings, by name.
 	Tools map[string]Tool
+	// Roles and Tenants, if set, are the roles (one of them) and the
+	// tenants whose principals may use the server; anyone else is refused
+	// before a session opens.
+	Roles, Tenants []string
+	// Isolation is who shares an upstream session (and a stdio server's
+	// process): "tenant" (the default: each tenant its own), "principal",
+	// or "shared" (everyone).
+	Isolation string
 }
 
 // Tool is a tool's settings. Guard, if set, decides whether it is
@@ -55,7 +63,10 @@ type Server struct {
 // an operation keeps (default contract.DefaultMaxResponse): a larger one
 // is given whole to the call that ran it, and a stand-in is kept.
 type Tool struct {
-	Guard                       *bool
+	Guard *bool
+	// Roles, if set, are the roles (one of them) a caller needs to call
+	// the tool; anyone else is refused, nothing reserved or sent.
+	Roles                       []string
 	BusinessKey, ConcurrencyKey string
 	Retention, Lease            time.Duration
 	Approval                    *approval.Policy
@@ -114,8 +125,10 @@ func New(opts Options) (*Proxy, error) {
 		p.servers[s.Name] = newProxied(p, s)
 	}
 	for _, ps := range p.servers {
-		p.wg.Add(1)
+		ps.pool = &pool{ps: ps, ctx: ctx, idle: isolatedIdle, members: map[string]*member{}}
+		p.wg.Add(2)
 		go func() { defer p.wg.Done(); ps.up.run(ctx) }()
+		go func() { defer p.wg.Done(); ps.pool.sweep() }()
 	}
 	for _, ps := range p.servers {
 		_, _ = ps.up.current(ctx, ps.cfg.Timeout)
@@ -135,10 +148,20 @@ func (p *Proxy) Close() {
 }
 
 // Started is how many sessions server has had (its stdio processes):
-// more than one means it was restarted.
+// the one that lists its tools, and each isolated one (counted for tests
+// of restarts).
 func (p *Proxy) Started(server string) int {
 	if ps := p.servers[server]; ps != nil {
-		return ps.up.Started()
+		return ps.up.Started() + ps.pool.started()
+	}
+	return 0
+}
+
+// Isolated is how many isolated upstreams of server are up now: a
+// tenant's (or a principal's) own session or process.
+func (p *Proxy) Isolated(server string) int {
+	if ps := p.servers[server]; ps != nil {
+		return ps.pool.running()
 	}
 	return 0
 }
@@ -146,7 +169,7 @@ func (p *Proxy) Started(server string) int {
 func (p *Proxy) mux() http.Handler {
 	mux := http.NewServeMux()
 	for name, ps := range p.servers {
-		mux.Handle(contract.MCPPath+"/"+name, p.caller(ps.http))
+		mux.Handle(contract.MCPPath+"/"+name, ps.admitted(p.caller(ps.http)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no MCP server at "+r.URL.EscapedPath()).Write(w)
@@ -159,7 +182,8 @@ func (p *Proxy) mux() http.Handler {
 type proxied struct {
 	p    *Proxy
 	cfg  Server
-	up   *upstream
+	up   *upstream // the shared upstream: it lists the tools
+	pool *pool     // the isolated upstreams (Server.Isolation)
 	srv  *mcp.Server
 	http http.Handler
 

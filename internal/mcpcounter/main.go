@@ -124,6 +124,17 @@ type created struct {
 
 type none struct{}
 
+type memo struct {
+	Value string `json:"value"`
+}
+
+// memory is what remember left in this process: state a stateful server
+// keeps between calls, which recall reads.
+var memory struct {
+	sync.Mutex
+	value string
+}
+
 type gate struct {
 	Title string `json:"title"`
 	Gate  string `json:"gate"`
@@ -178,6 +189,20 @@ func newServer(l *ledger) *mcp.Server {
 			tp, _ := r.Params.Meta["traceparent"].(string)
 			args := string(r.Params.Arguments)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: tp + " " + args}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "remember", Description: "Keep a value in this process (a write)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in memo) (*mcp.CallToolResult, created, error) {
+			memory.Lock()
+			memory.value = in.Value
+			memory.Unlock()
+			return write("remember")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "recall", Description: "The value this process keeps (read-only).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, none) (*mcp.CallToolResult, memo, error) {
+			memory.Lock()
+			defer memory.Unlock()
+			return nil, memo{Value: memory.value}, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "gated_ticket", Description: "Create a ticket once the file gate exists."},
 		func(ctx context.Context, r *mcp.CallToolRequest, in gate) (*mcp.CallToolResult, created, error) {
