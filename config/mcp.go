@@ -39,6 +39,9 @@ type MCPServer struct {
 	// Isolation is who shares an upstream session, and a stdio server's
 	// process: tenant (the default), principal, or shared.
 	Isolation string `yaml:"isolation"`
+	// IsolatedIdle is how long an isolated upstream with no call in
+	// flight is kept before it is stopped (10m).
+	IsolatedIdle time.Duration `yaml:"isolated_idle"`
 
 	line      int
 	toolLines map[string]int
@@ -109,11 +112,16 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 		return c.errorf(s.line, "%s: timeout must be positive", what)
 	case !slices.Contains([]string{"", "tenant", "principal", "shared"}, s.Isolation):
 		return c.errorf(s.line, "%s: isolation %q: want tenant (the default), principal or shared", what, s.Isolation)
+	case s.IsolatedIdle < 0:
+		return c.errorf(s.line, "%s: isolated_idle must be positive", what)
 	case slices.Contains(s.Roles, "") || slices.Contains(s.Tenants, ""):
 		return c.errorf(s.line, "%s: an empty role or tenant", what)
 	}
 	if s.Isolation == "" {
 		s.Isolation = "tenant"
+	}
+	if s.IsolatedIdle == 0 {
+		s.IsolatedIdle = 10 * time.Minute
 	}
 	if s.URL != "" {
 		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

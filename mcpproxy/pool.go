@@ -22,7 +22,7 @@ const (
 	// is refused before anything is sent.
 	maxIsolated = 64
 	// isolatedIdle is how long an isolated upstream with no call in
-	// flight is kept before it is stopped.
+	// flight is kept before it is stopped, unless Server.IsolatedIdle says.
 	isolatedIdle = 10 * time.Minute
 )
 

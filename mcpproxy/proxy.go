@@ -17,6 +17,7 @@
 package mcpproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type Server struct {
 	// process): "tenant" (the default: each tenant its own), "principal",
 	// or "shared" (everyone).
 	Isolation string
+	// IsolatedIdle is how long an isolated upstream with no call in
+	// flight is kept before it is stopped (10m).
+	IsolatedIdle time.Duration
 }
 
 // Tool is a tool's settings. Guard, if set, decides whether it is
@@ -125,7 +129,7 @@ func New(opts Options) (*Proxy, error) {
 		p.servers[s.Name] = newProxied(p, s)
 	}
 	for _, ps := range p.servers {
-		ps.pool = &pool{ps: ps, ctx: ctx, idle: isolatedIdle, members: map[string]*member{}}
+		ps.pool = &pool{ps: ps, ctx: ctx, idle: cmp.Or(ps.cfg.IsolatedIdle, isolatedIdle), members: map[string]*member{}}
 		p.wg.Add(2)
 		go func() { defer p.wg.Done(); ps.up.run(ctx) }()
 		go func() { defer p.wg.Done(); ps.pool.sweep() }()

@@ -38,7 +38,8 @@ func mcpServer(c *config.MCPServer) mcpproxy.Server {
 		env = append(env, k+"="+c.Env[k])
 	}
 	return mcpproxy.Server{Name: c.Name, Command: c.Command, Env: env, URL: c.URL, Headers: c.Headers,
-		Timeout: c.Timeout, Tools: tools, Roles: c.Roles, Tenants: c.Tenants, Isolation: c.Isolation}
+		Timeout: c.Timeout, Tools: tools, Roles: c.Roles, Tenants: c.Tenants, Isolation: c.Isolation,
+		IsolatedIdle: c.IsolatedIdle}
 }
 
 // mountMCP serves the proxy at /mcp/{name}, behind the snapshot's bearer

@@ -67,7 +67,7 @@ func TestMCPTenantIsolation(t *testing.T) {
 	dir := t.TempDir()
 	bin, effects := counterBinary(t), filepath.Join(dir, "effects.jsonl")
 	e := newMCPEnv(t, dbtest.SQLiteDB(t), fmt.Sprintf(`  - {name: mem, command: [%[1]s, -effects, %[2]s]}
-  - {name: mem-principal, command: [%[1]s, -effects, %[2]s], isolation: principal}
+  - {name: mem-principal, command: [%[1]s, -effects, %[2]s], isolation: principal, isolated_idle: 300ms}
   - {name: mem-shared, command: [%[1]s, -effects, %[2]s], isolation: shared}
 `, bin, effects))
 	recall := func(token, server string) string {
@@ -96,5 +96,9 @@ func TestMCPTenantIsolation(t *testing.T) {
 	}
 	if n, m := e.g.MCP().Isolated("mem"), e.g.MCP().Isolated("mem-principal"); n != 2 || m != 2 {
 		t.Errorf("%d and %d isolated upstreams, want 2 (acme, globex) and 2 (agent, alice)", n, m)
+	}
+	eventually(t, "idle isolated upstreams are stopped", func() bool { return e.g.MCP().Isolated("mem-principal") == 0 })
+	if got := recall("agent-token", "mem-principal"); got != "" {
+		t.Errorf("a process stopped when idle and started again recalls %q", got)
 	}
 }
