@@ -7,11 +7,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -33,7 +35,8 @@ func main() {
 	if *effects == "" {
 		log.Fatal("mcpcounter: -effects FILE (or MCPCOUNTER_EFFECTS) is required")
 	}
-	srv := newServer(&ledger{path: *effects})
+	l := &ledger{path: *effects}
+	srv := newServer(l)
 	if *addr == "" {
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			log.Fatal(err)
@@ -52,8 +55,54 @@ func main() {
 			http.Error(w, "bad token", http.StatusUnauthorized)
 			return
 		}
+		if r.Method == http.MethodPost && bigAnswer(w, r, l, *jsonAnswers) {
+			return
+		}
 		h.ServeHTTP(w, r)
 	})))
+}
+
+// bigAnswer answers a call of big asking for more than 1 MiB itself, as
+// the server of a large export would: its effect made, the answer written
+// as it is made, never whole in memory, and no more of it once the client
+// stops reading. Anything else is left to the SDK (false).
+func bigAnswer(w http.ResponseWriter, r *http.Request, l *ledger, jsonAnswer bool) bool {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name      string `json:"name"`
+			Arguments big    `json:"arguments"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name != "big" ||
+		msg.Params.Arguments.Bytes <= 1<<20 {
+		return false
+	}
+	if _, err := l.effect("big", msg.Params.Arguments); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true
+	}
+	head, tail := `{"jsonrpc":"2.0","id":`+string(msg.ID)+`,"result":{"content":[{"type":"text","text":"`, `"}]}}`
+	if jsonAnswer {
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		w.Header().Set("Content-Type", "text/event-stream")
+		head, tail = "event: message\ndata: "+head, tail+"\n\n"
+	}
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	if _, err := io.WriteString(w, head); err != nil {
+		return true
+	}
+	for left := msg.Params.Arguments.Bytes; left > 0; left -= len(chunk) {
+		if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
+			return true // the client stopped reading
+		}
+	}
+	_, _ = io.WriteString(w, tail)
+	return true
 }
 
 // ledger is the effects file.

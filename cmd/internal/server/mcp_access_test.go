@@ -67,7 +67,8 @@ func TestMCPTenantIsolation(t *testing.T) {
 	dir := t.TempDir()
 	bin, effects := counterBinary(t), filepath.Join(dir, "effects.jsonl")
 	e := newMCPEnv(t, dbtest.SQLiteDB(t), fmt.Sprintf(`  - {name: mem, command: [%[1]s, -effects, %[2]s]}
-  - {name: mem-principal, command: [%[1]s, -effects, %[2]s], isolation: principal, isolated_idle: 300ms}
+  - {name: mem-principal, command: [%[1]s, -effects, %[2]s], isolation: principal}
+  - {name: mem-idle, command: [%[1]s, -effects, %[2]s], isolated_idle: 100ms}
   - {name: mem-shared, command: [%[1]s, -effects, %[2]s], isolation: shared}
 `, bin, effects))
 	recall := func(token, server string) string {
@@ -76,7 +77,7 @@ func TestMCPTenantIsolation(t *testing.T) {
 		_ = json.Unmarshal([]byte(textOf(res)), &m)
 		return m["value"]
 	}
-	for _, server := range []string{"mem", "mem-principal", "mem-shared"} {
+	for _, server := range []string{"mem", "mem-principal", "mem-shared", "mem-idle"} {
 		res := callTool(t, e.session("agent-token", server, nil), "remember", map[string]any{"intent": "keep", "value": "acme-secret"})
 		if res.IsError {
 			t.Fatalf("%s: %s", server, textOf(res))
@@ -97,8 +98,8 @@ func TestMCPTenantIsolation(t *testing.T) {
 	if n, m := e.g.MCP().Isolated("mem"), e.g.MCP().Isolated("mem-principal"); n != 2 || m != 2 {
 		t.Errorf("%d and %d isolated upstreams, want 2 (acme, globex) and 2 (agent, alice)", n, m)
 	}
-	eventually(t, "idle isolated upstreams are stopped", func() bool { return e.g.MCP().Isolated("mem-principal") == 0 })
-	if got := recall("agent-token", "mem-principal"); got != "" {
+	eventually(t, "an idle isolated upstream is stopped", func() bool { return e.g.MCP().Isolated("mem-idle") == 0 })
+	if got := recall("agent-token", "mem-idle"); got != "" {
 		t.Errorf("a process stopped when idle and started again recalls %q", got)
 	}
 }
