@@ -140,7 +140,10 @@ func (u *upstream) transport(ctx context.Context) mcp.Transport {
 		cmd.Stderr = os.Stderr
 		return &stdioTransport{cmd: cmd, limit: u.limit}
 	}
-	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true, HTTPClient: u.hc}
+	// The events the proxy hands on are bounded already (bounded): the
+	// SDK's own bound, which ends the whole session, is never reached.
+	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true, HTTPClient: u.hc,
+		MaxEventSize: u.limit + 1<<10}
 }
 
 // maxIdlePerServer is how many idle connections to one HTTP MCP server
