@@ -24,7 +24,7 @@ FUZZ_MCP_SCENARIO ?= 5000x
 FUZZ_MCP_KEY ?= 20000x
 FUZZ_UPSTREAM_KEY ?= 20000x
 
-.PHONY: test setup lint vet race fuzz bench python typescript integrations tests checks
+.PHONY: test setup lint vet race fuzz bench bench-more python typescript integrations tests checks
 
 # The modules beside the main one, each with its own go.mod (so that the
 # main module links neither Temporal nor DBOS): their tests run a real
@@ -139,11 +139,17 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzUpstreamKey$$' -fuzztime $(FUZZ_UPSTREAM_KEY) -fuzzminimizetime 1000x ./ledger
 	go test -run '^$$' -fuzz '^FuzzParseMCPScenario$$' -fuzztime $(FUZZ_MCP_SCENARIO) -fuzzminimizetime 1000x ./drill
 
-# Benchmarks with the raw-SQL floors side by side (see README.md): the
-# gateway against its two-commit floors and the plain reverse proxy, then
-# the stores and the agent's journal.
+# One command, one run, every surface against its floor on each store:
+# the table is printed and written to $(BENCH_MD) (docs/performance.md has
+# one run's). BENCH_FLAGS=-quick for a short smoke run.
+BENCH_MD ?= bench.md
+BENCH_FLAGS ?=
 bench:
-	go run ./cmd/bench -n 5000
+	go run ./cmd/bench -suite -n 3000 -md $(BENCH_MD) $(BENCH_FLAGS)
+
+# The other benchmarks, each with its floor: the stores, the agent, the
+# approval policy, the outbox, the reconciler, the webhooks, tracing.
+bench-more:
 	go test -run '^$$' -bench . -benchtime 2000x -count 5 ./store/...
 	go test -run '^$$' -bench . -benchtime 1000x -count 5 ./agent
 	go test -run '^$$' -bench . -benchtime 20000x -count 5 ./approval

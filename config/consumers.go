@@ -38,7 +38,8 @@ type Consumer struct {
 	// retention, so that no message older than its key runs again).
 	Start string `yaml:"start"`
 	// Concurrency is how many messages are handled at once (1, which keeps
-	// the order of the messages): JetStream's MaxAckPending, AMQP's prefetch.
+	// the order of the messages): AMQP's prefetch; JetStream's
+	// MaxAckPending is twice it (above 1), the rest read ahead.
 	Concurrency int `yaml:"concurrency"`
 
 	line    int

@@ -63,6 +63,14 @@ func (o *Operator) Step(ctx context.Context, c Caller, s Step) (Owned, error) {
 	if err != nil {
 		return Owned{}, err
 	}
+	return o.stepOn(ctx, c, s, op, action)
+}
+
+// stepOn is Step on op, the action's operation as the caller read it
+// (actionOperation) just before: the HTTP handler reads it once, for the
+// body's bound and for the step.
+func (o *Operator) stepOn(ctx context.Context, c Caller, s Step, op *ledger.Operation, action Action) (Owned, error) {
+	var err error
 	if err := checkStep(s, action); err != nil {
 		return Owned{}, err
 	}
@@ -259,7 +267,7 @@ func compactResult(raw json.RawMessage) (json.RawMessage, error) {
 func (a *API) step(name string) handler {
 	return func(w http.ResponseWriter, r *http.Request, c Caller) {
 		id := r.PathValue("id")
-		_, action, err := a.op.actionOperation(r.Context(), c, id)
+		op, action, err := a.op.actionOperation(r.Context(), c, id)
 		if err != nil {
 			fail(w, err, "action operation")
 			return
@@ -273,7 +281,7 @@ func (a *API) step(name string) handler {
 			fail(w, err, "")
 			return
 		}
-		out, err := a.op.Step(r.Context(), c, s)
+		out, err := a.op.stepOn(r.Context(), c, s, op, action)
 		if err != nil {
 			p := contract.ProblemFor(err)
 			if p.Code == contract.CodeLeaseLost {

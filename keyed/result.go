@@ -79,6 +79,10 @@ type Result struct {
 	// Lease is the caller's to perform the effect itself, with the owner
 	// steps (a command run with a nil Effect: an action).
 	Lease *ledger.Lease
+	// History is the operation's history when it is known without a
+	// read: a lease granted by the reservation that created the
+	// operation, whose one event the reservation wrote (nil otherwise).
+	History []ledger.Event
 	// Unrecorded says the store could not record the answer within the
 	// recording deadline: the caller is given it, and the operation will
 	// become unknown when its lease lapses.

@@ -56,7 +56,12 @@ func (r *Run) Approved(ctx context.Context) (map[string][]string, error) {
 func (x *Executor) run(e *exec, r ledger.Reservation) Result {
 	e.ran = true
 	if e.effect == nil {
-		return Result{Op: r.Op, State: r.Op.State, Ran: true, Created: e.created, Lease: r.Lease}
+		res := Result{Op: r.Op, State: r.Op.State, Ran: true, Created: e.created, Lease: r.Lease}
+		if e.created && r.Op.Attempts == 1 && r.Op.State == ledger.Executing {
+			res.History = []ledger.Event{{OpID: r.Op.ID, From: ledger.None, To: ledger.Executing, At: r.Op.CreatedAt,
+				Actor: x.opts.Actor, Reason: ledger.ReasonReserveWithLease}}
+		}
+		return res
 	}
 	defer x.waiters.signal(r.Op.ID)
 	ctx := context.WithoutCancel(e.ctx)

@@ -98,6 +98,12 @@ type Event struct {
 	Reason string
 }
 
+// ReasonReserveWithLease is the reason the history gives a reservation
+// that takes its lease at once: every store records it in these words,
+// so that the event a reservation wrote is known without reading it back
+// (keyed.Result.History).
+const ReasonReserveWithLease = "reserve with lease"
+
 // NewID returns a new operation id: "op_" and a ULID, time-ordered so that
 // paging by id is paging by creation time.
 func NewID() string { return "op_" + ulid.Make().String() }

@@ -15,8 +15,19 @@
 //
 //	go run ./bench [-n 5000] [-c 1,32] [-postgres DSN | -postgres=] [-jwt] [-only NAME]
 //
+// With -suite (make bench) it measures every surface against its floor in
+// one run: these HTTP rounds, then the Go benchmarks of the MCP proxy
+// against a direct MCP call, a consumer against a bare consumer, and the
+// outbox relay against the same POSTs by hand (gobench.go); it prints one
+// table, p50, p99 and each ratio judged against issue 31's goals, and
+// writes it as Markdown (-md). -quick makes it a short smoke run.
+//
 // With -jwt, one more gateway with auth.jwt is reached with the static
 // token and with a JWT, in the same rounds (jwt.go).
+//
+// With -scale it measures instead 1, 2 and 3 gateways on one PostgreSQL
+// (scale.go): new keys and replays, the CPU spent and the server's commits
+// per request, for docs/capacity.md's model.
 //
 // With -traces it measures instead the gateway's cost of OpenTelemetry
 // traces (traces.go): on each store, a build without tracing wiring, one
@@ -58,6 +69,14 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	traces := flag.Bool("traces", false, "measure the gateways without tracing wiring, with tracing off and on (OTLP to a "+
 		"local receiver), and nothing else")
+	suite := flag.Bool("suite", false, "measure every surface: the HTTP rounds, then the Go benchmarks of the MCP proxy, "+
+		"the consumers and the outbox relay, and print one table of the gateway against each floor")
+	quick := flag.Bool("quick", false, "with -suite: a short run, for a smoke test (figures too noisy to judge)")
+	md := flag.String("md", "bench.md", "with -suite: write the table as Markdown to this file (empty: none)")
+	goCount := flag.Int("count", 3, "with -suite: runs of each Go benchmark (their medians are reported)")
+	scale := flag.Bool("scale", false, "measure 1, 2 and 3 gateways on one PostgreSQL (-c: 32,96 unless given), new keys "+
+		"and replays, with the CPU and the server's commits per request, and nothing else")
+	flag.IntVar(&pgBatches, "batches", 0, "the PostgreSQL gateway's step transactions in flight (0: the store's default)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		stop, err := profileCPU(*cpuprofile)
@@ -67,7 +86,22 @@ func main() {
 		}
 		defer stop()
 	}
-	do := func() error { return run(*n, *rounds, *conc, *pg, *calls, *jwt, *only) }
+	do := func() error {
+		_, err := run(*n, *rounds, *conc, *pg, *calls, *jwt, *only, os.Stdout)
+		return err
+	}
+	if *suite {
+		do = func() error {
+			return runSuite(suiteOptions{n: *n, rounds: *rounds, conc: *conc, pg: *pg, quick: *quick, md: *md,
+				count: *goCount, command: strings.Join(os.Args, " ")})
+		}
+	}
+	if *scale {
+		if !isSet("c") {
+			*conc = "32,96"
+		}
+		do = func() error { return runScale(*n, *rounds, *conc, *pg, os.Stdout) }
+	}
 	if *traces {
 		do = func() error { return runTraces(*n, *rounds, *conc, *pg) }
 	}
@@ -75,6 +109,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// isSet reports whether the flag was given.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func envOr(k, def string) string {
@@ -98,17 +139,27 @@ type row struct {
 	c      int
 }
 
-func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string) error {
+// outcome is what a run measured: its rows, and each store's commit
+// latencies.
+type outcome struct {
+	results       map[row]*result
+	commits       map[string]commitLatency
+	concurrencies []int
+}
+
+// run measures the HTTP targets and prints every row to w, then the
+// checks (on stdout).
+func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string, w io.Writer) (outcome, error) {
 	concurrencies, err := parseConcurrencies(concList)
 	if err != nil || rounds < 1 || n < rounds {
-		return fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
+		return outcome{}, fmt.Errorf("-n %d -rounds %d -c %q: want n >= rounds >= 1: %v", n, rounds, concList, err)
 	}
 	upstream := newUpstream()
 	defer upstream.Close()
 	env, err := setup(upstream.URL, pgDSN, counting, jwt)
 	defer env.cleanup()
 	if err != nil {
-		return err
+		return outcome{}, err
 	}
 	if only != "" {
 		env.targets = slices.DeleteFunc(env.targets, func(t target) bool { return !strings.Contains(t.name, only) })
@@ -118,11 +169,13 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string)
 			}
 		}
 	}
+	env.drop(excluded)
 	results, commits, err := measureAll(env, n, rounds, concurrencies)
 	if err != nil {
-		return err
+		return outcome{}, err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	out := outcome{results, commits, concurrencies}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\twrites\tconcurrency\treq/s\tp50 ms\tp99 ms\t")
 	for _, t := range env.targets {
 		for _, mode := range t.modes() {
@@ -133,13 +186,25 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string)
 		}
 	}
 	if err := tw.Flush(); err != nil {
-		return err
+		return out, err
 	}
 	report(os.Stdout, commits, results, concurrencies)
 	if env.calls != nil {
 		printCalls(os.Stdout, env, env.calls, concurrencies)
 	}
-	return sealed(os.Stdout, env)
+	return out, sealed(os.Stdout, env)
+}
+
+// excluded are the targets a run does not measure (set up all the same):
+// the suite leaves out the twins that other issues' checks compare.
+var excluded []string
+
+// drop takes the named targets out of the run.
+func (e *benchEnv) drop(names []string) {
+	e.targets = slices.DeleteFunc(e.targets, func(t target) bool { return slices.Contains(names, t.name) })
+	for _, name := range names {
+		delete(e.logs, name) // not loaded: nothing to seal
+	}
 }
 
 // newUpstream is the trivial upstream every target reaches: it reads the

@@ -71,8 +71,12 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	start := time.Now()
-	for range c {
+	for w := range c {
 		wg.Add(1)
+		base := t.url
+		if len(t.urls) > 0 { // several gateways: each worker keeps to one
+			base = t.urls[w%len(t.urls)]
+		}
 		go func() {
 			defer wg.Done()
 			for {
@@ -85,7 +89,7 @@ func measureOnce(t target, mode string, n, c int) (round, error) {
 					key = fmt.Sprintf("bench-%d", keySeq.Add(1))
 				}
 				t0 := time.Now()
-				if err := do(client, t.url, key); err != nil {
+				if err := do(client, base, key); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}

@@ -61,8 +61,8 @@ func checks(commits map[string]commitLatency, r map[row]*result, concurrencies [
 		want      float64
 	}{{gwSQLite, floorSQLite, 2}, {gwPostgres, floorPG, 1}} {
 		gwNew, ok := r[row{s.gw, "new-key", hi}]
-		if !ok {
-			continue
+		if !ok || r[row{proxy, "new-key", hi}] == nil || r[row{s.floor, "new-key", hi}] == nil {
+			continue // -only left its comparisons out
 		}
 		floor := r[row{s.floor, "new-key", hi}]
 		ratio := gwNew.rate / floor.rate

@@ -24,6 +24,10 @@ import (
 
 const token = "bench-token"
 
+// pgBatches is the PostgreSQL gateway's batches in flight (-batches; 0:
+// the store's default).
+var pgBatches int
+
 // The targets' names, as the table and the checks use them.
 const (
 	direct      = "(a) direct"
@@ -50,6 +54,9 @@ type target struct {
 	url    string
 	action bool
 	token  string // the bearer token its writes send: the bench principal's by default
+	// urls, if set, are several gateways on one store, the load spread
+	// over them (-scale): each worker sends to one, url is the first.
+	urls []string
 	// flush, if set, ends each of the target's rounds, within its time:
 	// the traced gateway exports its round's spans then, so that their
 	// cost is its own and not spread over the next target's round.
@@ -177,7 +184,7 @@ func (e *benchEnv) postgres(base, upstream, dir string) error {
 	if err != nil {
 		return err
 	}
-	pgStore, err := postgres.Open(ctx, dsn, postgres.Options{})
+	pgStore, err := postgres.Open(ctx, dsn, postgres.Options{Batches: pgBatches})
 	if err != nil {
 		return err
 	}

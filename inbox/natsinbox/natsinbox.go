@@ -111,6 +111,22 @@ func (s *Source) defaults() {
 	}
 }
 
+// readAhead is how many messages the server may hand the consumer before
+// they are acknowledged (MaxAckPending, and each pull's size): twice
+// Concurrency, so that while Concurrency messages wait for their commits
+// the next ones are here already, and a slot that frees is filled without
+// a round trip to the server. The handling stays bounded by Concurrency; a
+// message read ahead waits a handling's time at most, far within its
+// AckWait. At Concurrency 1 it is 1: a message read ahead could be handled
+// while the one before it waits out a NAK's delay, and concurrency 1
+// keeps the order.
+func (s Source) readAhead() int {
+	if s.Concurrency <= 1 {
+		return 1
+	}
+	return 2 * s.Concurrency
+}
+
 type runner struct {
 	src Source
 	c   *inbox.Consumer
@@ -137,7 +153,7 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		return cons, err
 	}
 	cc := jetstream.ConsumerConfig{Durable: r.src.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
-		MaxAckPending: r.src.Concurrency, AckWait: r.src.AckWait, FilterSubject: r.src.Subject, MaxDeliver: -1,
+		MaxAckPending: r.src.readAhead(), AckWait: r.src.AckWait, FilterSubject: r.src.Subject, MaxDeliver: -1,
 		Description: "idemgate consumer " + r.c.Name}
 	startAt(r.src.Start, &cc, time.Now())
 	r.src.Logger.Warn("durable consumer missing: created", slog.String("consumer", r.c.Name),
@@ -165,7 +181,7 @@ func (r *runner) consume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.Concurrency), jetstream.PullHeartbeat(2*time.Second),
+	it, err := cons.Messages(jetstream.PullMaxMessages(r.src.readAhead()), jetstream.PullHeartbeat(2*time.Second),
 		jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return err

@@ -167,7 +167,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	state, attempts, reason := p.State(), 0, "reserve"
 	var tokenArg *string
 	if state == ledger.Executing {
-		attempts, reason, tokenArg = 1, "reserve with lease", &token
+		attempts, reason, tokenArg = 1, ledger.ReasonReserveWithLease, &token
 	}
 	var inserted, lapsed bool
 	var op *ledger.Operation

@@ -118,7 +118,7 @@ func (d driver) Insert(ctx context.Context, id, token string, p ledger.ReservePa
 	state, attempts, reason := p.State(), 0, "reserve"
 	var tokenArg any
 	if state == ledger.Executing {
-		attempts, reason, tokenArg = 1, "reserve with lease", token
+		attempts, reason, tokenArg = 1, ledger.ReasonReserveWithLease, token
 	}
 	var created, expires int64
 	var leaseUntil sql.NullInt64

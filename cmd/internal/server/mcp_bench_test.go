@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -98,15 +101,19 @@ func benchCalls(b *testing.B, url string, c int, guarded bool) {
 		sessions <- benchSession(b, url)
 	}
 	b.SetParallelism((c + 1) / 2) // GOMAXPROCS is 2 here: 1 → 2 goroutines; keep c=1 sequential below
+	lat := &latencies{}
+	defer lat.report(b)
 	call := func(s *mcp.ClientSession) {
 		args := map[string]any{"title": "bench"}
 		if guarded {
 			args["intent"] = "i-" + strconv.FormatInt(benchIntent.Add(1), 10)
 		}
+		t0 := time.Now()
 		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_ticket", Arguments: args})
 		if err != nil || res.IsError {
 			b.Fatalf("call: %v %+v", err, res)
 		}
+		lat.add(time.Since(t0))
 	}
 	b.ResetTimer()
 	if c == 1 {
@@ -123,6 +130,29 @@ func benchCalls(b *testing.B, url string, c int, guarded bool) {
 			call(s)
 		}
 	})
+}
+
+// latencies are a benchmark's calls' latencies, reported as its p50 and
+// p99 (cmd/bench's suite reads them beside ns/op, a mean).
+type latencies struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.all) == 0 {
+		return
+	}
+	slices.Sort(l.all)
+	at := func(q float64) float64 { return float64(l.all[int(float64(len(l.all)-1)*q)]) / 1e6 }
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
 }
 
 // benchReplays calls one intent again and again: each a replay.
