@@ -13,17 +13,19 @@ import (
 // principal the server is open to: of one of its tenants, with one of its
 // roles (each list, when set). Anyone else is refused with 403 before
 // any session is opened; nothing is reserved or sent. A request without
-// a principal goes on, to be refused as unauthenticated.
+// a principal goes on, to be refused as unauthenticated. An admitted
+// principal's isolated upstream is started then, if it is not up: its
+// first call does not wait for a process to start.
 func (ps *proxied) admitted(next http.Handler) http.Handler {
-	if len(ps.cfg.Roles) == 0 && len(ps.cfg.Tenants) == 0 {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, ok := ps.p.opts.Caller(r)
 		if ok {
 			if msg := ps.refusedTo(pr); msg != "" {
 				contract.NewProblem(contract.CodeForbidden, msg).Write(w)
 				return
+			}
+			if key := ps.isolationKey(pr); key != "" {
+				ps.pool.warm(key)
 			}
 		}
 		next.ServeHTTP(w, r)

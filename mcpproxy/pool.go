@@ -74,6 +74,24 @@ func (ps *proxied) call(ctx context.Context, pr approval.Principal, p *mcp.CallT
 func (pl *pool) take(key string) (*upstream, error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	m, err := pl.memberLocked(key)
+	if err != nil {
+		return nil, err
+	}
+	m.inFlight++
+	return m.up, nil
+}
+
+// warm starts key's upstream if it has none (and room), for its calls
+// to come.
+func (pl *pool) warm(key string) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	_, _ = pl.memberLocked(key)
+}
+
+// memberLocked is key's member, started if it has none, marked used now.
+func (pl *pool) memberLocked(key string) (*member, error) {
 	m := pl.members[key]
 	if m == nil {
 		if len(pl.members) >= maxIsolated && !pl.evictLocked() {
@@ -82,9 +100,8 @@ func (pl *pool) take(key string) (*upstream, error) {
 		m = pl.startLocked()
 		pl.members[key] = m
 	}
-	m.inFlight++
 	m.last = time.Now()
-	return m.up, nil
+	return m, nil
 }
 
 // give ends a call that take began.
