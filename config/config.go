@@ -60,8 +60,10 @@ type Config struct {
 	// MCPServers are the MCP servers proxied at /mcp/{name}, each guarded
 	// tool call an operation (docs/design.md, "MCP proxy").
 	MCPServers []*MCPServer `yaml:"mcp_servers"`
-	Limits     Limits       `yaml:"limits"`
-	Audit      *Audit       `yaml:"audit"`
+	// MCPSessions bound the sessions MCP clients hold of the proxy.
+	MCPSessions MCPSessions `yaml:"mcp_sessions"`
+	Limits      Limits      `yaml:"limits"`
+	Audit       *Audit      `yaml:"audit"`
 	// MetricsListen, if set, serves /metrics on this address instead of
 	// the main listener (which then has none): scrapes stay off the API's
 	// network.

@@ -72,6 +72,43 @@ type MCPTool struct {
 	approvalLines map[string]int
 }
 
+// MCPSessions bound the sessions MCP clients hold of the proxy's
+// Streamable HTTP front (docs/design.md, "MCP proxy"): a session holds
+// its client's state until the client ends it, so these free those it
+// forgot and refuse a client that opens without end.
+type MCPSessions struct {
+	// IdleTimeout closes a session no request used for this long (30m);
+	// an open event stream is no use, a client that idles pings.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxPerPrincipal is how many sessions one principal holds at once
+	// (100); Max how many the gateway holds, of everyone (10000). A new
+	// one past either is refused.
+	MaxPerPrincipal int `yaml:"max_per_principal"`
+	Max             int `yaml:"max"`
+}
+
+// checkMCPSessions checks the session limits and fills their defaults.
+func (c *Config) checkMCPSessions() error {
+	s := &c.MCPSessions
+	if s.IdleTimeout < 0 || s.MaxPerPrincipal < 0 || s.Max < 0 {
+		return c.errorf(c.lines["mcp_sessions"], "mcp_sessions: idle_timeout, max_per_principal and max must be positive")
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = 30 * time.Minute
+	}
+	if s.Max == 0 {
+		s.Max = 10000
+	}
+	if s.MaxPerPrincipal == 0 {
+		s.MaxPerPrincipal = min(100, s.Max)
+	}
+	if s.MaxPerPrincipal > s.Max {
+		return c.errorf(c.lines["mcp_sessions"], "mcp_sessions: max_per_principal (%d) is more than max (%d)",
+			s.MaxPerPrincipal, s.Max)
+	}
+	return nil
+}
+
 // mcpName is what an MCP server may be called: a path segment and part of
 // every operation's route.
 var mcpName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -81,6 +118,9 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // checkMCPServers validates every MCP server and its tools.
 func (c *Config) checkMCPServers() error {
+	if err := c.checkMCPSessions(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, s := range c.MCPServers {
 		if s == nil {

@@ -70,3 +70,33 @@ func TestMCPServersConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPSessionsConfig: mcp_sessions has its defaults, takes its
+// settings, and refuses a negative one or a principal's limit past the
+// gateway's, at its line.
+func TestMCPSessionsConfig(t *testing.T) {
+	const server = "  - {name: t, command: [x]}\n"
+	cfg, err := Parse("gw.yaml", []byte(mcpBase+server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.MCPSessions; s != (MCPSessions{IdleTimeout: 30 * time.Minute, MaxPerPrincipal: 100, Max: 10000}) {
+		t.Fatalf("defaults: %+v", s)
+	}
+	cfg, err = Parse("gw.yaml", []byte(mcpBase+server+"mcp_sessions: {idle_timeout: 5m, max: 8}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.MCPSessions; s != (MCPSessions{IdleTimeout: 5 * time.Minute, MaxPerPrincipal: 8, Max: 8}) {
+		t.Fatalf("set: %+v", s)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"mcp_sessions: {idle_timeout: -1s}\n", "gw.yaml:6: mcp_sessions: idle_timeout, max_per_principal and max must be positive"},
+		{"mcp_sessions: {max_per_principal: 20, max: 10}\n", "gw.yaml:6: mcp_sessions: max_per_principal (20) is more than max (10)"},
+		{"mcp_sessions: {idle: 1m}\n", "idle"},
+	} {
+		if _, err := Parse("gw.yaml", []byte(mcpBase+server+tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -53,6 +53,7 @@ var restartSettings = []restartSetting{
 	{"metrics_tls", func(c *Config) string { return tlsPaths(c.MetricsTLS) }},
 	// The MCP proxy holds its upstreams' processes and sessions.
 	{"mcp_servers", func(c *Config) string { return mcpServersOf(c) }},
+	{"mcp_sessions", func(c *Config) string { return fmt.Sprintf("%+v", c.MCPSessions) }},
 	// Consumers hold their broker connections from the start; what a
 	// message is delivered to (deliver, tenant, lease, retention) may
 	// change.

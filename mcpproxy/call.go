@@ -18,32 +18,53 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// guard is the proxy's receiving middleware: a tools/call that is guarded
-// goes through the executor; any other request goes on to the SDK (a tool
-// that is not, to its handler: forward).
+// guard is the proxy's receiving middleware: tools/list lists the tools as
+// their server wrote them; a tools/call is traced (its
+// own trace, or the agent's), and one that is guarded goes through the
+// executor; any other request goes on to the SDK (a tool that is not, to
+// its handler: forward).
 func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/list" {
+			res, err := next(ctx, method, req)
+			return ps.asWritten(res), err
+		}
 		call, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || call.Params == nil {
 			return next(ctx, method, req)
 		}
-		pr, ok := principalIn(call)
-		if !ok {
-			return nil, errors.New("no principal")
-		}
-		if msg := ps.toolRefused(call.Params.Name, pr); msg != "" {
-			return refusal(contract.CodeForbidden, msg, nil), nil
-		}
-		t := ps.lookup(call.Params.Name)
-		if t == nil || !t.guards(call) {
-			return next(ctx, method, req)
-		}
-		c, refused := ps.readCall(t, pr, call)
-		if refused != nil {
-			return refused, nil
-		}
-		return ps.guarded(ctx, call, c)
+		ctx, span := ps.callSpan(ctx, call)
+		var ran *keyed.Result
+		res, err := ps.serve(ctx, call, next, &ran)
+		endCallSpan(span, ran, res, err)
+		return res, err
 	}
+}
+
+// serve is a tools/call: guarded, through the executor (ran is what it
+// made of it), or not, to the SDK.
+func (ps *proxied) serve(ctx context.Context, call *mcp.CallToolRequest, next mcp.MethodHandler, ran **keyed.Result) (mcp.Result, error) {
+	pr, ok := principalOf(call.Extra)
+	if !ok {
+		return nil, errors.New("no principal")
+	}
+	if msg := ps.toolRefused(call.Params.Name, pr); msg != "" {
+		return refusal(contract.CodeForbidden, msg, nil), nil
+	}
+	t := ps.lookup(call.Params.Name)
+	if t == nil || !t.guards(call) {
+		return next(ctx, "tools/call", call)
+	}
+	c, refused := ps.readCall(t, pr, call)
+	if refused != nil {
+		return refused, nil
+	}
+	res, err := ps.p.opts.Executor.Execute(ctx, c.cmd, ps.send(c))
+	if err != nil {
+		return nil, err
+	}
+	*ran = &res
+	return ps.answer(ctx, call, res)
 }
 
 // guards reports whether call is guarded: its tool is, or it names a key
@@ -82,7 +103,7 @@ func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		delete(obj, t.intent)
 		args, _ = json.Marshal(obj)
 	}
-	pr, _ := principalIn(req)
+	pr, _ := principalOf(req.Extra)
 	ctx, span, meta := ps.toolSpan(ctx, req.Params.Name, "", forwardedMeta(req.Params.Meta))
 	res, err := ps.call(ctx, pr, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
 	endToolSpan(span, res, err)
@@ -223,16 +244,6 @@ func unmarked(m mcp.Meta) mcp.Meta {
 	return m
 }
 
-// guarded runs a checked call on the executor: reserved, sent once,
-// recorded, then answered.
-func (ps *proxied) guarded(ctx context.Context, req *mcp.CallToolRequest, c *call) (*mcp.CallToolResult, error) {
-	res, err := ps.p.opts.Executor.Execute(ctx, c.cmd, ps.send(c))
-	if err != nil {
-		return nil, err
-	}
-	return ps.answer(ctx, req, res)
-}
-
 // send is the effect of a call this command owns: the call, sent once,
 // and what its answer means. A call that never left (no session) is not
 // sent; one sent that got no answer may have taken effect.
@@ -270,16 +281,4 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		res.Meta = unmarked(res.Meta)
 		return envelopeOutcome(contract.FateSucceeded, "mcp_result", envelope{Result: res}), nil
 	}
-}
-
-// principalKey is where the caller's principal rides in the token info
-// the SDK hands each request.
-const principalKey = "idemgate.principal"
-
-func principalIn(req *mcp.CallToolRequest) (approval.Principal, bool) {
-	if req.Extra == nil || req.Extra.TokenInfo == nil {
-		return approval.Principal{}, false
-	}
-	p, ok := req.Extra.TokenInfo.Extra[principalKey].(approval.Principal)
-	return p, ok
 }

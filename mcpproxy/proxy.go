@@ -24,7 +24,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +91,12 @@ type Options struct {
 	// "tools/call TOOL") and hands its trace context on in the call's
 	// _meta; nil traces nothing.
 	Tracer trace.Tracer
+	// Sessions bound the clients' sessions (their defaults if zero);
+	// Observer hears of them (the metrics), and Now is the clock their
+	// idleness is read on (time.Now if nil).
+	Sessions Sessions
+	Observer Observer
+	Now      func() time.Time
 }
 
 // Proxy serves the configured MCP servers.
@@ -101,6 +106,11 @@ type Proxy struct {
 	handler http.Handler
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+	// sessions are the clients' open sessions, of every server.
+	sessions *registry
+	// streams ends with EndStreams: the clients' event streams end.
+	streams    context.Context
+	endStreams context.CancelFunc
 }
 
 // New starts a connection to every server and waits, up to each one's
@@ -117,7 +127,9 @@ func New(opts Options) (*Proxy, error) {
 		opts.ApprovalURL = func(id string) string { return "/ui/approvals/" + id }
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	p := &Proxy{opts: opts, servers: map[string]*proxied{}, stop: stop}
+	p := &Proxy{opts: opts, servers: map[string]*proxied{}, stop: stop,
+		sessions: newRegistry(opts.Sessions, opts.Now, opts.Observer)}
+	p.streams, p.endStreams = context.WithCancel(context.Background())
 	for _, s := range opts.Servers {
 		if s.Timeout <= 0 {
 			s.Timeout = 30 * time.Second
@@ -134,6 +146,8 @@ func New(opts Options) (*Proxy, error) {
 		go func() { defer p.wg.Done(); ps.up.run(ctx) }()
 		go func() { defer p.wg.Done(); ps.pool.sweep() }()
 	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); p.sessions.sweep(ctx) }()
 	for _, ps := range p.servers {
 		_, _ = ps.up.current(ctx, ps.cfg.Timeout)
 	}
@@ -147,8 +161,14 @@ func (p *Proxy) Handler() http.Handler { return p.handler }
 
 // Close stops every server the proxy started, and closes every session.
 func (p *Proxy) Close() {
+	p.endStreams()
 	p.stop()
 	p.wg.Wait()
+	for _, ps := range p.servers {
+		for ss := range ps.srv.Sessions() {
+			_ = ss.Close()
+		}
+	}
 }
 
 // Started is how many sessions server has had (its stdio processes):
@@ -190,6 +210,8 @@ type proxied struct {
 	pool *pool     // the isolated upstreams (Server.Isolation)
 	srv  *mcp.Server
 	http http.Handler
+	// raw keeps the upstream's tools as it wrote them.
+	raw *rawTools
 
 	mu    sync.Mutex
 	tools map[string]*tool
@@ -197,15 +219,19 @@ type proxied struct {
 }
 
 func newProxied(p *Proxy, s Server) *proxied {
-	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}}
+	ps := &proxied{p: p, cfg: s, tools: map[string]*tool{}, raw: newRawTools()}
 	ps.srv = mcp.NewServer(&mcp.Implementation{Name: "idemgate/" + s.Name, Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-		Logger:       slog.New(quietNotices{p.opts.Logger.Handler()}),
+		Logger:       sdkLogger(p.opts.Logger),
 	})
 	ps.srv.AddTool(statusTool(), ps.status)
-	ps.srv.AddReceivingMiddleware(ps.guard)
+	ps.srv.AddReceivingMiddleware(p.tracked, ps.guard)
 	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
 	ps.up.connected = ps.list
+	ps.up.wrap = ps.raw.wrap
+	if ps.up.hc != nil { // an HTTP server's
+		ps.up.hc.Transport = recordingRT{next: ps.up.hc.Transport, r: ps.raw}
+	}
 	// JSONResponse: a call is answered with one application/json body
 	// rather than an SSE stream of one event, which every Streamable HTTP
 	// client accepts and costs a replay about a tenth less. What is not an
@@ -213,7 +239,7 @@ func newProxied(p *Proxy, s Server) *proxied {
 	// standalone stream, which clients open by default; without it the
 	// refusal's text still carries the URL.
 	ps.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ps.srv },
-		&mcp.StreamableHTTPOptions{Logger: p.opts.Logger, JSONResponse: true})
+		&mcp.StreamableHTTPOptions{Logger: sdkLogger(p.opts.Logger), JSONResponse: true})
 	return ps
 }
 
@@ -229,31 +255,4 @@ func (ps *proxied) refresh() {
 			}
 		}
 	}()
-}
-
-// quietNotices logs the SDK's failures to tell one session of a change at
-// DEBUG: a client without a standalone stream cannot be told, and a WARN
-// per open session would bury the one line (publish) that says what
-// changed.
-type quietNotices struct{ slog.Handler }
-
-// Handle implements slog.Handler.
-func (h quietNotices) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") {
-		if !h.Enabled(ctx, slog.LevelDebug) {
-			return nil
-		}
-		r.Level = slog.LevelDebug
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-// WithAttrs implements slog.Handler.
-func (h quietNotices) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietNotices{h.Handler.WithAttrs(as)}
-}
-
-// WithGroup implements slog.Handler.
-func (h quietNotices) WithGroup(name string) slog.Handler {
-	return quietNotices{h.Handler.WithGroup(name)}
 }

@@ -43,7 +43,7 @@ func (ps *proxied) status(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return refusal(contract.CodeInvalidCommand, "want {tool, intent}: "+err.Error(), nil), nil
 	}
-	pr, ok := principalIn(req)
+	pr, ok := principalOf(req.Extra)
 	if !ok {
 		return nil, errors.New("no principal")
 	}

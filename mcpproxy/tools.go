@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -42,6 +43,9 @@ type tool struct {
 	// its business and concurrency keys.
 	policy               keyed.Policy
 	business, concurrent []string
+	// listed is the tool as the proxy lists it, in its server's own
+	// bytes (nil: as the SDK has it).
+	listed json.RawMessage
 }
 
 // guarded decides whether a tool is guarded: by its setting if it has
@@ -115,6 +119,7 @@ func (ps *proxied) tool(up *mcp.Tool) (*tool, *mcp.Tool, error) {
 	t.validate = validate
 	switch {
 	case !t.guarded:
+		t.listed = ps.written(up.Name, nil)
 		return t, up, nil
 	case verr != nil:
 		return nil, nil, fmt.Errorf("its input schema: %w", verr)
@@ -123,6 +128,7 @@ func (ps *proxied) tool(up *mcp.Tool) (*tool, *mcp.Tool, error) {
 	}
 	shown := *up
 	shown.InputSchema = schema
+	t.listed = ps.written(up.Name, schema)
 	return t, &shown, nil
 }
 
@@ -212,10 +218,10 @@ func validator(raw []byte) (func(any) (any, error), error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
-	if err := c.AddResource("tool.json", doc); err != nil {
+	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, err
 	}
-	sch, err := c.Compile("tool.json")
+	sch, err := c.Compile(schemaURL)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +230,32 @@ func validator(raw []byte) (func(any) (any, error), error) {
 			args = map[string]any{}
 		}
 		if err := sch.Validate(args); err != nil {
-			return nil, fmt.Errorf("the arguments do not match the tool's input schema: %v", err)
+			return nil, fmt.Errorf("the arguments do not match the tool's input schema: %s", schemaErrors(err))
 		}
 		return args, nil
 	}, nil
+}
+
+// schemaURL names a tool's input schema to the validator: absolute, so
+// that it is never made a file of the gateway's working directory, which
+// a refusal would show.
+const schemaURL = "urn:idemgate:mcp-tool-input"
+
+// schemaErrors is what a validation error says is wrong (each cause's
+// JSON pointer and complaint), without its first line, which names the
+// schema.
+func schemaErrors(err error) string {
+	_, causes, ok := strings.Cut(err.Error(), "\n")
+	if !ok {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(causes, "\n") {
+		if line = strings.TrimPrefix(strings.TrimSpace(line), "- "); line != "" {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // noLoader refuses every remote reference of a server's schema.

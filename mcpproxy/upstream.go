@@ -35,6 +35,9 @@ type upstream struct {
 	// connected hears each new session, before any call uses it (the
 	// proxy lists its tools then).
 	connected func(ctx context.Context, s *mcp.ClientSession) error
+	// wrap, if set, wraps each new connection's transport (the proxy
+	// records the tools as the server writes them).
+	wrap func(mcp.Transport) mcp.Transport
 
 	// redact hides the url's secrets in every error shown or logged.
 	redact redactor
@@ -105,7 +108,11 @@ func (u *upstream) run(ctx context.Context) {
 func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
 	defer cancel()
-	s, err := u.client.Connect(cctx, u.transport(ctx), nil)
+	t := u.transport(ctx)
+	if u.wrap != nil {
+		t = u.wrap(t)
+	}
+	s, err := u.client.Connect(cctx, t, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -150,6 +150,10 @@ func (h *handlers) submit(ctx context.Context, req *mcp.CallToolRequest, in Subm
 // with a step), and says what became of it.
 func (h *handlers) perform(ctx context.Context, a agent.Action, name, step string) (*mcp.CallToolResult, Result, error) {
 	out, err := h.c.Do(ctx, a)
+	if errors.Is(err, agent.ErrPayloadChanged) && out.Key == "" {
+		r := stepped(h.changed(name, a.Mode), h.seal(name), step)
+		return errorUnlessDone(r), r, nil
+	}
 	if err != nil && out.Key == "" {
 		return nil, Result{}, h.refusal(err)
 	}
@@ -162,6 +166,23 @@ func (h *handlers) perform(ctx context.Context, a agent.Action, name, step strin
 		r.Reason += "; the journal could not record this outcome (" + err.Error() + "): resuming asks the gateway first"
 	}
 	return errorUnlessDone(r), r, nil
+}
+
+// changed is the refusal of a write whose method, path or body differs
+// from the one its intent was made for: nothing was sent, and the model
+// is told the two ways on, the mode spelt as it passes it.
+func (h *handlers) changed(name string, mode agent.Mode) Result {
+	intent := h.seal(name)
+	why := "resume"
+	if mode == agent.Repeat {
+		why = "repeat (an identical action once more)"
+	}
+	return Result{Intent: intent, Kind: string(agent.Conflict), Sent: string(agent.SentNo),
+		Reason: fmt.Sprintf("nothing was sent: the method, path or body differs from the request intent %q was made "+
+			"for, and mode %s needs the same request", intent, why),
+		NextStep: fmt.Sprintf(`Nothing was sent. If you meant this intent's own action, call submit_write again with `+
+			`intent %q and its original method, path and body. If its parameters changed on purpose, call submit_write `+
+			`with intent %q, the new method, path and body, and mode: "revise".`, intent, intent)}
 }
 
 // errorUnlessDone marks a result whose write was not performed (now or

@@ -204,11 +204,19 @@ func TestSubmitStatusAndList(t *testing.T) {
 		t.Fatalf("second call: %+v", done)
 	}
 
-	// A changed payload under the intent: a tool error, nothing sent.
+	// A changed payload under the intent: a tool error, nothing sent, said
+	// as every refusal is (kind, sent, next_step), with the mode to pass.
 	write["body"] = map[string]any{"title": "Other"}
-	if _, res := call(t, cs, "submit_write", write); !res.IsError || !strings.Contains(fmt.Sprint(res.Content[0]), "differs") {
-		t.Fatalf("changed payload: %+v", res)
+	for _, mode := range []string{"resume", "repeat"} {
+		write["mode"] = mode
+		changed, res := call(t, cs, "submit_write", write)
+		if !res.IsError || changed.Kind != "conflict" || changed.Sent != "no" || changed.Intent != first.Intent ||
+			!strings.Contains(changed.Reason, "differs") || !strings.Contains(changed.NextStep, `mode: "revise"`) ||
+			sends.Load() != 1 {
+			t.Fatalf("changed payload, mode %s: %+v %+v", mode, changed, res)
+		}
 	}
+	delete(write, "mode")
 
 	// The timeout path: the answer is lost, the gateway says unknown.
 	lost, _ := call(t, cs, "submit_write", map[string]any{"intent": sealed("task-9/charge"), "method": "POST", "path": "/v1/lost"})

@@ -35,6 +35,7 @@ type Metrics struct {
 	history *History
 	store   *storeCollector        // nil without a store
 	queues  *consumerMetrics       // the consumers' parks and connections
+	mcp     *mcpMetrics            // the MCP proxy's sessions; nil without one
 	own     []prometheus.Collector // idemgate's families, for Described
 	tenants []string               // the configuration's, sorted
 }
@@ -57,6 +58,9 @@ type Options struct {
 	// Consumers are the configuration's consumers, by name: each one's
 	// series start at zero (parks by the reasons inbox names).
 	Consumers []string
+	// MCP says the gateway proxies MCP servers: the families of its
+	// client sessions exist.
+	MCP bool
 }
 
 var _ keyed.RouteObserver = (*Metrics)(nil)
@@ -114,6 +118,7 @@ func New(o Options) *Metrics {
 	m.Register(m.created, m.duplicates, m.avoided, m.conflicts, m.retries, m.resolutions, m.found, m.leaseExpiries,
 		m.approvalExpiries, m.fenced, m.storeErrors, m.reconcile, m.requests, m.upstream)
 	m.queues = newConsumerMetrics(m, o.Consumers)
+	m.mcp = newMCPMetrics(m, o.MCP)
 	if o.Store != nil {
 		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
 		m.Register(m.store)

@@ -139,8 +139,8 @@ func listenGateway(ctx context.Context, cfg *config.Config, log *slog.Logger, op
 
 func (gs *gatewayServer) addr() string { return gs.ln.Addr().String() }
 
-// run serves until ctx ends, then lets requests in flight finish within
-// shutdown_timeout, then stops the background work (its jobs, then the
+// run serves until ctx ends, then ends the MCP clients' event streams and
+// lets requests in flight finish within shutdown_timeout, then stops the background work (its jobs, then the
 // audit batcher's flush, then the final seal), and closes the store.
 func (gs *gatewayServer) run(ctx context.Context) error {
 	defer gs.store.Close()
@@ -169,6 +169,7 @@ func (gs *gatewayServer) run(ctx context.Context) error {
 	gs.log.Info("shutting down", slog.Duration("timeout", gs.cfg.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gs.cfg.ShutdownTimeout)
 	defer cancel()
+	gs.s.EndMCPStreams() // an idle MCP client's event stream never ends on its own
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

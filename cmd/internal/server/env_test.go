@@ -241,6 +241,12 @@ func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 // newEnvWith is newEnv whose upstream "bare" is served by bare, if given:
 // an upstream a test needs to behave as the counting one does not.
 func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare http.Handler, opts ...server.Option) *env {
+	return newEnvEdited(t, store, dsn, extraRoutes, bare, func(s string) string { return s }, opts...)
+}
+
+// newEnvEdited is newEnvWith on the configuration edit makes of its text.
+func newEnvEdited(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare http.Handler, edit func(string) string,
+	opts ...server.Option) *env {
 	up := newUpstream(t)
 	bareURL := up.srv.URL
 	if bare != nil {
@@ -250,7 +256,7 @@ func newEnvWith(t testing.TB, store ledger.Store, dsn, extraRoutes string, bare 
 	}
 	text := fmt.Sprintf(configTemplate, dsn, up.srv.URL, up.srv.URL, deadAddress(t), bareURL,
 		sha("agent-token"), sha("alice-token"), sha("globex-token"), sha("scraper-token"), extraRoutes)
-	cfg := loadConfig(t, t.TempDir(), text)
+	cfg := loadConfig(t, t.TempDir(), edit(text))
 	logs := &logBuffer{}
 	g, err := server.New(cfg, store, slog.New(slog.NewJSONHandler(logs, nil)), opts...)
 	if err != nil {

@@ -22,8 +22,11 @@ func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
 	for _, c := range sn.cfg.MCPServers {
 		servers = append(servers, mcpServer(c))
 	}
+	ms := sn.cfg.MCPSessions
 	return mcpproxy.New(mcpproxy.Options{Servers: servers, Executor: sn.gw.Executor(), Caller: gateway.CallerOf,
-		Logger: s.log, Tracer: s.tracing.Tracer(), ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id }})
+		Logger: s.log, Tracer: s.tracing.Tracer(), ApprovalURL: func(id string) string { return UIPrefix + "approvals/" + id },
+		Sessions: mcpproxy.Sessions{IdleTimeout: ms.IdleTimeout, PerPrincipal: ms.MaxPerPrincipal, Max: ms.Max},
+		Observer: s.metrics, Now: sn.cfg.Clock})
 }
 
 // mcpServer is one configured server as the proxy takes it.
@@ -47,6 +50,15 @@ func mcpServer(c *config.MCPServer) mcpproxy.Server {
 func (s *Server) mountMCP(sn *snapshot, mux *http.ServeMux) {
 	if s.mcp != nil {
 		mux.Handle(contract.MCPPath+"/", sn.gw.Authenticated(sn.gw.Limited(s.mcp.Handler())))
+	}
+}
+
+// EndMCPStreams ends the MCP clients' event streams, and refuses new
+// ones, before a graceful shutdown waits for the requests in flight: an
+// idle client's stream would hold it for the whole shutdown_timeout.
+func (s *Server) EndMCPStreams() {
+	if s.mcp != nil {
+		s.mcp.EndStreams()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,8 @@ import (
 )
 
 // TestMCPBadInputChangesNothing: each bad request is refused with nothing
-// forwarded and nothing recorded.
+// forwarded and nothing recorded, saying what is wrong (never the
+// gateway's own files).
 func TestMCPBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
@@ -37,6 +39,15 @@ func TestMCPBadInputChangesNothing(t *testing.T) {
 			if r := e.do("POST", c.path, c.token, c.body, mcpHeaders...); r.status != c.status {
 				t.Errorf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
 			}
+		}
+		// A call without a session is the client's error: it is told, and
+		// the log takes it below ERROR.
+		noSession := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"count_effects","arguments":{}}}`
+		if r := e.do("POST", "/mcp/tickets", "agent-token", noSession, mcpHeaders...); !strings.Contains(r.body, `"error"`) {
+			t.Errorf("a call without a session: %d %s", r.status, r.body)
+		}
+		if logs := e.logs.String(); strings.Contains(logs, `"level":"ERROR"`) {
+			t.Errorf("a client's error logged at ERROR: %s", logs)
 		}
 		s := e.session("agent-token", "tickets", nil)
 		// A session is its opener's: another principal's token on it is refused.
@@ -64,6 +75,10 @@ func TestMCPBadInputChangesNothing(t *testing.T) {
 			res := callTool(t, s, "create_ticket", c.args)
 			if !res.IsError || codeOf(res) != c.code {
 				t.Errorf("%s: %+v %s, want %s", c.name, res, textOf(res), c.code)
+			}
+			// A schema's refusal says what is wrong, never where the gateway runs.
+			if wd, _ := os.Getwd(); strings.Contains(textOf(res), "file:") || strings.Contains(textOf(res), wd) {
+				t.Errorf("%s: the refusal shows the gateway's files: %s", c.name, textOf(res))
 			}
 		}
 		if n := e.effectCount(); n != 0 {

@@ -82,7 +82,8 @@ func New(cfg *config.Config, store ledger.Store, log *slog.Logger, opts ...Optio
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, log: log, sessions: webui.NewSessions(),
-		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants(), Consumers: consumers(cfg)})}
+		metrics: metrics.New(metrics.Options{Store: store, Tenants: cfg.KnownTenants(), Consumers: consumers(cfg),
+			MCP: len(cfg.MCPServers) > 0})}
 	for _, o := range opts {
 		o(s)
 	}
