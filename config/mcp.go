@@ -19,8 +19,11 @@ import (
 // "MCP proxy"), served at /mcp/{name}: a stdio server the gateway starts
 // (Command), or a Streamable HTTP one (URL, with Headers that stay here).
 type MCPServer struct {
-	Name    string            `yaml:"name"`
-	Command []string          `yaml:"command"`
+	Name    string   `yaml:"name"`
+	Command []string `yaml:"command"`
+	// Env is added to a stdio server's environment (its credentials),
+	// which it otherwise inherits from the gateway's.
+	Env     map[string]string `yaml:"env"`
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
 	// Timeout bounds a call: one unanswered past it is unknown (30s).
@@ -28,6 +31,17 @@ type MCPServer struct {
 	// Tools are the tools' own settings; a tool not named here is guarded
 	// unless its annotations say readOnlyHint.
 	Tools map[string]*MCPTool `yaml:"tools"`
+	// Roles, if set, are the roles (one of them) a principal needs to use
+	// the server at all, as a route's; Tenants, if set, the only tenants
+	// whose principals may.
+	Roles   []string `yaml:"roles"`
+	Tenants []string `yaml:"tenants"`
+	// Isolation is who shares an upstream session, and a stdio server's
+	// process: tenant (the default), principal, or shared.
+	Isolation string `yaml:"isolation"`
+	// IsolatedIdle is how long an isolated upstream with no call in
+	// flight is kept before it is stopped (10m).
+	IsolatedIdle time.Duration `yaml:"isolated_idle"`
 
 	line      int
 	toolLines map[string]int
@@ -38,7 +52,10 @@ type MCPServer struct {
 type MCPTool struct {
 	// Guard, if set, guards the tool (true) or forwards it unrecorded
 	// (false), whatever its annotations say.
-	Guard          *bool            `yaml:"guard"`
+	Guard *bool `yaml:"guard"`
+	// Roles, if set, are the roles (one of them) a principal needs to call
+	// the tool, as an action's.
+	Roles          []string         `yaml:"roles"`
 	BusinessKey    string           `yaml:"business_key"`
 	ConcurrencyKey string           `yaml:"concurrency_key"`
 	Retention      time.Duration    `yaml:"retention"`
@@ -96,6 +113,9 @@ func (c *Config) checkMCPSessions() error {
 // every operation's route.
 var mcpName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
+// envName is what an environment variable of a stdio server may be called.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // checkMCPServers validates every MCP server and its tools.
 func (c *Config) checkMCPServers() error {
 	if err := c.checkMCPSessions(); err != nil {
@@ -125,9 +145,23 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 	case (len(s.Command) == 0) == (s.URL == ""):
 		return c.errorf(s.line, "%s: give either command (a stdio server) or url (a Streamable HTTP server)", what)
 	case len(s.Command) > 0 && len(s.Headers) > 0:
-		return c.errorf(s.line, "%s: headers go with url; a stdio server takes its credentials from its environment", what)
+		return c.errorf(s.line, "%s: headers go with url; a stdio server takes its credentials from its environment (env)", what)
+	case s.URL != "" && len(s.Env) > 0:
+		return c.errorf(s.line, "%s: env goes with command (a stdio server's environment); a url's credentials are headers", what)
 	case s.Timeout < 0:
 		return c.errorf(s.line, "%s: timeout must be positive", what)
+	case !slices.Contains([]string{"", "tenant", "principal", "shared"}, s.Isolation):
+		return c.errorf(s.line, "%s: isolation %q: want tenant (the default), principal or shared", what, s.Isolation)
+	case s.IsolatedIdle < 0:
+		return c.errorf(s.line, "%s: isolated_idle must be positive", what)
+	case slices.Contains(s.Roles, "") || slices.Contains(s.Tenants, ""):
+		return c.errorf(s.line, "%s: an empty role or tenant", what)
+	}
+	if s.Isolation == "" {
+		s.Isolation = "tenant"
+	}
+	if s.IsolatedIdle == 0 {
+		s.IsolatedIdle = 10 * time.Minute
 	}
 	if s.URL != "" {
 		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -136,6 +170,11 @@ func (c *Config) checkMCPServer(s *MCPServer) error {
 	}
 	if err := c.checkHeaderSet(what, s.Headers, nil, s.line); err != nil {
 		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		if !envName.MatchString(k) {
+			return c.errorf(s.line, "%s: env %q: want a variable name of [A-Za-z0-9_], not starting with a digit", what, k)
+		}
 	}
 	if s.Timeout == 0 {
 		s.Timeout = 30 * time.Second
@@ -158,6 +197,8 @@ func (c *Config) checkMCPTool(s *MCPServer, name string, t *MCPTool, line int) e
 	case t.Guard != nil && !*t.Guard && (t.Approval != nil || t.BusinessKey != "" || t.ConcurrencyKey != ""):
 		return c.errorf(line, "%s: guard: false forwards it unrecorded; approval, business_key and "+
 			"concurrency_key need a guarded tool", what)
+	case slices.Contains(t.Roles, ""):
+		return c.errorf(line, "%s: an empty role", what)
 	case t.Lease < 0 || t.Retention < 0 || t.MaxResult < 0:
 		return c.errorf(line, "%s: lease, retention and max_result must be positive", what)
 	}

@@ -183,7 +183,7 @@ func (d *drill) waitLog(n int) auditLog {
 	d.t.Helper()
 	var l auditLog
 	var err error
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var raw []byte
 		if raw, err = d.fetchExport(); err == nil {
 			l = d.parseLog(raw)
@@ -738,12 +738,21 @@ func TestDrillAuditKillWhileSealing(t *testing.T) {
 		d.storeRow(`SELECT count(*) FROM idem_operations WHERE state = 'executing'`, &executing)
 		return executing == 0
 	})
-	waitFor(t, "every event sealed", func() bool {
-		var unsealed int
-		d.storeRow(`SELECT count(*), count(*) FILTER (WHERE seq IS NULL) FROM idem_audit_events`, &total, &unsealed)
-		return unsealed == 0
-	})
-	l := d.waitLog(total)
+	// The maintenance plane may still write an event after the load
+	// stops (a lapsed lease settled): the export is read again until the
+	// store's count holds still across it.
+	var l auditLog
+	for settled := false; !settled; {
+		waitFor(t, "every event sealed", func() bool {
+			var unsealed int
+			d.storeRow(`SELECT count(*), count(*) FILTER (WHERE seq IS NULL) FROM idem_audit_events`, &total, &unsealed)
+			return unsealed == 0
+		})
+		l = d.waitLog(total)
+		var now int
+		d.storeRow(`SELECT count(*) FROM idem_audit_events`, &now)
+		settled = now == total
+	}
 	d.stopGateway()
 	var unsealed int
 	d.storeRow(`SELECT count(*), count(*) FILTER (WHERE seq IS NULL) FROM idem_audit_events`, &total, &unsealed)

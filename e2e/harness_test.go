@@ -359,10 +359,10 @@ func (d *drill) history(op *ledger.Operation) []string {
 	return out
 }
 
-// waitFor polls cond until it holds, failing the drill after 20s.
+// waitFor polls cond until it holds, failing the drill after 90s: a bound for a drill gone wrong, never a window a loaded machine must meet.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

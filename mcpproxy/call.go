@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -43,13 +44,16 @@ func (ps *proxied) guard(next mcp.MethodHandler) mcp.MethodHandler {
 // serve is a tools/call: guarded, through the executor (ran is what it
 // made of it), or not, to the SDK.
 func (ps *proxied) serve(ctx context.Context, call *mcp.CallToolRequest, next mcp.MethodHandler, ran **keyed.Result) (mcp.Result, error) {
-	t := ps.lookup(call.Params.Name)
-	if t == nil || !t.guards(call) {
-		return next(ctx, "tools/call", call)
-	}
 	pr, ok := principalOf(call.Extra)
 	if !ok {
 		return nil, errors.New("no principal")
+	}
+	if msg := ps.toolRefused(call.Params.Name, pr); msg != "" {
+		return refusal(contract.CodeForbidden, msg, nil), nil
+	}
+	t := ps.lookup(call.Params.Name)
+	if t == nil || !t.guards(call) {
+		return next(ctx, "tools/call", call)
 	}
 	c, refused := ps.readCall(t, pr, call)
 	if refused != nil {
@@ -99,8 +103,9 @@ func (ps *proxied) forward(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		delete(obj, t.intent)
 		args, _ = json.Marshal(obj)
 	}
+	pr, _ := principalOf(req.Extra)
 	ctx, span, meta := ps.toolSpan(ctx, req.Params.Name, "", forwardedMeta(req.Params.Meta))
-	res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
+	res, err := ps.call(ctx, pr, &mcp.CallToolParams{Name: req.Params.Name, Arguments: args, Meta: meta})
 	endToolSpan(span, res, err)
 	if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
 		return refusal(contract.CodeUpstreamUnavailable, err.Error(), nil), nil
@@ -247,21 +252,26 @@ func (ps *proxied) send(c *call) keyed.Effect {
 		ctx, cancel := context.WithTimeout(ctx, ps.cfg.Timeout)
 		defer cancel()
 		ctx, span, meta := ps.toolSpan(ctx, c.tool.name, run.OperationID(), c.meta)
-		res, err := ps.up.call(ctx, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args), Meta: meta})
+		res, err := ps.call(ctx, c.cmd.Principal, &mcp.CallToolParams{Name: c.tool.name, Arguments: json.RawMessage(c.args),
+			Meta: meta})
 		endToolSpan(span, res, err)
+		if errors.Is(err, errNotSent) || errors.Is(err, errNoAnswer) {
+			// The executor logs only the outcome's code: what failed is said
+			// here, the url's secrets redacted (upstream.call).
+			ps.up.log.Info("mcp server: call got no answer", slog.String("tool", c.tool.name),
+				slog.String("operation_id", run.OperationID()), slog.String("error", err.Error()))
+		}
 		var rpc *jsonrpc.Error
+		// A JSON-RPC error is a failure only when the server answered it
+		// (upstream.call): one the SDK made of a lost connection, or the
+		// proxy's stand-in for an answer too large to read, is no answer.
 		switch {
 		case errors.Is(err, errNotSent):
 			return keyed.Outcome{}, contract.NotSent("mcp", err)
-		case errors.Is(err, errNoAnswer):
-			// Before the JSON-RPC case: a lost answer may wrap the SDK's
-			// own "rejected by transport" error, which is no answer of the
-			// server's (it was recorded as the call's failure).
+		case errors.Is(err, errNoAnswer) && ctx.Err() != nil:
 			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
-		case errors.As(err, &rpc):
+		case errors.As(err, &rpc) && !errors.Is(err, errNoAnswer):
 			return envelopeOutcome(contract.FateFailed, "mcp_error", envelope{Error: rpc}), nil
-		case err != nil && ctx.Err() != nil:
-			return keyed.Outcome{}, contract.NoAnswer("mcp", errors.Join(err, ctx.Err()))
 		case err != nil:
 			return keyed.Outcome{}, contract.NoAnswer("mcp", err)
 		case res.IsError:

@@ -3,6 +3,7 @@ package mcpproxy
 import (
 	"context"
 	"log/slog"
+	"strings"
 )
 
 // clientErrors are the SDK's ERROR lines that say a client broke the
@@ -18,7 +19,7 @@ var clientErrors = map[string]bool{
 }
 
 // sdkLogger is the logger handed to the SDK: log's, with the clients'
-// errors at DEBUG.
+// errors and undeliverable change notices at DEBUG.
 func sdkLogger(log *slog.Logger) *slog.Logger { return slog.New(demoting{log.Handler()}) }
 
 type demoting struct{ slog.Handler }
@@ -32,6 +33,12 @@ func (d demoting) Enabled(ctx context.Context, l slog.Level) bool {
 // Handle implements slog.Handler.
 func (d demoting) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level == slog.LevelError && clientErrors[r.Message] {
+		r.Level = slog.LevelDebug
+	}
+	// A session that cannot be told of a change (a client without a
+	// standalone stream) is not a WARN line each: publish logs the one
+	// line that says what changed.
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") {
 		r.Level = slog.LevelDebug
 	}
 	if !d.Handler.Enabled(ctx, r.Level) {

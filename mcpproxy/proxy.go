@@ -17,6 +17,7 @@
 package mcpproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,17 @@ type Server struct {
 	Timeout time.Duration
 	// Tools are the tools' own settings, by name.
 	Tools map[string]Tool
+	// Roles and Tenants, if set, are the roles (one of them) and the
+	// tenants whose principals may use the server; anyone else is refused
+	// before a session opens.
+	Roles, Tenants []string
+	// Isolation is who shares an upstream session (and a stdio server's
+	// process): "tenant" (the default: each tenant its own), "principal",
+	// or "shared" (everyone).
+	Isolation string
+	// IsolatedIdle is how long an isolated upstream with no call in
+	// flight is kept before it is stopped (10m).
+	IsolatedIdle time.Duration
 }
 
 // Tool is a tool's settings. Guard, if set, decides whether it is
@@ -54,7 +66,10 @@ type Server struct {
 // an operation keeps (default contract.DefaultMaxResponse): a larger one
 // is given whole to the call that ran it, and a stand-in is kept.
 type Tool struct {
-	Guard                       *bool
+	Guard *bool
+	// Roles, if set, are the roles (one of them) a caller needs to call
+	// the tool; anyone else is refused, nothing reserved or sent.
+	Roles                       []string
 	BusinessKey, ConcurrencyKey string
 	Retention, Lease            time.Duration
 	Approval                    *approval.Policy
@@ -126,8 +141,10 @@ func New(opts Options) (*Proxy, error) {
 		p.servers[s.Name] = newProxied(p, s)
 	}
 	for _, ps := range p.servers {
-		p.wg.Add(1)
+		ps.pool = &pool{ps: ps, ctx: ctx, idle: cmp.Or(ps.cfg.IsolatedIdle, isolatedIdle), members: map[string]*member{}}
+		p.wg.Add(2)
 		go func() { defer p.wg.Done(); ps.up.run(ctx) }()
+		go func() { defer p.wg.Done(); ps.pool.sweep() }()
 	}
 	p.wg.Add(1)
 	go func() { defer p.wg.Done(); p.sessions.sweep(ctx) }()
@@ -155,10 +172,20 @@ func (p *Proxy) Close() {
 }
 
 // Started is how many sessions server has had (its stdio processes):
-// more than one means it was restarted.
+// the one that lists its tools, and each isolated one (counted for tests
+// of restarts).
 func (p *Proxy) Started(server string) int {
 	if ps := p.servers[server]; ps != nil {
-		return ps.up.Started()
+		return ps.up.Started() + ps.pool.started()
+	}
+	return 0
+}
+
+// Isolated is how many isolated upstreams of server are up now: a
+// tenant's (or a principal's) own session or process.
+func (p *Proxy) Isolated(server string) int {
+	if ps := p.servers[server]; ps != nil {
+		return ps.pool.running()
 	}
 	return 0
 }
@@ -166,7 +193,7 @@ func (p *Proxy) Started(server string) int {
 func (p *Proxy) mux() http.Handler {
 	mux := http.NewServeMux()
 	for name, ps := range p.servers {
-		mux.Handle(contract.MCPPath+"/"+name, p.caller(ps.http))
+		mux.Handle(contract.MCPPath+"/"+name, ps.admitted(p.caller(ps.http)))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		contract.NewProblem(contract.CodeNotFound, "no MCP server at "+r.URL.EscapedPath()).Write(w)
@@ -179,7 +206,8 @@ func (p *Proxy) mux() http.Handler {
 type proxied struct {
 	p    *Proxy
 	cfg  Server
-	up   *upstream
+	up   *upstream // the shared upstream: it lists the tools
+	pool *pool     // the isolated upstreams (Server.Isolation)
 	srv  *mcp.Server
 	http http.Handler
 	// raw keeps the upstream's tools as it wrote them.
@@ -187,6 +215,7 @@ type proxied struct {
 
 	mu    sync.Mutex
 	tools map[string]*tool
+	shown map[string]string // each served tool as its clients see it (JSON)
 }
 
 func newProxied(p *Proxy, s Server) *proxied {
@@ -200,7 +229,9 @@ func newProxied(p *Proxy, s Server) *proxied {
 	ps.up = newUpstream(s, p.opts.Logger, ps.refresh)
 	ps.up.connected = ps.list
 	ps.up.wrap = ps.raw.wrap
-	ps.up.hc.Transport = recordingRT{next: ps.up.hc.Transport, r: ps.raw}
+	if ps.up.hc != nil { // an HTTP server's
+		ps.up.hc.Transport = recordingRT{next: ps.up.hc.Transport, r: ps.raw}
+	}
 	// JSONResponse: a call is answered with one application/json body
 	// rather than an SSE stream of one event, which every Streamable HTTP
 	// client accepts and costs a replay about a tenth less. What is not an
@@ -219,7 +250,8 @@ func (ps *proxied) refresh() {
 		defer cancel()
 		if s, err := ps.up.current(ctx, 0); err == nil {
 			if err := ps.list(ctx, s); err != nil {
-				ps.p.opts.Logger.Warn("mcp server: listing its tools", slog.String("error", err.Error()))
+				ps.p.opts.Logger.Warn("mcp server: listing its tools", slog.String("mcp_server", ps.cfg.Name),
+					slog.String("error", ps.up.redact.text(err.Error())))
 			}
 		}
 	}()

@@ -142,25 +142,40 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// publish swaps in a new list of tools, and tells the proxy's clients
-// (the SDK sends tools/list_changed). A call is taken by the guard
-// middleware (call.go); the tools' own handlers forward what it lets by.
+// publish swaps in a new list of tools, and tells the proxy's clients of
+// what changed (the SDK sends tools/list_changed): a server started again
+// with the same tools changes nothing they see. A call is taken by the
+// guard middleware (call.go); the tools' own handlers forward what it
+// lets by.
 func (ps *proxied) publish(tools map[string]*tool, served []*mcp.Tool) {
+	shown := make(map[string]string, len(served))
+	for _, t := range served {
+		b, _ := json.Marshal(t)
+		shown[t.Name] = string(b)
+	}
 	ps.mu.Lock()
-	old := ps.tools
-	ps.tools = tools
+	old := ps.shown
+	ps.tools, ps.shown = tools, shown
 	ps.mu.Unlock()
 	var gone []string
 	for name := range old {
-		if _, ok := tools[name]; !ok {
+		if _, ok := shown[name]; !ok {
 			gone = append(gone, name)
 		}
 	}
 	if len(gone) > 0 {
 		ps.srv.RemoveTools(gone...)
 	}
+	changed := len(gone)
 	for _, t := range served {
-		ps.srv.AddTool(t, ps.forward)
+		if old[t.Name] != shown[t.Name] {
+			ps.srv.AddTool(t, ps.forward)
+			changed++
+		}
+	}
+	if changed > 0 && old != nil {
+		ps.p.opts.Logger.Info("mcp server: its tools changed; clients are told", "mcp_server", ps.cfg.Name,
+			"changed", changed)
 	}
 }
 

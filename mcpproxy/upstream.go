@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptrace"
+	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,15 +39,39 @@ type upstream struct {
 	// records the tools as the server writes them).
 	wrap func(mcp.Transport) mcp.Transport
 
+	// redact hides the url's secrets in every error shown or logged.
+	redact redactor
+	// limit bounds every answer read from the server (maxAnswer, or a
+	// tool's larger max_result).
+	limit int
+
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	ready   chan struct{} // closed once session is set; replaced when it ends
 	starts  int           // sessions opened so far
 }
 
+// maxAnswer bounds an answer the proxy reads from an MCP server, as the
+// SDK bounds a stdio line: a larger one is not read, and its call is
+// unknown (a tool's larger max_result raises it for its server).
+const maxAnswer = mcp.DefaultMaxLineLength
+
 func newUpstream(cfg Server, log *slog.Logger, listChanged func()) *upstream {
 	u := &upstream{cfg: cfg, log: log.With(slog.String("mcp_server", cfg.Name)), ready: make(chan struct{}),
-		hc: &http.Client{Transport: withHeaders{headers: cfg.Headers, next: pooled()}}}
+		redact: newRedactor(cfg.URL), limit: maxAnswer}
+	for _, t := range cfg.Tools {
+		u.limit = max(u.limit, int(min(t.MaxResult, 1<<30)))
+	}
+	if cfg.URL != "" {
+		origin := ""
+		if parsed, err := url.Parse(cfg.URL); err == nil {
+			origin = originOf(parsed)
+		}
+		// A redirect is never followed (originTransport refuses it): the
+		// server's headers stay with its origin, and no call is sent twice.
+		u.hc = &http.Client{Transport: &originTransport{origin: origin, headers: cfg.Headers, limit: u.limit, next: pooled()},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
 	u.client = mcp.NewClient(&mcp.Implementation{Name: "idemgate-mcp-proxy", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
 	})
@@ -59,7 +84,7 @@ func (u *upstream) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		s, err := u.connect(ctx)
 		if err != nil {
-			u.log.Warn("mcp server: connect", slog.String("error", err.Error()))
+			u.log.Warn("mcp server: connect", slog.String("error", u.redact.text(err.Error())))
 			select {
 			case <-ctx.Done():
 				return
@@ -120,9 +145,12 @@ func (u *upstream) transport(ctx context.Context) mcp.Transport {
 		cmd := exec.CommandContext(ctx, u.cfg.Command[0], u.cfg.Command[1:]...)
 		cmd.Env = append(os.Environ(), u.cfg.Env...)
 		cmd.Stderr = os.Stderr
-		return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
+		return &stdioTransport{cmd: cmd, limit: u.limit}
 	}
-	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true, HTTPClient: u.hc}
+	// The events the proxy hands on are bounded already (bounded): the
+	// SDK's own bound, which ends the whole session, is never reached.
+	return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, DisableStandaloneSSE: true, HTTPClient: u.hc,
+		MaxEventSize: u.limit + 1<<10}
 }
 
 // maxIdlePerServer is how many idle connections to one HTTP MCP server
@@ -183,16 +211,16 @@ func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	case track.unsent():
 		// The POST that carries the call never wrote its headers (the
 		// connection was refused, the name did not resolve): nothing left.
-		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		return nil, u.redact.err(fmt.Errorf("%w: %w", errNotSent, err))
 	case track.sessionGone.Load():
 		// The server answered 404 to the session's id: it has restarted
 		// and knows nothing of the session, so it ran nothing (the MCP
 		// transport's rule). The session is dropped at once, so that the
 		// retry waits for the next one rather than meeting this one.
 		u.lost(s)
-		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		return nil, u.redact.err(fmt.Errorf("%w: %w", errNotSent, err))
 	}
-	return nil, fmt.Errorf("%w: %w", errNoAnswer, err)
+	return nil, u.redact.err(fmt.Errorf("%w: %w", errNoAnswer, err))
 }
 
 // sendTrack says whether the HTTP request that carries a call wrote its
@@ -222,33 +250,8 @@ func answered(err error) bool {
 	switch werr.Code {
 	case -32003, -32004, -32005: // client closing, server closing, rejected by transport
 		return false
+	case codeTooLarge: // the proxy's stand-in for an answer it did not read
+		return !strings.Contains(string(werr.Data), tooLargeMark) && !strings.Contains(werr.Message, "the proxy reads")
 	}
 	return true
-}
-
-// withHeaders adds an HTTP MCP server's configured headers (its
-// credentials) to every request the proxy sends it; they never reach the
-// proxy's own clients.
-type withHeaders struct {
-	headers map[string]string
-	next    http.RoundTripper
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t withHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
-	ctx := r.Context()
-	if track, ok := ctx.Value(trackKey{}).(*sendTrack); ok {
-		track.seen.Store(true)
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { track.wrote.Store(true) }})
-	}
-	r = r.Clone(ctx)
-	for k, v := range t.headers {
-		r.Header.Set(k, v)
-	}
-	resp, err := t.next.RoundTrip(r)
-	if track, ok := ctx.Value(trackKey{}).(*sendTrack); ok && err == nil && resp.StatusCode == http.StatusNotFound &&
-		r.Header.Get("Mcp-Session-Id") != "" {
-		track.sessionGone.Store(true) // the server does not know the session: it ran nothing
-	}
-	return resp, err
 }

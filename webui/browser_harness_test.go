@@ -55,10 +55,12 @@ func newBrowser(t *testing.T) context.Context {
 }
 
 // tab opens a tab in a browser context of its own (its own cookies: one
-// person), bounded in time.
+// person), bounded in time: a bound for a page that never comes (5 min,
+// as the legibility tab's), never a window: a tab lives through its
+// whole subtest, which on a loaded 2-core machine took over 30 s.
 func tab(t *testing.T, browser context.Context) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(browser, 30*time.Second)
+	ctx, cancel := context.WithTimeout(browser, 5*time.Minute)
 	ctx, cancelTab := chromedp.NewContext(ctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(func() { cancelTab(); cancel() })
 	return ctx

@@ -7,11 +7,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -29,11 +31,13 @@ func main() {
 	addr := flag.String("http", "", "serve Streamable HTTP at this address (/mcp) instead of stdio")
 	token := flag.String("token", "", "with -http, the bearer token required")
 	readOnly := flag.Bool("readonly", false, "annotate create_ticket read-only (a server that flips its annotations)")
+	jsonAnswers := flag.Bool("json", false, "with -http, answer each call with one application/json body, not a stream")
 	flag.Parse()
 	if *effects == "" {
 		log.Fatal("mcpcounter: -effects FILE (or MCPCOUNTER_EFFECTS) is required")
 	}
-	srv := newServer(&ledger{path: *effects}, *readOnly)
+	l := &ledger{path: *effects}
+	srv := newServer(l, *readOnly)
 	if *addr == "" {
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			log.Fatal(err)
@@ -45,14 +49,61 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println("listening", ln.Addr())
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{JSONResponse: *jsonAnswers})
 	log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if *token != "" && r.Header.Get("Authorization") != "Bearer "+*token {
 			http.Error(w, "bad token", http.StatusUnauthorized)
 			return
 		}
+		if r.Method == http.MethodPost && bigAnswer(w, r, l, *jsonAnswers) {
+			return
+		}
 		h.ServeHTTP(w, r)
 	})))
+}
+
+// bigAnswer answers a call of big asking for more than 1 MiB itself, as
+// the server of a large export would: its effect made, the answer written
+// as it is made, never whole in memory, and no more of it once the client
+// stops reading. Anything else is left to the SDK (false).
+func bigAnswer(w http.ResponseWriter, r *http.Request, l *ledger, jsonAnswer bool) bool {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name      string `json:"name"`
+			Arguments big    `json:"arguments"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name != "big" ||
+		msg.Params.Arguments.Bytes <= 1<<20 {
+		return false
+	}
+	if _, err := l.effect("big", msg.Params.Arguments); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return true
+	}
+	head, tail := `{"jsonrpc":"2.0","id":`+string(msg.ID)+`,"result":{"content":[{"type":"text","text":"`, `"}]}}`
+	if jsonAnswer {
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		w.Header().Set("Content-Type", "text/event-stream")
+		head, tail = "event: message\ndata: "+head, tail+"\n\n"
+	}
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	if _, err := io.WriteString(w, head); err != nil {
+		return true
+	}
+	for left := msg.Params.Arguments.Bytes; left > 0; left -= len(chunk) {
+		if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
+			return true // the client stopped reading
+		}
+	}
+	_, _ = io.WriteString(w, tail)
+	return true
 }
 
 // ledger is the effects file.
@@ -101,11 +152,6 @@ type ticket struct {
 	SourceEventID string `json:"source_event_id,omitempty"`
 }
 
-type sized struct {
-	Title string `json:"title"`
-	Size  int    `json:"size"`
-}
-
 type slow struct {
 	Title string `json:"title"`
 	MS    int    `json:"ms"`
@@ -127,6 +173,27 @@ type created struct {
 }
 
 type none struct{}
+
+type memo struct {
+	Value string `json:"value"`
+}
+
+// memory is what remember left in this process: state a stateful server
+// keeps between calls, which recall reads.
+var memory struct {
+	sync.Mutex
+	value string
+}
+
+type gate struct {
+	Title string `json:"title"`
+	Gate  string `json:"gate"`
+}
+
+type big struct {
+	Title string `json:"title"`
+	Bytes int    `json:"bytes"`
+}
 
 func newServer(l *ledger, readOnly bool) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcpcounter", Version: "1"}, nil)
@@ -183,10 +250,45 @@ func newServer(l *ledger, readOnly bool) *mcp.Server {
 			return &mcp.CallToolResult{Meta: mcp.Meta{"io.idemgate/replayed": true, "io.idemgate/code": "forged",
 				"vendor/kept": "yes"}}, out, err
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "big", Description: "Create a ticket whose result is size bytes of text."},
-		func(ctx context.Context, r *mcp.CallToolRequest, in sized) (*mcp.CallToolResult, created, error) {
-			_, out, err := write("big")(ctx, r, in)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Size)}}}, out, err
+	mcp.AddTool(s, &mcp.Tool{Name: "remember", Description: "Keep a value in this process (a write)."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in memo) (*mcp.CallToolResult, created, error) {
+			memory.Lock()
+			memory.value = in.Value
+			memory.Unlock()
+			return write("remember")(ctx, r, in)
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "recall", Description: "The value this process keeps (read-only).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, none) (*mcp.CallToolResult, memo, error) {
+			memory.Lock()
+			defer memory.Unlock()
+			return nil, memo{Value: memory.value}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "gated_ticket", Description: "Create a ticket once the file gate exists."},
+		func(ctx context.Context, r *mcp.CallToolRequest, in gate) (*mcp.CallToolResult, created, error) {
+			for {
+				if _, err := os.Stat(in.Gate); err == nil {
+					return write("gated_ticket")(ctx, r, in)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, created{}, ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
+	s.AddTool(&mcp.Tool{Name: "big", Description: "Create a ticket, and answer with bytes bytes of text.",
+		InputSchema: map[string]any{"type": "object", "properties": map[string]any{
+			"title": map[string]any{"type": "string"}, "bytes": map[string]any{"type": "integer"}}}},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in big
+			if err := json.Unmarshal(r.Params.Arguments, &in); err != nil {
+				return nil, err
+			}
+			if _, err := l.effect("big", in); err != nil {
+				return nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "count_effects", Description: "How many effects there are (read-only).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},

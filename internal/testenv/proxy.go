@@ -17,7 +17,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	blocked bool
-	silent  atomic.Bool // Silence: every byte swallowed, nothing closed
+	silent  atomic.Bool  // Silence: every byte swallowed, nothing closed
+	down    atomic.Int64 // bytes the server sent that were passed on
 }
 
 // NewProxy starts a proxy to target (host:port), closed at the test's end.
@@ -54,19 +55,24 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(c, s, &p.down)
+		go p.pipe(s, c, nil)
 	}
 }
 
-// pipe copies src to dst, or swallows it while the proxy is silent.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, or swallows it while the proxy is silent,
+// adding what it passed on to count if given.
+func (p *Proxy) pipe(dst, src net.Conn, count *atomic.Int64) {
 	defer func() { dst.Close(); src.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !p.silent.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			w, werr := dst.Write(buf[:n])
+			if count != nil {
+				count.Add(int64(w))
+			}
+			if werr != nil {
 				return
 			}
 		}
@@ -100,6 +106,10 @@ func (p *Proxy) Down() {
 	p.mu.Unlock()
 	p.Cut()
 }
+
+// FromServer is how many bytes the server sent that the proxy passed on
+// to its clients: what a client could have read, at most.
+func (p *Proxy) FromServer() int64 { return p.down.Load() }
 
 // Up ends Down.
 func (p *Proxy) Up() {

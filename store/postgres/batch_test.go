@@ -74,7 +74,11 @@ func TestConcurrentStepsShareTransactions(t *testing.T) {
 	var commits CommitLog
 	dsn, _ := testenv.PostgresSchema(t)
 	s, _ := testStoreAt(t, dsn, Options{Batches: 1, Tracer: &commits})
-	s.lockWait = "10s" // the blocked batch holds its slot until released
+	// The blocked batch holds its slot until released: its lock wait is a
+	// bound (10 min), not a window the 49 goroutines must queue within (on a
+	// loaded machine 10 s was passed, the batch given up, its steps run
+	// alone: 3 commits).
+	s.lockWait = "10min"
 	release := blocked(t, dsn, "first")
 	errs := make(chan error, 50)
 	go func() { _, err := s.Reserve(c, params("first")); errs <- err }()
@@ -114,7 +118,7 @@ func TestOneBadStepSparesItsBatch(t *testing.T) {
 	c := context.Background()
 	dsn, _ := testenv.PostgresSchema(t)
 	s, _ := testStoreAt(t, dsn, Options{Batches: 1})
-	s.lockWait = "10s"
+	s.lockWait = "10min" // a bound until release(), never a window (see TestConcurrentStepsShareTransactions)
 	holder := params("holder")
 	holder.ConcurrencyKey = "prod"
 	if _, err := s.Reserve(c, holder); err != nil {
@@ -219,7 +223,7 @@ func TestMergedStepsAnswerEachStep(t *testing.T) {
 	}
 	stale := leases[5]
 	stale.Fence++
-	s.lockWait = "10s"
+	s.lockWait = "10min" // a bound until release(), never a window (see TestConcurrentStepsShareTransactions)
 	release := blocked(t, dsn, "first")
 	go func() { _, _ = s.Reserve(c, params("first")) }()
 	testenv.WaitLockWait(t, s.pool)

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/contract"
@@ -31,11 +33,16 @@ func (s *Server) mcpProxy(sn *snapshot) (*mcpproxy.Proxy, error) {
 func mcpServer(c *config.MCPServer) mcpproxy.Server {
 	tools := make(map[string]mcpproxy.Tool, len(c.Tools))
 	for name, t := range c.Tools {
-		tools[name] = mcpproxy.Tool{Guard: t.Guard, BusinessKey: t.BusinessKey, ConcurrencyKey: t.ConcurrencyKey,
+		tools[name] = mcpproxy.Tool{Guard: t.Guard, Roles: t.Roles, BusinessKey: t.BusinessKey, ConcurrencyKey: t.ConcurrencyKey,
 			Retention: t.Retention, Lease: t.Lease, Approval: t.Policy, MaxResult: int64(t.MaxResult)}
 	}
-	return mcpproxy.Server{Name: c.Name, Command: c.Command, URL: c.URL, Headers: c.Headers, Timeout: c.Timeout,
-		Tools: tools}
+	env := make([]string, 0, len(c.Env))
+	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+		env = append(env, k+"="+c.Env[k])
+	}
+	return mcpproxy.Server{Name: c.Name, Command: c.Command, Env: env, URL: c.URL, Headers: c.Headers,
+		Timeout: c.Timeout, Tools: tools, Roles: c.Roles, Tenants: c.Tenants, Isolation: c.Isolation,
+		IsolatedIdle: c.IsolatedIdle}
 }
 
 // mountMCP serves the proxy at /mcp/{name}, behind the snapshot's bearer

@@ -118,9 +118,9 @@ func TestMCPStreamableHTTPUpstream(t *testing.T) {
 
 // startHTTPCounter runs mcpcounter over Streamable HTTP with a token, and
 // returns its address.
-func startHTTPCounter(t testing.TB, effects, token string) string {
+func startHTTPCounter(t testing.TB, effects, token string, more ...string) string {
 	t.Helper()
-	cmd := exec.Command(counterBinary(t), "-effects", effects, "-http", "127.0.0.1:0", "-token", token)
+	cmd := exec.Command(counterBinary(t), append([]string{"-effects", effects, "-http", "127.0.0.1:0", "-token", token}, more...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -36,11 +36,14 @@ func mcpSDK(t *testing.T) (node, dir string) {
 }
 
 // newTSEnv is a proxy whose server "ts" is the TypeScript SDK's upstream,
-// counting its effects in its own file.
+// counting its effects in its own file. Its timeout is a bound, not a
+// window: the proxy waits up to it for node to start and list its tools
+// (over 5 s on a loaded machine, which left the clients no tools), and
+// no case here waits for a call to time out.
 func newTSEnv(t *testing.T, db dbtest.DB) (*mcpEnv, string, string) {
 	node, dir := mcpSDK(t)
 	effects := filepath.Join(t.TempDir(), "ts-effects.jsonl")
-	e := newMCPEnv(t, db, fmt.Sprintf("  - {name: ts, command: [%s, %s, %s], timeout: 5s}\n",
+	e := newMCPEnv(t, db, fmt.Sprintf("  - {name: ts, command: [%s, %s, %s], timeout: 2m}\n",
 		node, filepath.Join(dir, "upstream.mjs"), effects))
 	e.effects = effects
 	return e, node, dir

@@ -79,7 +79,7 @@ func mcpCases(t *testing.T, g *suiteGateway) {
 	// saying so, nothing runs again, and the operation is not unknown.
 	t.Run("ResultOverTheLimit", func(t *testing.T) {
 		m := id(t)
-		args := map[string]any{"intent": m, "title": m + "/a", "size": 4096}
+		args := map[string]any{"intent": m, "title": m + "/a", "bytes": 4096}
 		first := call(t, "agent-token", "big", args, nil)
 		again := call(t, "agent-token", "big", args, nil)
 		op, err := g.store.GetByKey(context.Background(), ledger.OpKey{Tenant: "acme", Namespace: ledger.MCPNamespace("suite"),
