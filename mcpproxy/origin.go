@@ -49,6 +49,10 @@ func (t *originTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if track, ok := ctx.Value(trackKey{}).(*sendTrack); ok && resp.StatusCode == http.StatusNotFound &&
+		r.Header.Get("Mcp-Session-Id") != "" {
+		track.sessionGone.Store(true) // the server does not know the session: it ran nothing
+	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		_ = resp.Body.Close()
 		to := "nowhere"

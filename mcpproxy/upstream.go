@@ -212,6 +212,13 @@ func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 		// The POST that carries the call never wrote its headers (the
 		// connection was refused, the name did not resolve): nothing left.
 		return nil, u.redact.err(fmt.Errorf("%w: %w", errNotSent, err))
+	case track.sessionGone.Load():
+		// The server answered 404 to the session's id: it has restarted
+		// and knows nothing of the session, so it ran nothing (the MCP
+		// transport's rule). The session is dropped at once, so that the
+		// retry waits for the next one rather than meeting this one.
+		u.lost(s)
+		return nil, u.redact.err(fmt.Errorf("%w: %w", errNotSent, err))
 	}
 	return nil, u.redact.err(fmt.Errorf("%w: %w", errNoAnswer, err))
 }
@@ -219,7 +226,7 @@ func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 // sendTrack says whether the HTTP request that carries a call wrote its
 // headers: the one proof that nothing reached the server. A call whose
 // request the transport never saw (a stdio server) is never unsent.
-type sendTrack struct{ seen, wrote atomic.Bool }
+type sendTrack struct{ seen, wrote, sessionGone atomic.Bool }
 
 type trackKey struct{}
 

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -339,5 +340,65 @@ func TestWithdrawnKeyStopsVerifying(t *testing.T) {
 	}
 	if r := e.do("GET", "/_idem/v1/operations", sign(t, p, "k2", claims(p, nil)), ""); r.status != 200 {
 		t.Fatalf("k2: %+v", r)
+	}
+}
+
+func TestReloadRemovingJWTRefusesTokens(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, "")
+	tok := sign(t, p, "k1", claims(p, nil)) // roles agent, admin
+	if r := e.do("POST", "/v1/tickets", tok, `{"title":"a"}`, "Idempotency-Key", "before"); r.status != 201 {
+		t.Fatalf("before: %+v", r)
+	}
+	e.rewrite(func(s string) string { return regexp.MustCompile(`(?m)^auth:\n  jwt: .*\n`).ReplaceAllString(s, "") })
+	if err := e.g.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/tickets", tok, `{"title":"a"}`, "Idempotency-Key", "after"); r.status != 401 {
+		t.Fatalf("a JWT after auth.jwt was removed: %+v", r)
+	}
+	if r := e.do("POST", "/v1/tickets", "agent-token", `{"title":"a"}`, "Idempotency-Key", "static"); r.status != 201 {
+		t.Fatalf("a static token: %+v", r)
+	}
+	if n := e.up.count("/v1/tickets"); n != 2 {
+		t.Fatalf("%d effects, want 2", n)
+	}
+}
+
+func TestZeroLeeway(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, ", leeway: 0s")
+	late := sign(t, p, "k1", claims(p, map[string]any{"exp": time.Now().Add(-time.Second).Unix()}))
+	if r := e.do("POST", "/v1/tickets", late, `{"title":"a"}`, "Idempotency-Key", "late"); r.status != 401 {
+		t.Fatalf("a token past its exp, leeway 0s: %+v", r)
+	}
+	if len(e.operations()) != 0 || e.up.count("/v1/tickets") != 0 {
+		t.Fatal("reserved or forwarded")
+	}
+}
+
+func TestKidlessToken(t *testing.T) {
+	t.Parallel()
+	e, p := jwtSQLite(t, ", min_refresh: 1h")
+	k2, err := p.AddKey("k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := idp.SignWith(k2, "", claims(p, nil))
+	if r := e.do("POST", "/v1/tickets", tok, `{"title":"a"}`, "Idempotency-Key", "kidless"); r.status != 201 {
+		t.Fatalf("a kid-less token of a published key: %+v", r)
+	}
+	stranger, _ := idp.NewKey()
+	for i := range 5 {
+		forged, _ := idp.SignWith(stranger, "", claims(p, map[string]any{"jti": i}))
+		if r := e.do("POST", "/v1/tickets", forged, `{}`, "Idempotency-Key", fmt.Sprint("forged-", i)); r.status != 401 {
+			t.Fatalf("a kid-less token of no published key: %+v", r)
+		}
+	}
+	if n := p.Fetches(); n != 1 {
+		t.Fatalf("%d fetches", n)
+	}
+	if e.up.count("/v1/tickets") != 1 {
+		t.Fatalf("%d effects", e.up.count("/v1/tickets"))
 	}
 }

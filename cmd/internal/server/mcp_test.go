@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
@@ -93,43 +90,6 @@ func TestMCPReplayAndChangedArguments(t *testing.T) {
 		fp, _ := fingerprint.OfMCP("tickets", "create_ticket", "acme", map[string]any{"title": "refund order 42"})
 		if op.ID != opID || op.State != ledger.Succeeded || op.Route != "mcp:tickets/create_ticket" || op.Fingerprint != fp {
 			t.Fatalf("the operation: %+v", op)
-		}
-	})
-}
-
-// TestMCPStormOfOneIntent: twenty sessions calling the same intent at
-// once make one effect; every answer is the result or "in progress".
-func TestMCPStormOfOneIntent(t *testing.T) {
-	t.Parallel()
-	forEachMCPStore(t, func(t *testing.T, e *mcpEnv) {
-		sessions := make([]*mcp.ClientSession, 20)
-		for i := range sessions {
-			sessions[i] = e.session("agent-token", "tickets", nil)
-		}
-		var wg sync.WaitGroup
-		codes := make([]string, len(sessions))
-		for i, s := range sessions {
-			wg.Go(func() {
-				res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow_ticket",
-					Arguments: map[string]any{"intent": "storm", "title": "t", "ms": 200}})
-				switch {
-				case err != nil:
-					codes[i] = err.Error()
-				case res.IsError:
-					codes[i] = codeOf(res)
-				default:
-					codes[i] = "ok"
-				}
-			})
-		}
-		wg.Wait()
-		for _, c := range codes {
-			if c != "ok" && c != contract.CodeInProgress {
-				t.Fatalf("answers %v", codes)
-			}
-		}
-		if n := e.effectCount(); n != 1 {
-			t.Fatalf("%d effects of one intent, want 1 (%v)", n, codes)
 		}
 	})
 }
