@@ -33,6 +33,9 @@ type Source struct {
 	// Start is where the durable consumer starts when it is missing
 	// (created for the first time, or lost, or renamed).
 	Start inbox.Start
+	// Now is the clock Start's "since" counts back from (time.Now); a
+	// test sets it to place the start between two messages.
+	Now func() time.Time
 	// AckWait is how long the server waits for an acknowledgement before
 	// it delivers a message again (default 30s); a delivery that takes
 	// longer tells the server it is still in progress.
@@ -103,6 +106,9 @@ func (s *Source) defaults() {
 	if s.Start == (inbox.Start{}) {
 		s.Start.Since = keyed.DefaultRetention
 	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,7 +161,7 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cc := jetstream.ConsumerConfig{Durable: r.src.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
 		MaxAckPending: r.src.readAhead(), AckWait: r.src.AckWait, FilterSubject: r.src.Subject, MaxDeliver: -1,
 		Description: "idemgate consumer " + r.c.Name}
-	startAt(r.src.Start, &cc, time.Now())
+	startAt(r.src.Start, &cc, r.src.Now())
 	r.src.Logger.Warn("durable consumer missing: created", slog.String("consumer", r.c.Name),
 		slog.String("durable", r.src.Consumer), slog.String("start", r.src.Start.String()))
 	return r.js.CreateConsumer(ctx, r.src.Stream, cc)
