@@ -19,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/surfacetest"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -208,15 +209,16 @@ func (s *switchable) Up(t testing.TB) {
 }
 
 // listenAgain listens at addr, which was just closed (the kernel may take
-// a moment to let it go).
+// a moment to let it go): tried until it can, up to testenv.Bound, a
+// bound for a port never freed rather than a window a loaded machine
+// must meet.
 func listenAgain(addr string) (net.Listener, error) {
 	var err error
-	for range 100 {
+	for deadline := time.Now().Add(testenv.Bound); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", addr); err == nil {
 			return ln, nil
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	return nil, err
 }
