@@ -24,7 +24,7 @@ FUZZ_MCP_SCENARIO ?= 5000x
 FUZZ_MCP_KEY ?= 20000x
 FUZZ_UPSTREAM_KEY ?= 20000x
 
-.PHONY: test setup lint vet race fuzz bench bench-more python typescript integrations tests checks
+.PHONY: test setup lint vet race race-processes processes fuzz bench bench-more python typescript integrations checks
 
 # The modules beside the main one, each with its own go.mod (so that the
 # main module links neither Temporal nor DBOS): their tests run a real
@@ -33,17 +33,18 @@ INTEGRATIONS := integrations/temporal integrations/dbos
 # The runnable examples of those integrations: a module of their own too.
 EXAMPLE_MODULES := examples/durable
 
-# Two lanes at once, one per core: every test with -race, then the
-# integration modules', in one (their packages spend much of their time
-# waiting on processes, sockets and servers), and lint, the fuzz runs and
-# the Python and TypeScript clients' tests, one after the other, in the
-# other. Each line is printed whole as it comes;
-# the run fails if either lane does.
+# Three lanes at once: every in-process test with -race (CPU-bound); the
+# suites that mostly wait on processes, sockets and brokers (e2e's
+# drills, the CLI's, the integration modules'), also with -race; and
+# lint, the fuzz runs and the Python and TypeScript clients' tests, one
+# after the other. Waiting lanes beside a busy one keep both cores busy:
+# see docs/architecture.md, "Where make test spends its time". Each line is
+# printed whole as it comes; the run fails if any lane does.
 test: setup
-	@$(MAKE) --no-print-directory -j2 -Oline tests checks
+	@$(MAKE) --no-print-directory -j3 -Oline race processes checks
 
-tests:
-	@$(MAKE) --no-print-directory race
+processes:
+	@$(MAKE) --no-print-directory race-processes
 	@$(MAKE) --no-print-directory integrations
 
 checks:
@@ -82,10 +83,26 @@ vet:
 # binary sleeps a second before it exits (atexit_sleep_ms), for reports of
 # goroutines still running; the tests start about a hundred of them (the
 # CLI's, the drills'), and a race still fails its test and exits 66.
+#
+# RACEFLAGS: go vet is lint's (go test would run it again per package).
+# The transpiled SQLite C (modernc.org/sqlite/lib) is not instrumented, as
+# a cgo driver's C never is: it is third-party code, most of SQLite's CPU,
+# and instrumenting it tripled every SQLite test's time. Its mutexes and
+# atomics live in modernc.org/libc, which stays instrumented, so what one
+# goroutine hands another through SQLite's locks is still seen ordered.
+# -parallel: the parallel tests mostly wait on commits, sockets and
+# brokers, so more of them than cores run at once.
 PG ?= $(or $(IDEMGATE_TEST_POSTGRES),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
+RACEFLAGS ?= -race -count=1 -vet=off -parallel 6 -gcflags='modernc.org/sqlite/lib=-race=false -d=checkptr=0'
+# The packages whose tests run idemgate as processes (built without -race,
+# once per package) and wait on them: the processes lane's.
+PROCESS_PKGS := ./e2e ./cmd/idemgate
 race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
-	GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...
+	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) $$(go list ./... | grep -v -e '/e2e$$' -e '/cmd/idemgate$$')
+
+race-processes:
+	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) $(PROCESS_PKGS)
 
 # Each integration module's tests, with the race detector: their own go
 # test, since ./... stops at a nested go.mod.
