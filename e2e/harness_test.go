@@ -26,28 +26,15 @@ import (
 	"github.com/idemgate/idemgate/store/sqlite"
 )
 
-// binary is idemgate, built once for all drills.
+// binary is idemgate, built once for all drills (or the one
+// IDEMGATE_TEST_BINARY names: testenv.MainWithIdemgate).
 var binary string
 
 func TestMain(m *testing.M) {
 	if journal := os.Getenv("IDEMGATE_E2E_AGENT"); journal != "" {
 		os.Exit(runAgent(journal, os.Getenv("IDEMGATE_E2E_GATEWAY")))
 	}
-	dir, err := os.MkdirTemp("", "idemgate-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "idemgate")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/idemgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build idemgate:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.MainWithIdemgate(m, &binary))
 }
 
 // startProc starts idemgate with args as a real process and waits for it

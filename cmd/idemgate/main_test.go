@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/fingerprint"
 	"github.com/idemgate/idemgate/internal/dbtest"
+	"github.com/idemgate/idemgate/internal/testenv"
 	"github.com/idemgate/idemgate/ledger"
 )
 
@@ -25,7 +25,9 @@ import (
 // several times slower, and the CLI's hundred-odd children were most of
 // make test's time. The race detector covers that code in its own
 // packages' in-process tests (cmd/internal/server is every plane of
-// serve in one process).
+// serve in one process). That child is testenv's: the one
+// IDEMGATE_TEST_BINARY names (make test's bin/idemgate-test, also built
+// without -race), else one built for this run.
 const mainEnv = "IDEMGATE_TEST_RUN_MAIN"
 
 // child is the program the tests run as idemgate.
@@ -37,21 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if raceBuilt {
-		dir, err := os.MkdirTemp("", "idemgate-cli")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		child = filepath.Join(dir, "idemgate")
-		build := exec.Command("go", "build", "-o", child, ".")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build idemgate:", err)
-			os.Exit(1)
-		}
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
+		os.Exit(testenv.MainWithIdemgate(m, &child))
 	}
 	m.Run()
 }

@@ -22,6 +22,35 @@ import (
 // served as a process on a store of the test's own, and an upstream that
 // counts the effects the code under test performs.
 
+// BinaryEnv names an idemgate binary, by its absolute path, that the
+// tests run instead of building one of their own: make test builds
+// bin/idemgate-test once (without -race) and sets it for every suite, the
+// Go packages', the integration modules' and the Python and TypeScript
+// clients'. Unset (go test ./e2e in a fresh clone), each builds its own.
+const BinaryEnv = "IDEMGATE_TEST_BINARY"
+
+// GivenIdemgate is the binary BinaryEnv names, if it names an executable
+// file. Set to anything else, it says so on stderr and returns false: the
+// caller builds idemgate as it would without it.
+func GivenIdemgate() (string, bool) {
+	given := os.Getenv(BinaryEnv)
+	if given == "" {
+		return "", false
+	}
+	bin, err := filepath.Abs(given)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = os.Stat(bin); err == nil && (!fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0) {
+			err = fmt.Errorf("not an executable file")
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%s: %v; building idemgate instead\n", BinaryEnv, given, err)
+		return "", false
+	}
+	return bin, true
+}
+
 // BuildIdemgate builds the idemgate command into dir and returns its path.
 // It builds in the repository's root module (go list -m finds it, so a
 // module that replaces it with ../.. gets the same code, with the root's
@@ -156,10 +185,15 @@ func (u *Upstream) Seen(tb testing.TB) string {
 	}
 }
 
-// MainWithIdemgate is a TestMain's body for tests that run idemgate: it
-// builds it into a temporary directory, sets *bin to its path, runs the
-// tests and removes the directory; it returns the exit code.
+// MainWithIdemgate is a TestMain's body for tests that run idemgate, the
+// one way a Go test gets its binary: it sets *bin to the one BinaryEnv
+// names, or builds it into a temporary directory (removed after), then
+// runs the tests; it returns the exit code.
 func MainWithIdemgate(m *testing.M, bin *string) int {
+	if given, ok := GivenIdemgate(); ok {
+		*bin = given
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "idemgate-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
