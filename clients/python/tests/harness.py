@@ -1,5 +1,6 @@
 """A real gateway for the tests: the idemgate binary, built once per run
-from this repository, started as processes on ports the kernel picks.
+from this repository (or the one IDEMGATE_TEST_BINARY names), started
+as processes on ports the kernel picks.
 
 Nothing here is mocked: the client is tested against ``idemgate serve``
 with a SQLite store in a temporary directory, and the writes through the
@@ -66,10 +67,28 @@ def tempdir() -> str:
     return tempfile.mkdtemp(dir=_tmp)
 
 
+def _given_binary() -> Optional[str]:
+    """The binary IDEMGATE_TEST_BINARY names, if it is an executable file
+    (make test builds bin/idemgate-test once for every suite); set to
+    anything else, a line says so and the tests build their own."""
+    given = os.environ.get("IDEMGATE_TEST_BINARY", "")
+    if not given:
+        return None
+    path = os.path.abspath(given)
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return path
+    print("\nIDEMGATE_TEST_BINARY=%s is not an executable file; building idemgate instead" % given,
+          file=sys.stderr)
+    return None
+
+
 def binary() -> str:
-    """The idemgate binary, built from this repository once per run."""
+    """The idemgate binary: IDEMGATE_TEST_BINARY's, else built from this
+    repository once per run."""
     global _binary
     with _lock:
+        if _binary is None:
+            _binary = _given_binary()
         if _binary is None:
             go = shutil.which("go")
             if go is None:

@@ -1,11 +1,12 @@
 // A real gateway for the tests: the idemgate binary, built from this
-// repository (once per run: test/run.js builds it and passes its path in
-// IDEMGATE_BIN), started as processes on ports the kernel picks, with a
-// SQLite store in a temporary directory, or a schema of its own on
-// PostgreSQL. Nothing is mocked: the client talks to `idemgate serve`,
-// and effects are counted where they happen, at a local upstream (a Node
-// HTTP server in the test process) that the gateway's routes forward to
-// and that actions' blocks call themselves.
+// repository (once per run: test/run.js builds it, or takes the one
+// IDEMGATE_TEST_BINARY names, and passes its path in IDEMGATE_BIN),
+// started as processes on ports the kernel picks, with a SQLite store in
+// a temporary directory, or a schema of its own on PostgreSQL. Nothing is
+// mocked: the client talks to `idemgate serve`, and effects are counted
+// where they happen, at a local upstream (a Node HTTP server in the test
+// process) that the gateway's routes forward to and that actions' blocks
+// call themselves.
 //
 // Without go the tests skip loudly; under CI=true they fail.
 
@@ -16,6 +17,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { givenBinary } from './given-binary.js';
 
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const PKG = path.dirname(HERE);
@@ -46,9 +48,14 @@ export function tempdir() {
 }
 
 let built = null;
-/** The idemgate binary: $IDEMGATE_BIN, else built from this repository once per process. */
+/**
+ * The idemgate binary: $IDEMGATE_BIN, else $IDEMGATE_TEST_BINARY's, else
+ * built from this repository once per process.
+ */
 export function binary(t) {
   if (process.env.IDEMGATE_BIN) return process.env.IDEMGATE_BIN;
+  if (built) return built;
+  built = givenBinary();
   if (built) return built;
   const go = spawnSync('go', ['version']);
   if (go.status !== 0) {

@@ -1,13 +1,15 @@
 // The suite's entry point (npm test, make typescript): builds idemgate once
-// from this repository, then runs every test file with Node's own test
-// runner, two at a time, each file a process of its own. Without go the
-// suite skips loudly, and under CI=true it fails.
+// from this repository (unless IDEMGATE_BIN, or IDEMGATE_TEST_BINARY as
+// make test sets it, names one), then runs every test file with Node's
+// own test runner, two at a time, each file a process of its own. Without
+// go the suite skips loudly, and under CI=true it fails.
 
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { givenBinary } from './given-binary.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..', '..');
@@ -22,7 +24,7 @@ if (!fs.existsSync(path.join(here, '..', 'node_modules', 'ai'))) {
   console.error(`*** ${msg}; the framework tests will fail`);
 }
 
-let bin = process.env.IDEMGATE_BIN;
+let bin = process.env.IDEMGATE_BIN || givenBinary();
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'idemgate-ts-bin-'));
 if (!bin) {
   if (spawnSync('go', ['version']).status !== 0) {
