@@ -24,7 +24,7 @@ FUZZ_MCP_SCENARIO ?= 5000x
 FUZZ_MCP_KEY ?= 20000x
 FUZZ_UPSTREAM_KEY ?= 20000x
 
-.PHONY: test setup lint vet race race-processes processes fuzz bench bench-more python typescript integrations checks
+.PHONY: test testbin setup lint vet race race-processes processes fuzz bench bench-more python typescript integrations checks
 
 # The modules beside the main one, each with its own go.mod (so that the
 # main module links neither Temporal nor DBOS): their tests run a real
@@ -39,9 +39,18 @@ EXAMPLE_MODULES := examples/durable
 # lint, the fuzz runs and the Python and TypeScript clients' tests, one
 # after the other. Waiting lanes beside a busy one keep both cores busy:
 # see docs/architecture.md, "Where make test spends its time". Each line is
-# printed whole as it comes; the run fails if any lane does.
-test: setup
-	@$(MAKE) --no-print-directory -j3 -Oline race processes checks
+# printed whole as it comes; the run fails if any lane does. Every suite
+# that runs idemgate as a process (e2e's, the CLI's, the integration
+# modules', the Python and TypeScript clients') runs testbin's, named by
+# IDEMGATE_TEST_BINARY, instead of linking one of its own.
+test: setup testbin
+	@IDEMGATE_TEST_BINARY='$(CURDIR)/bin/idemgate-test' $(MAKE) --no-print-directory -j3 -Oline race processes checks
+
+# The idemgate the tests run, built once, without -race (a race-built
+# server runs several times slower; its code's races are the in-process
+# tests' to find).
+testbin:
+	go build -o bin/idemgate-test ./cmd/idemgate
 
 processes:
 	@$(MAKE) --no-print-directory race-processes
