@@ -52,11 +52,11 @@ func PostgresDSN(tb testing.TB) string {
 	return dsn
 }
 
-// Postgres opens a migrated store on a schema of the test's own, with opts
-// if given.
+// Postgres opens a migrated store on a schema of the test's own (from
+// the pool: see PostgresMigratedDSN), with opts if given.
 func Postgres(tb testing.TB, opts ...postgres.Options) *postgres.Store {
 	tb.Helper()
-	return PostgresAt(tb, PostgresDSN(tb), opts...)
+	return PostgresAt(tb, PostgresMigratedDSN(tb), opts...)
 }
 
 // PostgresAt opens a migrated store on dsn, for a test that needs the DSN:
@@ -120,11 +120,11 @@ func SQLiteDB(tb testing.TB) DB {
 	return DB{Kind: KindSQLite, DSN: "sqlite:" + path, path: path}
 }
 
-// PostgresDB returns a new PostgreSQL database: an empty schema of the
-// test's own, dropped when the test ends.
+// PostgresDB returns a new PostgreSQL database: a schema of the test's
+// own, migrated and without a row (see PostgresMigratedDSN).
 func PostgresDB(tb testing.TB) DB {
 	tb.Helper()
-	return DB{Kind: KindPostgres, DSN: PostgresDSN(tb)}
+	return DB{Kind: KindPostgres, DSN: PostgresMigratedDSN(tb)}
 }
 
 // Options are the options DB.Open passes to a store of either kind.

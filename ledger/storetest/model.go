@@ -47,7 +47,7 @@ var (
 // side by side, and compares every operation after every call.
 func testModel(t *testing.T, b Backend) {
 	rapid.Check(t, func(rt *rapid.T) {
-		m := &model{s: b.Fresh(t), ops: map[ledger.OpKey]*modelOp{}}
+		m := &model{s: b.Fresh(perCheck{t, rt}), ops: map[ledger.OpKey]*modelOp{}}
 		rt.Cleanup(func() { m.s.Close() })
 		rt.Repeat(map[string]func(*rapid.T){
 			"reserve":   m.reserve,
@@ -64,6 +64,17 @@ func testModel(t *testing.T, b Backend) {
 		})
 	})
 }
+
+// perCheck is the test with its cleanups run when one rapid check ends:
+// the store a check opens, and its database, are given back before the
+// next check, not kept, a hundred of them, until the test ends.
+type perCheck struct {
+	testing.TB
+	rt *rapid.T
+}
+
+// Cleanup runs f when the check ends.
+func (c perCheck) Cleanup(f func()) { c.rt.Cleanup(f) }
 
 // pick draws one of the operations that exist.
 func (m *model) pick(rt *rapid.T) (ledger.OpKey, *modelOp) {

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -76,4 +78,20 @@ func appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]bool, error) {
 		applied[v] = true
 	}
 	return applied, nil
+}
+
+// MigrationsDigest names the schema this build migrates to: a SHA-256 of
+// its migrations' versions, names and SQL. Two builds with one digest
+// build one schema; the tests' schema pool (internal/dbtest) reuses a
+// migrated schema only under the digest that made it.
+func MigrationsDigest() (string, error) {
+	all, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, m := range all {
+		fmt.Fprintf(h, "%d\x00%s\x00%d\x00%s", m.Version, m.Name, len(m.SQL), m.SQL)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -40,9 +40,9 @@ func dsnOf(s ledger.Store) string {
 	return dsns[s]
 }
 
-// fresh opens a store on a schema of the test's own.
+// fresh opens a store on a schema of the test's own, migrated and empty.
 func fresh(tb testing.TB) *postgres.Store {
-	return open(tb, dbtest.PostgresDSN(tb))
+	return open(tb, dbtest.PostgresMigratedDSN(tb))
 }
 
 var backend = storetest.Backend{
