@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,9 +80,15 @@ func childEnv(env ...string) []string {
 // runEnv is run with more environment variables.
 func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
+	return runIn(t, env, strings.NewReader(stdin), args...)
+}
+
+// runIn is runEnv reading stdin (a terminal, say) instead of a string.
+func runIn(t *testing.T, env []string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(child, args...)
 	cmd.Env = childEnv(env...)
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
