@@ -216,6 +216,7 @@ func TestFingerprintTargetAndBodies(t *testing.T) {
 func TestMigrateTwiceAndAtOnce(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn := db.DSN
 		var wg sync.WaitGroup
 		results := make([]result, 3)
@@ -245,6 +246,7 @@ func TestMigrateTwiceAndAtOnce(t *testing.T) {
 func TestOps(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()
 		var ops []*ledger.Operation
