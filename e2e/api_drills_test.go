@@ -84,12 +84,7 @@ func TestDrillWorkerKilledAfterReserving(t *testing.T) {
 	waitFor(t, "the reservation", func() bool { return readable(d.apiDB, "default", "a-4") })
 	d.api.Kill()
 	d.startAPI()
-	var r reply
-	waitFor(t, "the lease to lapse", func() bool {
-		r = d.direct("/v1/tickets", "a-4", body)
-		return r.err == nil && problemCode(r) != "in_progress"
-	})
-	want(t, r, 409, "outcome_unknown")
+	want(t, d.untilSettledBy(func() reply { return d.direct("/v1/tickets", "a-4", body) }), 409, "outcome_unknown")
 	wantState(t, d.apiOperation("a-4"), ledger.Unknown)
 	d.wantEffects("tickets_created", 0)
 }

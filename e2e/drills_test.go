@@ -36,9 +36,16 @@ func wantState(t *testing.T, op *ledger.Operation, st ledger.State) {
 // other answer.
 func (d *drill) untilSettled(path, key, body string) reply {
 	d.t.Helper()
+	return d.untilSettledBy(func() reply { return d.keyed(path, key, body) })
+}
+
+// untilSettledBy repeats send while it is answered in_progress, and
+// returns the first other answer.
+func (d *drill) untilSettledBy(send func() reply) reply {
+	d.t.Helper()
 	var r reply
 	waitFor(d.t, "the operation to leave executing", func() bool {
-		r = d.keyed(path, key, body)
+		r = send()
 		return r.err == nil && problemCode(r) != "in_progress"
 	})
 	return r
