@@ -47,6 +47,7 @@ func (d *drill) callCmd(journal string, args ...string) *exec.Cmd {
 // A timeout after the upstream applied the write: the client asks the
 // gateway, waits for the operation, and gets the one answer.
 func TestAgentTimeoutAfterApplied(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	d.fault(`{"delay_ms":1500}`)
 	j, err := agent.OpenJournal(context.Background(), filepath.Join(d.dir, "journal.db"))
@@ -79,8 +80,9 @@ func TestAgentTimeoutAfterApplied(t *testing.T) {
 // The client process is SIGKILLed between attempts and started again on the
 // same journal: it resumes the same key, and there is one effect.
 func TestAgentKilledAndRestartedResumes(t *testing.T) {
-	d := newDrill(t, setup{})
-	d.fault(`{"delay_ms":1500}`)
+	t.Parallel()
+	d := newDrill(t, setup{upstreamTimeout: "1m"})
+	d.hold(1)
 	journal := filepath.Join(d.dir, "journal.db")
 	args := []string{"--intent", "task-2/ticket", "POST", "/v1/tickets", "-d", ticket("", "Agent restarted")}
 	first := d.callCmd(journal, args...)
@@ -100,8 +102,10 @@ func TestAgentKilledAndRestartedResumes(t *testing.T) {
 		}
 		return err == nil && d.exists(key)
 	})
+	d.waitInFlight(1)
 	first.Process.Kill()
 	first.Wait()
+	d.release()
 
 	out, code, stderr := d.call(journal, args...)
 	if code != 0 || out["key"] != key || out["kind"] != "replayed" {
@@ -160,6 +164,7 @@ func TestAgentRateLimited(t *testing.T) {
 // Two agent processes start the same intent on one journal at the same
 // moment: one key between them, one effect.
 func TestAgentTwoProcessesOneJournal(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	d.fault(`{"delay_ms":300}`)
 	journal := filepath.Join(d.dir, "journal.db")

@@ -193,7 +193,8 @@ func TestWorkflowStepLosesItsAnswer(t *testing.T) {
 // same journal: the steps call did are skipped, step 3 is asked about and
 // its one answer awaited, and step 4 runs.
 func TestWorkflowStepsByCallThenResumedAfterAKill(t *testing.T) {
-	d := newDrill(t, setup{})
+	t.Parallel()
+	d := newDrill(t, setup{upstreamTimeout: "1m"})
 	journal := filepath.Join(d.dir, "journal.db")
 	w := dossierWorkflow()
 	args := func(i int) []string {
@@ -205,7 +206,7 @@ func TestWorkflowStepsByCallThenResumedAfterAKill(t *testing.T) {
 			t.Fatalf("call --step %s: exit %d %v %s", w.Steps[i].Name, code, out, stderr)
 		}
 	}
-	d.fault(`{"delay_ms":1500}`)
+	d.hold(1)
 	third := d.callCmd(journal, args(2)...)
 	if err := third.Start(); err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestWorkflowStepsByCallThenResumedAfterAKill(t *testing.T) {
 	d.waitInFlight(1)
 	third.Process.Kill()
 	third.Wait()
-	d.fault(`{"delay_ms":0}`)
+	d.release()
 
 	resumed := &writes{d: d}
 	out := runTo(t, d.agentOn(journal, resumed), "", "")

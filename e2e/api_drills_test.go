@@ -38,6 +38,7 @@ func TestDrillServerCompletesThenResponseDropped(t *testing.T) {
 
 // Concurrent copies with one key.
 func TestDrillConcurrentCopiesOneKey(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{idempotentAPI: true})
 	d.fault(`{"delay_ms":200}`)
 	body := `{"order_id":"ord-1","amount_minor":4999,"currency":"EUR","payee":"ACME SAS","invoice_ref":"INV-1"}`
@@ -75,15 +76,15 @@ func TestDrillKeyReusedWithChangedPayload(t *testing.T) {
 // write and the completion share one transaction, so nothing was applied,
 // and the operation is unknown until reconciled, never silently re-run.
 func TestDrillWorkerKilledAfterReserving(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{idempotentAPI: true, apiLease: time.Second})
-	d.fault(`{"delay_ms":60000}`)
+	d.hold(1)
 	body := ticket("", "Worker crash")
 	go d.direct("/v1/tickets", "a-4", body)
 	waitFor(t, "the reservation", func() bool { return readable(d.apiDB, "default", "a-4") })
 	d.api.Kill()
 	d.startAPI()
-	time.Sleep(1200 * time.Millisecond) // past the lease
-	want(t, d.direct("/v1/tickets", "a-4", body), 409, "outcome_unknown")
+	want(t, d.untilSettledBy(func() reply { return d.direct("/v1/tickets", "a-4", body) }), 409, "outcome_unknown")
 	wantState(t, d.apiOperation("a-4"), ledger.Unknown)
 	d.wantEffects("tickets_created", 0)
 }
@@ -92,8 +93,9 @@ func TestDrillWorkerKilledAfterReserving(t *testing.T) {
 // before sending, is SIGKILLed while waiting, and its next incarnation
 // sends the same key and gets the one answer.
 func TestDrillAgentRestartsBetweenAttempts(t *testing.T) {
-	d := newDrill(t, setup{})
-	d.fault(`{"delay_ms":1500}`)
+	t.Parallel()
+	d := newDrill(t, setup{upstreamTimeout: "1m"})
+	d.hold(1)
 	journal := filepath.Join(d.dir, "agent.journal")
 	first, lines := startAgent(t, d, journal)
 	sent := <-lines
@@ -104,6 +106,7 @@ func TestDrillAgentRestartsBetweenAttempts(t *testing.T) {
 	d.waitInFlight(1)
 	first.Process.Kill()
 	first.Wait()
+	d.release()
 
 	second, lines := startAgent(t, d, journal)
 	resumed, answer := <-lines, <-lines

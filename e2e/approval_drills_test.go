@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/scenarios"
@@ -31,8 +30,12 @@ func approvalPolicy(ttl string) string {
 // onBothStores runs a drill on SQLite and on the shared PostgreSQL, each
 // in its own schema.
 func onBothStores(t *testing.T, s setup, drill func(t *testing.T, d *drill)) {
-	t.Run("sqlite", func(t *testing.T) { drill(t, newDrill(t, s)) })
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		drill(t, newDrill(t, s))
+	})
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		pg := s
 		pg.storeDSN, _ = testenv.PostgresSchema(t)
 		drill(t, newDrill(t, pg))
@@ -186,10 +189,15 @@ func TestDrillApprovalWhoDecides(t *testing.T) {
 // same operation (202 approval_expired), and that one, approved, deploys
 // once. The expired approval freed the environment meanwhile.
 func TestDrillApprovalExpiry(t *testing.T) {
-	onBothStores(t, setup{approvalTTL: "1s"}, func(t *testing.T, d *drill) {
+	t.Parallel()
+	// A TTL of 5s: the second request, sent at once, meets the approval
+	// pending on a loaded machine too; then the drill waits for the sweep.
+	onBothStores(t, setup{approvalTTL: "5s"}, func(t *testing.T, d *drill) {
 		acc := waiting(t, d.keyed("/v1/deployments", "dep-x", prodDeploy), "approval_required")
 		want(t, d.keyed("/v1/deployments", "dep-y", deployment("production", otherDigest)), 409, "concurrency_locked")
-		time.Sleep(time.Until(acc.Approval.ExpiresAt) + 300*time.Millisecond) // and a sweep
+		waitFor(t, "the approval expired and swept", func() bool {
+			return d.view("dep-x").Approval.Status == ledger.ApprovalExpired
+		})
 		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 409 || problemCode(r) != "approval_closed" {
 			t.Fatalf("decision after expiry: %+v", r)
 		}
@@ -219,6 +227,7 @@ func TestDrillApprovalExpiry(t *testing.T) {
 // retries at once after an approval: one deployment, the approval used
 // once.
 func TestDrillApprovalRaces(t *testing.T) {
+	t.Parallel()
 	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
 		acc := waiting(t, d.keyed("/v1/deployments", "race", prodDeploy), "approval_required")
 		fp := d.view("race").Fingerprint
@@ -264,7 +273,8 @@ func TestDrillApprovalRaces(t *testing.T) {
 // the approved execution: no second deployment, and the operation ends
 // succeeded or unknown, never approved again silently.
 func TestDrillApprovalCrash(t *testing.T) {
-	onBothStores(t, setup{approvalTTL: "15m"}, func(t *testing.T, d *drill) {
+	t.Parallel()
+	onBothStores(t, setup{approvalTTL: "15m", upstreamTimeout: "1m"}, func(t *testing.T, d *drill) {
 		acc := waiting(t, d.keyed("/v1/deployments", "crash-1", prodDeploy), "approval_required")
 		if r := d.decide("alice", "approve", acc.Approval.ID, ""); r.status != 200 {
 			t.Fatal(r)
@@ -285,10 +295,11 @@ func TestDrillApprovalCrash(t *testing.T) {
 		if r := d.decide("alice", "approve", v.Approval.ID, ""); r.status != 200 {
 			t.Fatal(r)
 		}
-		d.fault(`{"delay_ms":1500}`)
+		d.hold(1)
 		approved := make(chan reply, 1)
 		go func() { approved <- d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest)) }()
 		d.killWhileInFlight(d.gw, func() bool { return len(approved) > 0 })
+		d.release()
 		d.gw = d.startGateway(0)
 		waitFor(t, "the lease to lapse", func() bool {
 			r := d.keyed("/v1/deployments", "crash-2", deployment("production", otherDigest))

@@ -552,6 +552,7 @@ func (c *tally) events() int {
 // every event sealed exactly once, at seq 0..n-1, none left unsealed, and
 // one forwarded event per effect the API performed.
 func TestDrillAuditStormAcrossInstances(t *testing.T) {
+	t.Parallel()
 	dsn, _ := testenv.PostgresSchema(t)
 	d := newDrill(t, setup{storeDSN: dsn, audit: true})
 	gws := []*testenv.Process{d.gw, d.startGateway(0)}
@@ -715,6 +716,7 @@ func (d *drill) storedOps() map[string]storedOp {
 // export verifies against every checkpoint appended to the file, those
 // signed before the kills included.
 func TestDrillAuditKillWhileSealing(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{audit: true, checkpointEvery: 8})
 	var url atomic.Pointer[string]
 	url.Store(&d.gw.URL)

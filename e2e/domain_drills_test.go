@@ -22,11 +22,13 @@ import (
 func TestDrillDuplicateAlertOneTicket(t *testing.T) {
 	t.Parallel()
 	t.Run("gateway business key", func(t *testing.T) {
+		t.Parallel()
 		d := newDrill(t, setup{}) // the demo's act: the second gets the first one's answer
 		d.play(scenarios.ActDuplicateAlert)
 		d.wantEffects("tickets_created", 1)
 	})
 	t.Run("api uniqueness", func(t *testing.T) {
+		t.Parallel()
 		d := newDrill(t, setup{idempotentAPI: true})
 		first := d.direct("/v1/tickets", "alert-a", ticket("evt-42", "DB primary down"))
 		dup := d.direct("/v1/tickets", "alert-b", ticket("evt-42", "Database primary is down!"))
@@ -50,11 +52,17 @@ const digest = scenarios.DigestStaging
 // Two concurrent deployments to one environment: one runs, the other gets
 // 409, from the gateway's concurrency_key and from the API's own lock.
 func TestDrillConcurrentDeployments(t *testing.T) {
+	t.Parallel()
 	t.Run("gateway concurrency key", func(t *testing.T) {
-		d := newDrill(t, setup{hold: time.Second}) // the first holds the lock while the second arrives
+		t.Parallel()
+		// The first holds the lock, its write held at the API, until the
+		// second has its answer.
+		d := newDrill(t, setup{upstreamTimeout: "1m"})
+		d.hold(1)
 		var r [2]reply
 		concurrently(2, func(i int) {
 			r[i] = d.keyed("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest))
+			d.release()
 		})
 		statuses := []int{r[0].status, r[1].status}
 		slices.Sort(statuses)
@@ -64,7 +72,10 @@ func TestDrillConcurrentDeployments(t *testing.T) {
 		d.wantEffects("deployments_started", 1)
 	})
 	t.Run("api lock", func(t *testing.T) {
-		d := newDrill(t, setup{idempotentAPI: true})
+		t.Parallel()
+		// The first's rollout holds the lock for a minute: the second
+		// arrives within it, however late.
+		d := newDrill(t, setup{idempotentAPI: true, deployDuration: time.Minute})
 		var r [2]reply
 		concurrently(2, func(i int) {
 			r[i] = d.direct("/v1/deployments", fmt.Sprintf("dep-%d", i), deployment("production", digest))

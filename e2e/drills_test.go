@@ -36,9 +36,16 @@ func wantState(t *testing.T, op *ledger.Operation, st ledger.State) {
 // other answer.
 func (d *drill) untilSettled(path, key, body string) reply {
 	d.t.Helper()
+	return d.untilSettledBy(func() reply { return d.keyed(path, key, body) })
+}
+
+// untilSettledBy repeats send while it is answered in_progress, and
+// returns the first other answer.
+func (d *drill) untilSettledBy(send func() reply) reply {
+	d.t.Helper()
 	var r reply
 	waitFor(d.t, "the operation to leave executing", func() bool {
-		r = d.keyed(path, key, body)
+		r = send()
 		return r.err == nil && problemCode(r) != "in_progress"
 	})
 	return r
@@ -60,9 +67,16 @@ func TestDrillSameRequestTwice(t *testing.T) {
 
 // 2. Two workers send the same key at the same moment.
 func TestDrillTwoWorkersSameKey(t *testing.T) {
-	d := newDrill(t, setup{hold: time.Second}) // the first holds the key while the second arrives
+	t.Parallel()
+	// The first holds the key, its write held at the API, until the
+	// second has its answer: the copies meet however late the second is.
+	d := newDrill(t, setup{upstreamTimeout: "1m"})
+	d.hold(1)
 	var replies [2]reply
-	concurrently(2, func(i int) { replies[i] = d.keyed("/v1/tickets", "k-2", ticket("", "Queue backlog")) })
+	concurrently(2, func(i int) {
+		replies[i] = d.keyed("/v1/tickets", "k-2", ticket("", "Queue backlog"))
+		d.release()
+	})
 	codes := []string{problemCode(replies[0]), problemCode(replies[1])}
 	slices.Sort(codes)
 	if codes[0] != "" || codes[1] != "in_progress" {
@@ -116,12 +130,14 @@ func TestDrillDiesBeforeUpstreamCall(t *testing.T) {
 // 4. The process dies after the effect and before recording it: the
 // gateway is SIGKILLed while the ops API performs the write.
 func TestDrillDiesAfterEffectBeforeRecording(t *testing.T) {
-	d := newDrill(t, setup{})
-	d.fault(`{"delay_ms":1500}`)
+	t.Parallel()
+	d := newDrill(t, setup{upstreamTimeout: "1m"})
+	d.hold(1)
 	body := ticket("evt-4", "Replica lag 40s")
 	go d.keyed("/v1/tickets", "k-4", body)
 	d.waitInFlight(1) // forwarded, and the API is working on it
 	d.gw.Kill()
+	d.release()
 	waitFor(t, "the effect", func() bool { return d.effects()["tickets_created"] == 1 })
 
 	d.gw = d.startGateway(0)
@@ -180,12 +196,16 @@ func TestDrillPayloadChanged(t *testing.T) {
 // it, unless the upstream honours the key, which then answers the re-sent
 // request from its own record.
 func TestDrillRetryAfterLeaseExpired(t *testing.T) {
+	t.Parallel()
 	t.Run("upstream ignores keys", func(t *testing.T) {
-		d := newDrill(t, setup{hold: time.Minute})
+		t.Parallel()
+		// A lease of 3s, heartbeats every second: a loaded machine that
+		// holds the gateway back a few hundred ms does not let it lapse.
+		d := newDrill(t, setup{hold: time.Minute, ticketLease: "3s"})
 		body := ticket("", "Pager storm")
 		go d.keyed("/v1/tickets", "k-7", body)
 		waitFor(t, "the reservation", func() bool { return d.exists("k-7") })
-		time.Sleep(1500 * time.Millisecond) // longer than the 1s lease
+		time.Sleep(3500 * time.Millisecond) // longer than the lease
 		r := d.keyed("/v1/tickets", "k-7", body)
 		want(t, r, 409, "in_progress")
 		if r.header.Get("Retry-After") == "" {
@@ -198,14 +218,16 @@ func TestDrillRetryAfterLeaseExpired(t *testing.T) {
 		d.wantEffects("tickets_created", 0)
 	})
 	t.Run("upstream honours the key", func(t *testing.T) {
-		d := newDrill(t, setup{idempotentAPI: true})
-		d.fault(`{"delay_ms":1500}`)
+		t.Parallel()
+		d := newDrill(t, setup{idempotentAPI: true, upstreamTimeout: "1m"})
+		d.hold(1)
 		body := ticket("", "Pager storm")
 		go d.keyed("/v1/tickets", "k-7", body)
 		d.waitInFlight(1)
 		other := d.startGateway(0)
 		d.gw.Kill()
 		d.gw = other
+		d.release()
 		waitFor(t, "the effect", func() bool { return d.effects()["tickets_created"] == 1 })
 		r := d.untilSettled("/v1/tickets", "k-7", body)
 		if r.status != 201 || !strings.Contains(r.body, `"created":true`) {

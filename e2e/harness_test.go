@@ -62,6 +62,12 @@ type setup struct {
 	storeDSN string
 	// ticketLease is the lease of POST /v1/tickets (default 1s).
 	ticketLease string
+	// upstreamTimeout is the gateway's timeout on the ops API (default
+	// 2s): a drill that holds a write at the API (d.hold) past it sets
+	// a bound instead, so that the gateway never gives up on its own.
+	upstreamTimeout string
+	// deployDuration is how long the API's rollouts take (default 2s).
+	deployDuration time.Duration
 	// config is added to the gateway's configuration.
 	config string
 	// approvalTTL, if set, makes production deployments wait for an
@@ -110,7 +116,7 @@ func newDrill(t *testing.T, s setup) *drill {
 store: %s
 sweep_interval: 100ms
 %supstreams:
-  ops: {url: %s, timeout: 2s, forward_key: true, honours_key: %t%s}
+  ops: {url: %s, timeout: %s, forward_key: true, honours_key: %t%s}
 principals:
   - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
   - {name: operator, tenant: acme, roles: [admin], token_sha256: %s}
@@ -127,7 +133,8 @@ routes:
   - {match: GET /v1/payment-intents, upstream: ops}
   - {match: POST /v1/deployments, upstream: ops, concurrency_key: /environment%s}
   - {match: "GET /v1/deployments/{id}", upstream: ops}
-%s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), auditBlock, d.api.URL, s.idempotentAPI, upstreamExtra,
+%s`, cmp.Or(s.storeDSN, "sqlite:"+d.storeDB+s.storeQuery), auditBlock, d.api.URL, cmp.Or(s.upstreamTimeout, "2s"),
+		s.idempotentAPI, upstreamExtra,
 		hashOf(token), hashOf(operatorToken), hashOf(approvers["alice"]), hashOf(approvers["bob"]),
 		hashOf(approvers["carol"]), hashOf(approvers["eve"]), cmp.Or(s.ticketLease, "1s"), ticketsExtra,
 		captureProbe(s.probeCaptures), approvalPolicy(s.approvalTTL), s.config)
@@ -140,7 +147,8 @@ routes:
 
 // startAPI starts (or restarts, on the same database) the ops API.
 func (d *drill) startAPI() {
-	args := []string{"opsapi", "--listen", "127.0.0.1:0", "--db", d.apiDB, "--faults", "--deploy-duration", "2s"}
+	args := []string{"opsapi", "--listen", "127.0.0.1:0", "--db", d.apiDB, "--faults", "--deploy-duration",
+		cmp.Or(d.setup.deployDuration, 2*time.Second).String()}
 	if !d.setup.idempotentAPI {
 		args = append(args, "--naive")
 	}
@@ -217,6 +225,25 @@ func (d *drill) fault(spec string) {
 		d.t.Fatalf("arm fault %s: %v %v", spec, err, resp)
 	}
 	resp.Body.Close()
+}
+
+// hold holds the API's next n writes in flight, neither applied nor
+// answered, until release: a drill acts while a write is surely at the
+// API, however slowly the machine runs, rather than within a delay.
+func (d *drill) hold(n int) { d.fault(fmt.Sprintf(`{"hold":%d}`, n)) }
+
+// release lets the writes held at the API go on, and holds no more. It
+// may be called from any goroutine, and more than once.
+func (d *drill) release() {
+	resp, err := http.Post(d.api.URL+"/_faults", "application/json", strings.NewReader(`{"release":true}`))
+	if err != nil {
+		d.t.Errorf("release the held writes: %v", err)
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		d.t.Errorf("release the held writes: %s", resp.Status)
+	}
 }
 
 // waitInFlight waits until the API is performing n writes: a request has

@@ -114,8 +114,10 @@ func (q *rabbitQueue) parked() []string {
 // Ten events, each published twice under two message ids: ten effects,
 // and the queue empty with nothing held once the consumer stops.
 func TestAMQPConsumerDeliversEachEventOnce(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, q := newInvoices(t), newRabbitQueue(t, url)
 		startConsume(t, consumerConfig(t, db.DSN, up.srv.URL, q.consumerYAML("body:/event_id", "    concurrency: 4\n")))
 		for i := range 10 {
@@ -142,8 +144,10 @@ func TestAMQPConsumerDeliversEachEventOnce(t *testing.T) {
 // A changed body under a used message_id, and a message without one:
 // both parked with their reason, no effect made by either.
 func TestAMQPConflictAndNoIdentityAreParked(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, q := newInvoices(t), newRabbitQueue(t, url)
 		startConsume(t, consumerConfig(t, db.DSN, up.srv.URL, q.consumerYAML("message_id", "")))
 		q.publish("evt-1", `{"event_id":"evt-1","amount":100}`)
@@ -155,7 +159,7 @@ func TestAMQPConflictAndNoIdentityAreParked(t *testing.T) {
 		if !slices.Equal(got, []string{inbox.ReasonConflict, inbox.ReasonNoIdentity}) {
 			t.Fatalf("parked %v, want a conflict and a message without identity", got)
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, "every message acknowledged", func() bool { return q.pending() == 0 })
 		if got := up.perEvent(); len(got) != 1 || got["evt-1"] != 1 {
 			t.Fatalf("effects %v, want evt-1 once", got)
 		}
@@ -165,6 +169,7 @@ func TestAMQPConflictAndNoIdentityAreParked(t *testing.T) {
 // A message that never ends (its upstream is down) is parked once it has
 // had max_deliveries, and makes no effect.
 func TestAMQPPoisonMessageIsParked(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	q := newRabbitQueue(t, url)
 	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, "http://127.0.0.1:1", q.consumerYAML("message_id", "    max_deliveries: 3\n")))
@@ -182,6 +187,7 @@ func TestAMQPPoisonMessageIsParked(t *testing.T) {
 // With concurrency 1 (a prefetch of one) the messages reach the upstream
 // in the order they were published.
 func TestAMQPOrderIsKeptWithConcurrencyOne(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	up, q := newInvoices(t), newRabbitQueue(t, url)
 	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, q.consumerYAML("body:/event_id", "    concurrency: 1\n")))
@@ -203,6 +209,7 @@ func TestAMQPOrderIsKeptWithConcurrencyOne(t *testing.T) {
 // sees of a restart): it reconnects by itself, and every message makes
 // its effect once.
 func TestAMQPConnectionLostMidStream(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	up, q := newInvoices(t), newRabbitQueue(t, url)
 	up.delay = 10 * time.Millisecond
@@ -232,8 +239,10 @@ func TestAMQPConnectionLostMidStream(t *testing.T) {
 // started again makes no second effect: the operation is executing (the
 // copy waits), then unknown once its lease lapses, and acknowledged.
 func TestAMQPConsumerKilledDuringDelivery(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, q := newInvoices(t), newRabbitQueue(t, url)
 		cfg := consumerConfig(t, db.DSN, up.srv.URL, q.consumerYAML("message_id", "    lease: 1s\n"))
 		killedDuringDelivery(t, db, up, cfg, func() { q.publish("evt-killed", `{"event_id":"evt-killed"}`) },
@@ -245,6 +254,7 @@ func TestAMQPConsumerKilledDuringDelivery(t *testing.T) {
 // returns the park, so the conflicting message stays in its queue (never
 // acknowledged, never lost) and makes no effect.
 func TestAMQPParkRoutedNowhereIsKept(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireAMQP(t)
 	up, q := newInvoices(t), newRabbitQueue(t, url)
 	exchange := q.name + ".dlx"
@@ -253,11 +263,21 @@ func TestAMQPParkRoutedNowhereIsKept(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = q.ch.ExchangeDelete(exchange, false, false) })
 	yaml := strings.Replace(q.consumerYAML("message_id", ""), `exchange: ""`, fmt.Sprintf("exchange: %q", exchange), 1)
-	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, yaml))
+	p := startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, yaml))
 	q.publish("evt-1", `{"event_id":"evt-1","amount":100}`)
 	waitFor(t, "the first message acknowledged", func() bool { return q.pending() == 0 })
 	q.publish("evt-1", `{"event_id":"evt-1","amount":999}`)
-	time.Sleep(3 * time.Second)
+	// Its park returned, it goes back to its queue and is taken again:
+	// a second failed park is that cycle seen whole.
+	waitFor(t, "two failed parks", func() bool {
+		n := 0
+		for _, l := range p.Logs() {
+			if strings.Contains(l, "park failed, message kept in its queue") {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	if n := q.pending(); n != 1 {
 		t.Fatalf("%d messages left in the queue, want the conflicting one kept", n)
 	}

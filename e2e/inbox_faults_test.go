@@ -14,8 +14,10 @@ import (
 // again: the redelivery makes no second effect, and the operation is
 // unknown (its lease lapsed with the effect possibly made) or succeeded.
 func TestNATSConsumerKilledDuringDelivery(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, s := newInvoices(t), newJSStream(t, url)
 		cfg := consumerConfig(t, db.DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    lease: 1s\n"))
 		killedDuringDelivery(t, db, up, cfg, func() { s.publish("m-1", `{"event_id":"evt-killed"}`) }, s.settled)
@@ -26,6 +28,7 @@ func TestNATSConsumerKilledDuringDelivery(t *testing.T) {
 // data) restarts while the consumer works through a stream: the consumer
 // reconnects by itself, and every message makes its effect once.
 func TestNATSBrokerRestartMidStream(t *testing.T) {
+	t.Parallel()
 	srv := testenv.PrivateNATS(t)
 	up, s := newInvoices(t), newJSStream(t, srv.URL)
 	up.delay = 10 * time.Millisecond

@@ -118,8 +118,10 @@ func (s *jsStream) parked() []string {
 // pending. Four at once, so that a copy often arrives while the other
 // is executing: it is delayed, not run.
 func TestNATSConsumerDeliversEachEventOnce(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, s := newInvoices(t), newJSStream(t, url)
 		cfg := consumerConfig(t, db.DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    concurrency: 4\n"))
 		startConsume(t, cfg)
@@ -158,8 +160,10 @@ func TestNATSConsumerDeliversEachEventOnce(t *testing.T) {
 // without an identity cannot be an operation: both are parked on the
 // dead letter with their reason, and neither makes an effect.
 func TestNATSConflictAndNoIdentityAreParked(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		up, s := newInvoices(t), newJSStream(t, url)
 		startConsume(t, consumerConfig(t, db.DSN, up.srv.URL, s.consumerYAML("header:Event-Id", "")))
 		pub := func(event, body string) {
@@ -191,6 +195,7 @@ func TestNATSConflictAndNoIdentityAreParked(t *testing.T) {
 // nothing sent) is parked once it has had max_deliveries, and makes no
 // effect.
 func TestNATSPoisonMessageIsParked(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	s := newJSStream(t, url)
 	db := dbtest.SQLiteDB(t)
@@ -210,6 +215,7 @@ func TestNATSPoisonMessageIsParked(t *testing.T) {
 // With concurrency 1 the messages of one key reach the upstream in the
 // order they were published.
 func TestNATSOrderIsKeptWithConcurrencyOne(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	up, s := newInvoices(t), newJSStream(t, url)
 	startConsume(t, consumerConfig(t, dbtest.SQLiteDB(t).DSN, up.srv.URL, s.consumerYAML("body:/event_id", "    concurrency: 1\n")))
@@ -230,6 +236,7 @@ func TestNATSOrderIsKeptWithConcurrencyOne(t *testing.T) {
 // delayed, not run: it is delivered again, and acknowledged as a copy
 // once the first delivery has ended. One effect.
 func TestNATSCopyWhileExecutingIsDelayed(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	up, s := newInvoices(t), newJSStream(t, url)
 	up.hold = make(chan struct{})
@@ -262,6 +269,7 @@ func TestNATSCopyWhileExecutingIsDelayed(t *testing.T) {
 // consume, saying why; once the operator makes the stream, both are
 // parked (with who they were) and the message behind them is delivered.
 func TestNATSDeadLetterWithoutAStream(t *testing.T) {
+	t.Parallel()
 	url := testenv.RequireNATS(t)
 	up, s := newInvoices(t), newJSStream(t, url)
 	if err := s.js.DeleteStream(context.Background(), s.deadStream); err != nil {

@@ -125,12 +125,14 @@ func TestDrillPostgresCrashUnderLoad(t *testing.T) {
 // flight at the API, unanswered (not at a request count, which a loaded
 // machine reaches after the owner's answer).
 func TestDrillStormAcrossInstances(t *testing.T) {
+	t.Parallel()
 	for _, killOwner := range []bool{false, true} {
 		t.Run(map[bool]string{false: "kill another", true: "kill the owner"}[killOwner], func(t *testing.T) {
+			t.Parallel()
 			dsn, _ := testenv.PostgresSchema(t)
-			d := newDrill(t, setup{storeDSN: dsn})
+			d := newDrill(t, setup{storeDSN: dsn, upstreamTimeout: "1m"})
 			gws := []*testenv.Process{d.gw, d.startGateway(0), d.startGateway(0)}
-			d.fault(`{"delay_ms": 800}`)
+			d.hold(1) // the owner's write, until the kill has landed
 			body := ticket("", "storm")
 			owner := make(chan reply, 1)
 			go func() {
@@ -159,9 +161,9 @@ func TestDrillStormAcrossInstances(t *testing.T) {
 			}()
 			waitFor(t, "the storm to begin", func() bool { return sent.Load() >= 10 })
 			d.killWhileInFlight(gws[map[bool]int{false: 1, true: 0}[killOwner]], func() bool { return len(owner) > 0 })
+			d.release()
 			<-stormed
 			first := <-owner
-			d.fault(`{"delay_ms": 0}`)
 			waitFor(t, "the write to end at the API", func() bool { return d.effects()["tickets_created"] == 1 })
 			survivor := gws[2]
 			if killOwner {

@@ -69,6 +69,7 @@ func waitEffects(t *testing.T, s ledger.Store, opKey string, state ledger.State)
 func TestDrillRelayKilledAfterDelivery(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		d := newDrill(t, setup{idempotentAPI: true})
 		s := db.Open(t)
 		var mu sync.Mutex
@@ -141,6 +142,7 @@ func forward(t *testing.T, api string, r *http.Request) (*http.Response, []byte)
 func TestDrillTwoRelaysNeverDeliverOneEffectAtOnce(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		s := db.Open(t)
 		w := &watcher{inFlight: map[string]int{}, delivered: map[string]int{}}
 		target := httptest.NewServer(w)

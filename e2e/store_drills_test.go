@@ -65,6 +65,7 @@ func (d *drill) recovered(key string, effects int) {
 // the gateway refuses new keys before the disk is full, keeps replaying
 // what it has, and serves again once space returns.
 func TestDrillDiskBelowFloor(t *testing.T) {
+	t.Parallel()
 	dir := testenv.Tmpfs(t, 96<<20)
 	d := newDrill(t, setup{storeDir: dir})
 	first := d.keyed("/v1/tickets", "before", ticket("", "before"))
@@ -84,6 +85,7 @@ func TestDrillDiskBelowFloor(t *testing.T) {
 // once; after space returns every key runs at most once, and what was
 // answered 201 and recorded replays byte for byte.
 func TestDrillDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := testenv.Tmpfs(t, 16<<20)
 	d := newDrill(t, setup{storeDir: dir, storeQuery: "?min_free=0", config: "record_deadline: 2s\n"})
 	free := testenv.Fill(t, dir, 0)
@@ -126,6 +128,7 @@ func TestDrillDiskFull(t *testing.T) {
 // gateway (chattr +i, which binds root too): refused, not ready, nothing
 // done; writable again, it serves by itself.
 func TestDrillStoreReadOnly(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{})
 	want(t, d.keyed("/v1/tickets", "before", ticket("", "before")), 201, "")
 	undo := testenv.Immutable(t, d.storeDB, d.storeDB+"-wal")
@@ -139,6 +142,7 @@ func TestDrillStoreReadOnly(t *testing.T) {
 // gateway. SQLite would go on writing to the unlinked inode, and every
 // answer given would vanish with the process; the gateway refuses instead.
 func TestDrillStoreFileDeleted(t *testing.T) {
+	t.Parallel()
 	d := newDrill(t, setup{storeDir: t.TempDir()})
 	want(t, d.keyed("/v1/tickets", "before", ticket("", "before")), 201, "")
 	if err := os.Remove(d.storeDB); err != nil {

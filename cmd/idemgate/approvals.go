@@ -24,9 +24,8 @@ import (
 )
 
 // stdinIsTerminal reports whether a person may be typing on stdin: only
-// then is a decision without --fingerprint confirmed by asking. A variable
-// so that a test can stand in for a terminal.
-var stdinIsTerminal = func() bool { return term.IsTerminal(int(os.Stdin.Fd())) }
+// then is a decision without --fingerprint confirmed by asking.
+func stdinIsTerminal() bool { return term.IsTerminal(int(os.Stdin.Fd())) }
 
 func newApprovalsCmd() *cobra.Command {
 	var gw string

@@ -230,33 +230,29 @@ func TestApprovalsHostileSummary(t *testing.T) {
 
 // TestApprovalsConfirmAtTerminal: without --fingerprint, at a terminal,
 // only the fingerprint's first 12 hex digits typed back send the decision.
+// Each decision is an idemgate process of its own, its stdin a
+// pseudo-terminal where the answer is typed, its token in its environment.
 func TestApprovalsConfirmAtTerminal(t *testing.T) {
+	t.Parallel()
 	g := startApprovalGateway(t)
 	_, acc := g.deploy(t, "deploy-4", "api:4.0.0")
 	id := acc.Approval.ID
 	fp := g.approval(t, id).Fingerprint
-	t.Setenv("IDEMGATE_TOKEN", "alice-token")
-	was := stdinIsTerminal
-	stdinIsTerminal = func() bool { return true }
-	t.Cleanup(func() { stdinIsTerminal = was })
-	run := func(answer string, args ...string) (string, string, error) {
-		root := newRoot()
-		var out, errb bytes.Buffer
-		root.SetArgs(append([]string{"approvals", "--gateway", g.url}, args...))
-		root.SetIn(strings.NewReader(answer))
-		root.SetOut(&out)
-		root.SetErr(&errb)
-		err := root.Execute()
-		return out.String(), errb.String(), err
+	run := func(answer string, args ...string) result {
+		keyboard, tty := openPTY(t)
+		if _, err := keyboard.WriteString(answer); err != nil {
+			t.Fatal(err)
+		}
+		return runIn(t, []string{"IDEMGATE_TOKEN=alice-token"}, tty, append([]string{"approvals", "--gateway", g.url}, args...)...)
 	}
-	out, stderr, err := run("sha256:"+fp[7:19]+"\n", "approve", id)
-	if err == nil || !strings.Contains(err.Error(), "nothing was sent") || out != "" ||
-		!strings.Contains(stderr, "Approve Deploy api:4.0.0 to production (api)? Type the first 12 hex digits of the fingerprint to confirm: ") ||
-		!strings.Contains(stderr, "NOT reversible") || g.approval(t, id).Status != ledger.ApprovalPending {
-		t.Fatalf("a wrong answer: %v %q %q", err, out, stderr)
+	r := run("sha256:"+fp[7:19]+"\n", "approve", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "nothing was sent") || r.stdout != "" ||
+		!strings.Contains(r.stderr, "Approve Deploy api:4.0.0 to production (api)? Type the first 12 hex digits of the fingerprint to confirm: ") ||
+		!strings.Contains(r.stderr, "NOT reversible") || g.approval(t, id).Status != ledger.ApprovalPending {
+		t.Fatalf("a wrong answer: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if _, stderr, err = run(fp[7:19]+"\n", "deny", id); err != nil || !strings.Contains(stderr, "fingerprint to deny: ") {
-		t.Fatalf("deny confirmed: %v %q", err, stderr)
+	if r = run(fp[7:19]+"\n", "deny", id); r.code != 0 || !strings.Contains(r.stderr, "fingerprint to deny: ") {
+		t.Fatalf("deny confirmed: exit %d %q", r.code, r.stderr)
 	}
 	if v := g.approval(t, id); v.Status != ledger.ApprovalDenied {
 		t.Fatalf("after the confirmed denial: %+v", v)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -157,13 +156,13 @@ func TestCallExitCodes(t *testing.T) {
 
 // With the gateway down, call says so: nothing was sent, why, and exit 10
 // (rerun it later), not the 9 of a failure that rerunning repeats; call
-// status says the same, and that the gateway could not be asked. Not in
-// parallel: the port it finds free, and closes, could be taken by another
-// test's server meanwhile.
+// status says the same, and that the gateway could not be asked. The
+// gateway is port 1, where nothing listens (as the other tests' dead
+// addresses): a port found free and closed could be another parallel
+// test's server by the time call dials it.
 func TestCallGatewayUnreachable(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	down := "http://" + ln.Addr().String()
-	ln.Close()
+	t.Parallel()
+	down := "http://127.0.0.1:1"
 	env := []string{"IDEMGATE_TOKEN=secret-token", "IDEMGATE_URL=" + down, "IDEMGATE_JOURNAL=" + filepath.Join(t.TempDir(), "j.db")}
 	r := runEnv(t, env, "", "call", "--intent", "down", "POST", "/v1/tickets", "-d", `{"a":1}`)
 	var v map[string]any

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +68,15 @@ func childEnv(env ...string) []string {
 // runEnv is run with more environment variables.
 func runEnv(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
+	return runIn(t, env, strings.NewReader(stdin), args...)
+}
+
+// runIn is runEnv reading stdin (a terminal, say) instead of a string.
+func runIn(t *testing.T, env []string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(child, args...)
 	cmd.Env = childEnv(env...)
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -197,6 +204,7 @@ func TestFingerprintTargetAndBodies(t *testing.T) {
 func TestMigrateTwiceAndAtOnce(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn := db.DSN
 		var wg sync.WaitGroup
 		results := make([]result, 3)
@@ -226,6 +234,7 @@ func TestMigrateTwiceAndAtOnce(t *testing.T) {
 func TestOps(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()
 		var ops []*ledger.Operation

@@ -195,6 +195,7 @@ func TestMCPResultsSayWhatTheyDid(t *testing.T) {
 // (make build), the module's version (go install MODULE@VERSION), the
 // commit, or Go's own "(devel)"; never a placeholder.
 func TestVersionComesFromTheBuild(t *testing.T) {
+	t.Parallel()
 	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}
 	for _, c := range []struct {
 		set  string

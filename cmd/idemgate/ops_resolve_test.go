@@ -36,6 +36,7 @@ func unknownOp(t *testing.T, s ledger.Store, key string) *ledger.Operation {
 func TestOpsResolveWithTheUpstreamsAnswer(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn, s := db.DSN, db.Open(t)
 		op := unknownOp(t, s, "pay-1")
 		dir := t.TempDir()
@@ -103,6 +104,7 @@ func testResolveRefusals(t *testing.T, s ledger.Store, dsn string, op *ledger.Op
 func TestOpsResolveAnActionsResult(t *testing.T) {
 	t.Parallel()
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		t.Parallel()
 		dsn, s := db.DSN, db.Open(t)
 		c := context.Background()
 		r, err := s.Reserve(c, ledger.ReserveParams{Namespace: ledger.NamespaceClients, Kind: ledger.KindAction,

@@ -26,8 +26,8 @@ func newOpsAPICmd() *cobra.Command {
 		Long: `opsapi serves a small operations API stored in SQLite. By default it is itself
 idempotent (httpidem, with each business write and its completion in one
 transaction). --naive ignores keys and business identities, like most legacy
-APIs; --faults accepts POST /_faults to inject lost answers, delays, failures
-and statuses. GET /v1/effects counts every effect performed.`,
+APIs; --faults accepts POST /_faults to inject lost answers, delays, failures,
+statuses and writes held in flight until released. GET /v1/effects counts every effect performed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runOpsAPI(cmd.Context(), listen, opts, slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil)))

@@ -37,19 +37,23 @@ func startGateway(t *testing.T, config string) *testenv.Process {
 	return testenv.StartProcess(t, cmd)
 }
 
-// slowUpstream applies each write, counting it, then answers after hold;
+// slowUpstream applies each write, counting it, then answers after hold,
+// or at its release (the test's end at the latest) if that comes first;
 // requests with the same Idempotency-Key are one effect when dedup is on.
 type slowUpstream struct {
 	srv     *httptest.Server
 	effects atomic.Int64
 	started chan struct{}
 	hold    time.Duration
+	ended   chan struct{} // closed by release
+	release func()        // answers the writes held now, and holds no more
 	mu      sync.Mutex
 	keys    map[string]bool
 }
 
 func newSlowUpstream(t *testing.T, hold time.Duration) *slowUpstream {
-	u := &slowUpstream{started: make(chan struct{}, 1000), hold: hold, keys: map[string]bool{}}
+	u := &slowUpstream{started: make(chan struct{}, 1000), hold: hold, ended: make(chan struct{}), keys: map[string]bool{}}
+	u.release = sync.OnceFunc(func() { close(u.ended) })
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		u.mu.Lock()
@@ -60,11 +64,15 @@ func newSlowUpstream(t *testing.T, hold time.Duration) *slowUpstream {
 			u.effects.Add(1)
 		}
 		u.started <- struct{}{}
-		time.Sleep(u.hold)
+		select {
+		case <-time.After(u.hold):
+		case <-u.ended:
+		}
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"done":%q}`, key)
 	}))
 	t.Cleanup(u.srv.Close)
+	t.Cleanup(u.release) // first: Close waits for the answers
 	return u
 }
 
@@ -147,7 +155,7 @@ func TestServeRefusesAnEmptyWebhookSecret(t *testing.T) {
 // upstream that honours it.
 func TestCrashMidRequest(t *testing.T) {
 	t.Parallel()
-	up := newSlowUpstream(t, 1500*time.Millisecond)
+	up := newSlowUpstream(t, time.Hour) // until the kill has landed
 	dbPath := filepath.Join(t.TempDir(), "gw.db")
 	config := writeConfig(t, "sqlite:"+dbPath, up.srv.URL, "")
 	g := startGateway(t, config)
@@ -157,6 +165,7 @@ func TestCrashMidRequest(t *testing.T) {
 	}
 	g.Cmd.Process.Signal(syscall.SIGKILL)
 	<-g.Done
+	up.release()
 	g = startGateway(t, config)
 	waitUnknown(t, dbPath, 2) // leases lapse; the sweep runs every 100ms
 	status, body := post(t, g.URL, "/v1/writes", "crash-/v1/writes")
@@ -279,21 +288,25 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 
 // TestShutdownCutsOffWithoutClaimingSuccess: a request still running when
 // the shutdown deadline passes is never recorded as succeeded; it stays
-// executing, and its lease makes it unknown. Not in parallel: the gateway
-// has 2s to stop, of which a race-built process sleeps 1s as it exits.
+// executing, and its lease makes it unknown.
 func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
-	up := newSlowUpstream(t, 3*time.Second)
+	t.Parallel()
+	// The upstream answers only at the test's end, and the gateway would
+	// wait an hour for it: only the shutdown deadline can end the request
+	// and let the gateway stop, however slow the machine.
+	up := newSlowUpstream(t, time.Hour)
 	dbPath := filepath.Join(t.TempDir(), "gw.db")
 	config := writeConfig(t, "sqlite:"+dbPath, up.srv.URL, "")
 	text, _ := os.ReadFile(config)
-	os.WriteFile(config, []byte(strings.Replace(string(text), "shutdown_timeout: 5s", "shutdown_timeout: 200ms", 1)), 0o600)
+	text = []byte(strings.Replace(string(text), "shutdown_timeout: 5s", "shutdown_timeout: 200ms", 1))
+	os.WriteFile(config, []byte(strings.ReplaceAll(string(text), "timeout: 10s", "timeout: 1h")), 0o600)
 	g := startGateway(t, config)
 	go post(t, g.URL, "/v1/writes", "cut-off")
 	<-up.started
 	g.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-g.Done:
-	case <-time.After(2 * time.Second):
+	case <-time.After(testenv.Bound):
 		t.Fatal("the gateway did not stop at its shutdown deadline")
 	}
 	r := run(t, "", "ops", "list", "--store", "sqlite:"+dbPath, "--json")
@@ -314,6 +327,7 @@ func TestShutdownCutsOffWithoutClaimingSuccess(t *testing.T) {
 // covers it, and only then does the store close; run returns without a
 // panic (a Record into a closed batcher crashed the process).
 func TestShutdownWithAProbeInFlight(t *testing.T) {
+	t.Parallel()
 	inFlight := make(chan struct{}, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {

@@ -18,7 +18,12 @@ type faults struct {
 	delay       time.Duration
 	statusCode  int
 	statusCount int
-	inFlight    atomic.Int64 // writes being performed now, for drills to wait on
+	// hold is how many of the next writes are held in flight (counted in
+	// inFlight, nothing applied, nothing answered) until a release; held
+	// is what they wait on, closed by the release.
+	hold     int
+	held     chan struct{}
+	inFlight atomic.Int64 // writes being performed now, for drills to wait on
 }
 
 // faultRequest is the body of POST /_faults; absent members leave their
@@ -31,6 +36,12 @@ type faultRequest struct {
 		Code  int `json:"code"`
 		Count int `json:"count"`
 	} `json:"status"`
+	// Hold holds the next writes in flight until a release: a drill kills
+	// or sends what it means to while a write is surely at the API,
+	// whatever the machine's load, instead of within a delay.
+	Hold *int `json:"hold"`
+	// Release lets the writes held now go on, and holds no more.
+	Release bool `json:"release"`
 }
 
 // getFaults shows the armed faults and the writes in flight.
@@ -48,7 +59,7 @@ func (s *Server) getFaults(w http.ResponseWriter, r *http.Request) {
 func (f *faults) view() map[string]any {
 	return map[string]any{"drop_response_after_commit": f.dropAfter, "fail_before_commit": f.failBefore,
 		"delay_ms": f.delay.Milliseconds(), "status": map[string]int{"code": f.statusCode, "count": f.statusCount},
-		"in_flight": f.inFlight.Load()}
+		"hold": f.hold, "in_flight": f.inFlight.Load()}
 }
 
 func (s *Server) setFaults(w http.ResponseWriter, r *http.Request) {
@@ -78,11 +89,35 @@ func (s *Server) setFaults(w http.ResponseWriter, r *http.Request) {
 	if req.Status != nil {
 		f.statusCode, f.statusCount = req.Status.Code, req.Status.Count
 	}
+	if req.Hold != nil {
+		f.hold = *req.Hold
+	}
+	if req.Release {
+		f.hold = 0
+		if f.held != nil {
+			close(f.held)
+			f.held = nil
+		}
+	}
 	answer(w, http.StatusOK, f.view())
 }
 
-// before applies the delay and a forced status; true means it answered.
+// before holds the write if a hold is armed, then applies the delay and
+// a forced status; true means it answered.
 func (f *faults) before(w http.ResponseWriter) bool {
+	f.mu.Lock()
+	var held chan struct{}
+	if f.hold > 0 {
+		f.hold--
+		if f.held == nil {
+			f.held = make(chan struct{})
+		}
+		held = f.held
+	}
+	f.mu.Unlock()
+	if held != nil {
+		<-held // past a caller who hung up meanwhile, as the delay is
+	}
 	f.mu.Lock()
 	delay := f.delay
 	code := 0

@@ -260,6 +260,39 @@ func TestDefaultModeIsIdempotentAndNaiveIsNot(t *testing.T) {
 	}
 }
 
+// A held write is in flight, neither applied nor answered, until the
+// release; the release ends the hold, so the next write goes through.
+func TestHoldUntilRelease(t *testing.T) {
+	c := start(t, true, true)
+	body := `{"project":"ops","title":"held"}`
+	c.call("POST", "/_faults", "", `{"hold":1}`)
+	answered := make(chan int, 1)
+	go func() { s, _ := c.call("POST", "/v1/tickets", "held", body); answered <- s }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, f := c.call("GET", "/_faults", "", ""); f["in_flight"] == 1.0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never reached the API")
+		}
+	}
+	if e := c.effects(); e["tickets_created"] != 0 || len(answered) != 0 {
+		t.Fatalf("a held write was applied or answered: %v", e)
+	}
+	if _, f := c.call("POST", "/_faults", "", `{"release":true}`); f["hold"] != 0.0 {
+		t.Fatalf("after the release: %v", f)
+	}
+	if s := <-answered; s != 201 {
+		t.Fatalf("the released write: %d", s)
+	}
+	if s, _ := c.call("POST", "/v1/tickets", "", body); s != 201 {
+		t.Fatalf("the next write: %d", s)
+	}
+	if e := c.effects(); e["tickets_created"] != 2 {
+		t.Fatalf("effects %v", e)
+	}
+}
+
 func TestFaults(t *testing.T) {
 	if s, _ := start(t, true, false).call("POST", "/_faults", "", `{"delay_ms":1}`); s != 403 {
 		t.Fatalf("faults without --faults: %d", s)
