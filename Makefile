@@ -50,7 +50,7 @@ test: setup testbin
 # server runs several times slower; its code's races are the in-process
 # tests' to find).
 testbin:
-	go build -o bin/idemgate-test ./cmd/idemgate
+	go build -trimpath -o bin/idemgate-test ./cmd/idemgate
 
 processes:
 	@$(MAKE) --no-print-directory race-processes
@@ -100,9 +100,12 @@ vet:
 # atomics live in modernc.org/libc, which stays instrumented, so what one
 # goroutine hands another through SQLite's locks is still seen ordered.
 # -parallel: the parallel tests mostly wait on commits, sockets and
-# brokers, so more of them than cores run at once.
+# brokers, so more of them than cores run at once. -trimpath: the build
+# cache then keys this module's packages by import path, not directory,
+# so a fresh clone (CI's, in a new directory each run) reuses what the
+# last run compiled instead of compiling every package again with -race.
 PG ?= $(or $(IDEMGATE_TEST_POSTGRES),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
-RACEFLAGS ?= -race -count=1 -vet=off -parallel 6 -gcflags='modernc.org/sqlite/lib=-race=false -d=checkptr=0'
+RACEFLAGS ?= -race -trimpath -count=1 -vet=off -parallel 6 -gcflags='modernc.org/sqlite/lib=-race=false -d=checkptr=0'
 # The packages whose tests run idemgate as processes (built without -race,
 # once per package) and wait on them: the processes lane's.
 PROCESS_PKGS := ./e2e ./cmd/idemgate
@@ -117,7 +120,7 @@ race-processes:
 # test, since ./... stops at a nested go.mod.
 integrations:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): the integration modules PostgreSQL tests SKIP (under CI=true they FAIL).'
-	@for m in $(INTEGRATIONS); do echo "test $$m"; (cd $$m && GORACE="$$GORACE atexit_sleep_ms=0" go test -race -count=1 ./...) || exit 1; done
+	@for m in $(INTEGRATIONS); do echo "test $$m"; (cd $$m && GORACE="$$GORACE atexit_sleep_ms=0" go test -race -trimpath -count=1 ./...) || exit 1; done
 
 # The binary, in bin/, with its version (what idemgate mcp announces) from
 # git: the tag, or the commit, "-dirty" for uncommitted changes.
