@@ -195,33 +195,41 @@ func forEachStore(t *testing.T, test func(t *testing.T, e *env)) {
 	})
 }
 
-const configTemplate = `store: %s
+// configTemplate is the test gateway's configuration. Only the timeout
+// tests' route (/v1/slow, upstream slow) has a short upstream timeout:
+// every other test's upstream is patient, so a loaded machine slows it
+// down without turning its answer into a 504.
+const configTemplate = `store: %[1]s
 sweep_interval: 50ms
 purge_interval: 100ms
 upstreams:
   ops:
-    url: %s
-    timeout: 300ms
+    url: %[2]s
+    timeout: 30s
     headers: {Authorization: "Bearer upstream-secret"}
     forward_key: true
+  slow:
+    url: %[2]s
+    timeout: 300ms
+    forward_key: true
   dedup:
-    url: %s
+    url: %[3]s
     honours_key: true
     forward_key: true
   down:
-    url: http://%s
+    url: http://%[4]s
   bare:
-    url: %s
+    url: %[5]s
 principals:
-  - {name: agent, tenant: acme, roles: [agent], token_sha256: %s}
-  - {name: alice, tenant: acme, roles: [admin], token_sha256: %s}
-  - {name: other, tenant: globex, roles: [agent], token_sha256: %s}
-  - {name: scraper, tenant: acme, roles: [metrics], token_sha256: %s}
+  - {name: agent, tenant: acme, roles: [agent], token_sha256: %[6]s}
+  - {name: alice, tenant: acme, roles: [admin], token_sha256: %[7]s}
+  - {name: other, tenant: globex, roles: [agent], token_sha256: %[8]s}
+  - {name: scraper, tenant: acme, roles: [metrics], token_sha256: %[9]s}
 routes:
   - {match: POST /v1/tickets, upstream: ops, fingerprint: {ignore: [/client_time]}}
   - {match: POST /v1/lost, upstream: ops}
   - {match: POST /v1/cut, upstream: ops}
-  - {match: POST /v1/slow, upstream: ops}
+  - {match: POST /v1/slow, upstream: slow}
   - {match: POST /v1/honours, upstream: dedup}
   - {match: POST /v1/down, upstream: down}
   - {match: "GET /v1/tickets/{id}", upstream: ops}
@@ -232,7 +240,7 @@ routes:
   - {match: POST /v1/policy/hooks, upstream: ops, key_from: "header:X-Delivery-Id"}
   - {match: POST /v1/policy/final, upstream: ops, outcomes: {final: [409], not_applied: [500]}}
   - {match: POST /v1/policy/bare, upstream: bare}
-%s`
+%[10]s`
 
 func newEnv(t *testing.T, store ledger.Store, dsn, extraRoutes string) *env {
 	return newEnvWith(t, store, dsn, extraRoutes, nil)

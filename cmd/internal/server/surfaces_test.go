@@ -163,7 +163,10 @@ func (c *markerCounter) count(marker string) int {
 
 // switchable serves h at an address of its own that a test can make
 // refuse connections (Down: nothing listens) and serve again (Up). Two
-// surfaces share it: it is down while either holds it down.
+// surfaces share it: it is down while either holds it down. It keeps no
+// connection alive: a gateway's pooled connection that Down closed under
+// it would carry the next request into a socket its peer had closed, an
+// ambiguous loss (unknown), not the refusal a down upstream is here.
 type switchable struct {
 	addr  string
 	h     http.Handler
@@ -178,8 +181,7 @@ func newSwitchable(t testing.TB, h http.Handler) *switchable {
 		t.Fatal(err)
 	}
 	s := &switchable{addr: ln.Addr().String(), h: h}
-	s.srv = &http.Server{Handler: h}
-	go s.srv.Serve(ln)
+	s.serve(ln)
 	t.Cleanup(func() { _ = s.srv.Close() })
 	return s
 }
@@ -204,7 +206,13 @@ func (s *switchable) Up(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.serve(ln)
+}
+
+// serve serves ln, answering each request with Connection: close.
+func (s *switchable) serve(ln net.Listener) {
 	s.srv = &http.Server{Handler: s.h}
+	s.srv.SetKeepAlivesEnabled(false)
 	go s.srv.Serve(ln)
 }
 
