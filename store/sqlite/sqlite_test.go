@@ -55,12 +55,13 @@ func init() {
 // The conformance suite runs with the production default, synchronous=FULL.
 var backend = storetest.Backend{
 	Commits: commits.Load,
+	// A fresh store is a copy of dbtest's migrated template, which its
+	// own Migrate finds up to date: the suite makes some 170 stores (100
+	// for Model alone), and under -race migrating each from nothing was
+	// half its time. Migrating a new file is tested where a file is new:
+	// TestRaceProcesses, TestOddPath, the driver's and the faults' tests.
 	Fresh: func(tb testing.TB) ledger.Store {
-		path := filepath.Join(tb.TempDir(), "ledger.db")
-		if err := os.WriteFile(path, migratedFile(tb), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-		return open(tb, path, sqlite.Options{})
+		return open(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{})
 	},
 	Another: func(tb testing.TB, s ledger.Store) ledger.Store { return open(tb, pathOf(s), sqlite.Options{}) },
 	Begin:   begin,
@@ -71,41 +72,6 @@ var backend = storetest.Backend{
 		return n
 	},
 }
-
-// migratedFile is a store file migrated once, closed, and read back: a
-// fresh store of the suite is a copy, which its own Migrate finds up to
-// date. The suite makes some 170 stores (100 for Model alone), and under
-// -race migrating each from nothing was half its time. Migrating a
-// new file is tested where a file is new: TestRaceProcesses, TestOddPath,
-// the driver's and the faults' tests.
-func migratedFile(tb testing.TB) []byte {
-	b, err := template()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
-
-var template = sync.OnceValues(func() ([]byte, error) {
-	dir, err := os.MkdirTemp("", "sqlite-template")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "ledger.db")
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Migrate(context.Background()); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if err := s.Close(); err != nil {
-		return nil, err
-	}
-	return os.ReadFile(path)
-})
 
 // businessDBs is each store's business handle: a service's own database
 // handle on the store's file, as a Go service keeps its data beside the
@@ -178,7 +144,9 @@ func TestRaceProcesses(t *testing.T) {
 func TestOddPath(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a?b#c%20d.db")
-	s := open(t, path, sqlite.Options{})
+	// Opened here, not by dbtest, which would make the file itself first.
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	dbtest.Migrated(t, s, err)
 	if _, err := s.Reserve(context.Background(), storetest.Params(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +280,9 @@ func lockFile(t *testing.T, path string) heldLock {
 // whatever the umask allows.
 func TestStoreFilesArePrivate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "private.db")
-	s := dbtest.SQLiteAt(t, path)
+	// Opened here, not by dbtest, which would make the file itself first.
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	dbtest.Migrated(t, s, err)
 	storetest.Reserved(t, s) // a write: the WAL and its index exist
 	for _, f := range []string{path, path + "-wal", path + "-shm"} {
 		info, err := os.Stat(f)
