@@ -292,6 +292,41 @@ func (o EffectOutcome) Validate() error {
 	return nil
 }
 
+// EffectResult is one delivery's outcome to record under its claim's
+// lease, as SettleEffects takes it.
+type EffectResult struct {
+	Lease   EffectLease
+	Outcome EffectOutcome
+}
+
+// EffectSettle is a relay's turn: the outcomes of the deliveries that
+// ended, and, when Claim.Limit is positive, a claim for the places they
+// freed. A turn with no claim only records.
+type EffectSettle struct {
+	Results []EffectResult
+	Claim   EffectClaimParams
+}
+
+// Validate refuses a turn with an outcome or a claim a store cannot take.
+func (p EffectSettle) Validate() error {
+	for _, r := range p.Results {
+		if err := r.Outcome.Validate(); err != nil {
+			return err
+		}
+	}
+	if p.Claim.Limit == 0 && len(p.Claim.Targets) == 0 {
+		return nil
+	}
+	return p.Claim.Validate()
+}
+
+// EffectSettled is what a turn did: per result, in order, the store's
+// answer as EffectResult gives it (nil: recorded); then the claims.
+type EffectSettled struct {
+	Recorded []error
+	Claims   []EffectClaim
+}
+
 // EffectResolveParams is an operator's decision about an effect that is
 // not final and not executing (a parked one, or one whose delivery is
 // unknown): succeeded or failed (with what the operator found at the

@@ -144,6 +144,14 @@ type Store interface {
 	// if an operator settled it meanwhile. The same result recorded again
 	// (a retry after a lost reply) is no error.
 	EffectResult(ctx context.Context, l EffectLease, o EffectOutcome) (*Effect, error)
+	// SettleEffects is a relay's turn in one transaction, one commit:
+	// each result recorded as EffectResult records it (a refused one is
+	// that result's error, and leaves the others alone), then, if
+	// p.Claim.Limit is positive, a claim as ClaimEffects makes it, which
+	// sees those results: an operation's next effect is due in the very
+	// turn that recorded its predecessor. An error means none of it was
+	// made.
+	SettleEffects(ctx context.Context, p EffectSettle) (EffectSettled, error)
 	// Effects reads the effects of a tenant's operation (by its
 	// identity), in their order.
 	Effects(ctx context.Context, k OpKey) ([]*Effect, error)

@@ -22,6 +22,7 @@ func runEffects(t *testing.T, b Backend) {
 	t.Run("EffectsTargets", inParallel(b, testEffectsTargets))
 	t.Run("EffectsPurge", inParallel(b, testEffectsPurge))
 	t.Run("EffectsLateResult", inParallel(b, testEffectsLateResult))
+	t.Run("EffectsSettle", inParallel(b, testEffectsSettle))
 	t.Run("EffectsFailedResumes", inParallel(b, testEffectsFailedResumes))
 	t.Run("EffectsEnqueuedAtOnce", inParallel(b, testEffectsEnqueuedAtOnce))
 	t.Run("RaceEffectClaims", inParallel(b, testRaceEffectClaims))
@@ -230,6 +231,75 @@ func testEffectsFenced(t *testing.T, b Backend) {
 	}
 	_, err = s.EffectResult(ctx(t), second[0].Lease, ledger.EffectOutcome{State: ledger.Failed, Status: 500})
 	wantErr(t, "another result after the first", err, ledger.ErrIllegalTransition)
+}
+
+// settleTurn runs one relay turn.
+func settleTurn(tb testing.TB, s ledger.Store, claim int, results ...ledger.EffectResult) ledger.EffectSettled {
+	tb.Helper()
+	p := ledger.EffectSettle{Results: results}
+	if claim > 0 {
+		p.Claim = ledger.EffectClaimParams{Targets: []string{"crm"}, Limit: claim, Lease: Long}
+	}
+	out, err := s.SettleEffects(ctx(tb), p)
+	if err != nil || len(out.Recorded) != len(results) {
+		tb.Fatalf("settle effects: %+v %v", out, err)
+	}
+	return out
+}
+
+// testEffectsSettle: a relay's turn records its results, each on its own
+// (a fenced one is refused, the others recorded), then claims, and the
+// claim sees the results: an operation's next effect goes out in the turn
+// that recorded its predecessor. A turn with no claim only records; a
+// result recorded again is no error; a bad turn changes nothing.
+func testEffectsSettle(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	a := enqueue(t, s, effectsOf(2, "crm"))
+	other := enqueue(t, s, effectsOf(1, "crm"))
+	c := claimEffects(t, s, 10)
+	if len(c) != 2 {
+		t.Fatalf("first claim: %+v", c)
+	}
+	mine, theirs := c[0], c[1]
+	if mine.Effect.ID != a[0].ID {
+		mine, theirs = theirs, mine
+	}
+	fenced := theirs.Lease
+	fenced.Fence++
+	done := ledger.EffectOutcome{State: ledger.Succeeded, Status: 201, ResultRef: "ref-1"}
+	turn := settleTurn(t, s, 10, ledger.EffectResult{Lease: mine.Lease, Outcome: done},
+		ledger.EffectResult{Lease: fenced, Outcome: done})
+	wantErr(t, "a fenced result in a turn", turn.Recorded[1], ledger.ErrStaleOwner)
+	if turn.Recorded[0] != nil || len(turn.Claims) != 1 || turn.Claims[0].Effect.ID != a[1].ID ||
+		turn.Claims[0].Effect.State != ledger.Executing || turn.Claims[0].Lease.Token == "" {
+		t.Fatalf("the turn: %+v", turn)
+	}
+	if e, err := s.GetEffect(ctx(t), a[0].ID); err != nil || e.State != ledger.Succeeded || e.Status != 201 ||
+		e.ResultRef != "ref-1" {
+		t.Fatalf("the recorded result: %+v %v", e, err)
+	}
+	if e, err := s.GetEffect(ctx(t), other[0].ID); err != nil || e.State != ledger.Executing {
+		t.Fatalf("the fenced result changed its effect: %+v %v", e, err)
+	}
+	last := ledger.EffectResult{Lease: turn.Claims[0].Lease, Outcome: done}
+	retry := ledger.EffectResult{Lease: theirs.Lease, Outcome: ledger.EffectOutcome{State: ledger.Unknown,
+		ErrorCode: "target_timeout", RetryIn: time.Hour}}
+	if turn := settleTurn(t, s, 0, last, retry); turn.Recorded[0] != nil || turn.Recorded[1] != nil || len(turn.Claims) != 0 {
+		t.Fatalf("a turn with no claim: %+v", turn)
+	}
+	if turn := settleTurn(t, s, 0, last); turn.Recorded[0] != nil {
+		t.Fatalf("a result recorded again: %v", turn.Recorded[0])
+	}
+	if e, err := s.GetEffect(ctx(t), other[0].ID); err != nil || e.State != ledger.Unknown || e.NextAt.IsZero() {
+		t.Fatalf("an unknown result: %+v %v", e, err)
+	}
+	for what, bad := range map[string]ledger.EffectSettle{
+		"a bad outcome": {Results: []ledger.EffectResult{{Lease: last.Lease, Outcome: ledger.EffectOutcome{State: ledger.Executing}}}},
+		"a claim with no target": {Claim: ledger.EffectClaimParams{Limit: 1, Lease: Long}},
+	} {
+		_, err := s.SettleEffects(ctx(t), bad)
+		wantErr(t, what, err, ledger.ErrInvalid)
+	}
 }
 
 // testEffectsParked: a delivery out of attempts is parked for an operator,

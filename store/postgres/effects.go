@@ -106,18 +106,7 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 		return nil, err
 	}
 	b := &pgx.Batch{}
-	// The due effects are walked in the order of idem_effects_due, and the
-	// walk stops at the limit: planned from the statistics of a table that
-	// just filled (a backlog enqueued faster than autovacuum analyses it),
-	// the server would rather gather every due effect, check each one's
-	// predecessors and sort them all to claim sixteen, a cost that grows
-	// with the backlog (13 ms a claim at 2,000 due, against 0.5 ms). Local
-	// settings hold for the claim's transaction alone.
-	for _, setting := range claimPlan {
-		b.Queue("SELECT set_config($1, 'off', true)", setting)
-	}
-	b.Queue(lapseEffectsSQL, p.MaxAttempts)
-	b.Queue(claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
+	queueClaim(b, p)
 	br := s.pool.SendBatch(ctx, b)
 	out, err := claimed(br)
 	// The batch's implicit transaction commits at its end: its error, if
@@ -129,6 +118,22 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 		return nil, mapErr("claim effects", err)
 	}
 	return out, nil
+}
+
+// queueClaim queues a claim's statements. The due effects are walked in
+// the order of idem_effects_due, and the walk stops at the limit: planned
+// from the statistics of a table that just filled (a backlog enqueued
+// faster than autovacuum analyses it), the server would rather gather
+// every due effect, check each one's predecessors and sort them all to
+// claim sixteen, a cost that grows with the backlog (13 ms a claim at
+// 2,000 due, against 0.5 ms). Local settings hold for the claim's
+// transaction alone, and for the statements queued after them.
+func queueClaim(b *pgx.Batch, p ledger.EffectClaimParams) {
+	for _, setting := range claimPlan {
+		b.Queue("SELECT set_config($1, 'off', true)", setting)
+	}
+	b.Queue(lapseEffectsSQL, p.MaxAttempts)
+	b.Queue(claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
 }
 
 // claimPlan are the planner settings a claim turns off.
@@ -190,13 +195,110 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return e, mapErr("effect result", err)
 	}
+	return s.effectRefused(ctx, l, o.State)
+}
+
+// settleResultsSQL is effectResultSQL over arrays: a turn's results in
+// one statement, each under its own claim's guard. It returns the ids it
+// recorded; a result missing from them was refused, or recorded before.
+const settleResultsSQL = `UPDATE idem_effects e SET state = r.state, lease_until = NULL,
+	next_at = statement_timestamp() + r.retry_us * interval '1 microsecond', status = r.status,
+	result_ref = coalesce(r.result_ref, e.result_ref), last_error = r.last_error, updated_at = statement_timestamp(),
+	expires_at = CASE WHEN r.state IN ('succeeded', 'failed') THEN statement_timestamp() + e.retention_us * interval '1 microsecond' END
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::text[])
+	AS r(id, token, fence, state, retry_us, status, result_ref, last_error)
+WHERE e.id = r.id AND e.state = 'executing' AND e.owner_token = r.token AND e.fence = r.fence
+	AND e.lease_until >= statement_timestamp()
+RETURNING e.id`
+
+// SettleEffects implements ledger.Store: the results in one statement,
+// then the claim's, sent together: one round trip, one implicit
+// transaction, one commit. A refused result is read after it, as
+// EffectResult reads one.
+func (s *Store) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledger.EffectSettled, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.EffectSettled{}, err
+	}
+	b := &pgx.Batch{}
+	if len(p.Results) > 0 {
+		b.Queue(settleResultsSQL, settleArgs(p.Results)...)
+	}
+	if p.Claim.Limit > 0 {
+		queueClaim(b, p.Claim)
+	}
+	out := ledger.EffectSettled{Recorded: make([]error, len(p.Results))}
+	if b.Len() == 0 {
+		return out, nil
+	}
+	br := s.pool.SendBatch(ctx, b)
+	recorded, err := settled(br, len(p.Results) > 0, p.Claim.Limit > 0, &out)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return ledger.EffectSettled{}, mapErr("settle effects", err)
+	}
+	for i, r := range p.Results {
+		if !recorded[r.Lease.EffectID] {
+			_, out.Recorded[i] = s.effectRefused(ctx, r.Lease, r.Outcome.State)
+		}
+	}
+	return out, nil
+}
+
+// settleArgs are a turn's results as settleResultsSQL's arrays.
+func settleArgs(rs []ledger.EffectResult) []any {
+	n := len(rs)
+	ids, tokens, states := make([]string, n), make([]string, n), make([]string, n)
+	fences, retries, statuses := make([]int64, n), make([]*int64, n), make([]*int32, n)
+	refs, errs := make([]*string, n), make([]*string, n)
+	for i, r := range rs {
+		o := r.Outcome
+		ids[i], tokens[i], fences[i], states[i] = r.Lease.EffectID, r.Lease.Token, r.Lease.Fence, string(o.State)
+		if !o.State.Final() && !o.Park {
+			us := o.RetryIn.Microseconds()
+			retries[i] = &us
+		}
+		statuses[i], refs[i], errs[i] = nullable(int32(o.Status)), nullable(o.ResultRef), nullable(o.ErrorCode)
+	}
+	return []any{ids, tokens, fences, states, retries, statuses, refs, errs}
+}
+
+// settled reads a turn's results: the ids recorded, then the claim's.
+func settled(br pgx.BatchResults, results, claim bool, out *ledger.EffectSettled) (map[string]bool, error) {
+	recorded := map[string]bool{}
+	if results {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			recorded[id] = true
+		}
+	}
+	if claim {
+		var err error
+		if out.Claims, err = claimed(br); err != nil {
+			return nil, err
+		}
+	}
+	return recorded, nil
+}
+
+// effectRefused says why a result was refused, or, when this very result
+// was recorded already (a retry after a lost reply), returns the effect.
+func (s *Store) effectRefused(ctx context.Context, l ledger.EffectLease, to ledger.State) (*ledger.Effect, error) {
 	var token *string
-	e, err = scanEffect(scanMore{s.pool.QueryRow(ctx, `SELECT `+effectColumns+`, owner_token FROM idem_effects
+	e, err := scanEffect(scanMore{s.pool.QueryRow(ctx, `SELECT `+effectColumns+`, owner_token FROM idem_effects
 		WHERE id = $1`, l.EffectID), []any{&token}})
 	if err != nil {
 		return nil, mapErr("effect result", err)
 	}
-	return steps.EffectRefusal(e, deref(token), l, o.State)
+	return steps.EffectRefusal(e, deref(token), l, to)
 }
 
 // resolveEffectSQL settles an effect that is neither final nor executing

@@ -78,30 +78,49 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	c, err := newClaim(p)
+	if err != nil {
+		return nil, err
+	}
+	return step(s, ctx, durable, func(ctx context.Context, d driver) ([]ledger.EffectClaim, error) {
+		return d.claimEffects(ctx, c)
+	})
+}
+
+// claim is a validated claim's arguments.
+type claim struct {
+	p       ledger.EffectClaimParams
+	targets string
+	prefix  string
+}
+
+func newClaim(p ledger.EffectClaimParams) (claim, error) {
 	targets, err := json.Marshal(p.Targets)
 	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", err)
+		return claim{}, fmt.Errorf("claim effects: %w", err)
 	}
-	prefix := ledger.NewToken() + ":"
-	return step(s, ctx, durable, func(ctx context.Context, d driver) ([]ledger.EffectClaim, error) {
-		if _, err := d.q.(*writeConn).ExecContext(ctx, lapseEffectsSQL, p.MaxAttempts); err != nil {
-			return nil, mapErr("claim effects: lapsed leases", err)
-		}
-		var out []ledger.EffectClaim
-		err := eachRow(ctx, d.q, claimEffectsSQL, []any{prefix, p.Lease.Microseconds(), string(targets), p.Limit},
-			func(r *sql.Rows) error {
-				var c ledger.EffectClaim
-				var until int64
-				e, err := scanEffect(scanExtra4{r, []any{&c.Lease.Token, &until}})
-				if err != nil {
-					return err
-				}
-				c.Effect, c.Lease.EffectID, c.Lease.Fence, c.Lease.Until = e, e.ID, e.Fence, fromMicro(until)
-				out = append(out, c)
-				return nil
-			})
-		return out, mapErr("claim effects", err)
-	})
+	return claim{p: p, targets: string(targets), prefix: ledger.NewToken() + ":"}, nil
+}
+
+// claimEffects makes lapsed deliveries unknown, then claims what is due.
+func (d driver) claimEffects(ctx context.Context, c claim) ([]ledger.EffectClaim, error) {
+	if _, err := d.q.(*writeConn).ExecContext(ctx, lapseEffectsSQL, c.p.MaxAttempts); err != nil {
+		return nil, mapErr("claim effects: lapsed leases", err)
+	}
+	var out []ledger.EffectClaim
+	err := eachRow(ctx, d.q, claimEffectsSQL, []any{c.prefix, c.p.Lease.Microseconds(), c.targets, c.p.Limit},
+		func(r *sql.Rows) error {
+			var c ledger.EffectClaim
+			var until int64
+			e, err := scanEffect(scanExtra4{r, []any{&c.Lease.Token, &until}})
+			if err != nil {
+				return err
+			}
+			c.Effect, c.Lease.EffectID, c.Lease.Fence, c.Lease.Until = e, e.ID, e.Fence, fromMicro(until)
+			out = append(out, c)
+			return nil
+		})
+	return out, mapErr("claim effects", err)
 }
 
 // effectResultSQL ends a delivery under its claim, while its lease holds
@@ -121,6 +140,13 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Effect, error) {
+		return d.effectResult(ctx, l, o)
+	})
+}
+
+// effectResult records one outcome under its claim, or says why not.
+func (d driver) effectResult(ctx context.Context, l ledger.EffectLease, o ledger.EffectOutcome) (*ledger.Effect, error) {
 	var retry, status any
 	if !o.State.Final() && !o.Park {
 		retry = o.RetryIn.Microseconds()
@@ -128,13 +154,45 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 	if o.Status != 0 {
 		status = o.Status
 	}
-	return step(s, ctx, owning, func(ctx context.Context, d driver) (*ledger.Effect, error) {
-		e, err := scanEffect(queryRow(ctx, d.q, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), retry,
-			status, null(o.ResultRef), null(o.ErrorCode)))
-		if errors.Is(err, errNoRows) {
-			return d.effectRefused(ctx, l, o.State)
+	e, err := scanEffect(queryRow(ctx, d.q, effectResultSQL, l.EffectID, l.Token, l.Fence, string(o.State), retry,
+		status, null(o.ResultRef), null(o.ErrorCode)))
+	if errors.Is(err, errNoRows) {
+		return d.effectRefused(ctx, l, o.State)
+	}
+	return e, mapErr("effect result", err)
+}
+
+// SettleEffects implements ledger.Store: the turn is one writer step,
+// so one transaction and one commit. A claim waits for the disk; a turn
+// that only records is an owner's step, as EffectResult is.
+func (s *Store) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledger.EffectSettled, error) {
+	if err := p.Validate(); err != nil {
+		return ledger.EffectSettled{}, err
+	}
+	k, c := owning, claim{}
+	if p.Claim.Limit > 0 {
+		var err error
+		if c, err = newClaim(p.Claim); err != nil {
+			return ledger.EffectSettled{}, err
 		}
-		return e, mapErr("effect result", err)
+		k = durable
+	}
+	return step(s, ctx, k, func(ctx context.Context, d driver) (ledger.EffectSettled, error) {
+		out := ledger.EffectSettled{Recorded: make([]error, len(p.Results))}
+		for i, r := range p.Results {
+			// A refusal is that result's answer; anything else ends the turn.
+			_, err := d.effectResult(ctx, r.Lease, r.Outcome)
+			if err != nil && !refusal(err) {
+				return out, err
+			}
+			out.Recorded[i] = err
+		}
+		if p.Claim.Limit == 0 {
+			return out, nil
+		}
+		var err error
+		out.Claims, err = d.claimEffects(ctx, c)
+		return out, err
 	})
 }
 
