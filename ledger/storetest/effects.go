@@ -294,7 +294,7 @@ func testEffectsSettle(t *testing.T, b Backend) {
 		t.Fatalf("an unknown result: %+v %v", e, err)
 	}
 	for what, bad := range map[string]ledger.EffectSettle{
-		"a bad outcome": {Results: []ledger.EffectResult{{Lease: last.Lease, Outcome: ledger.EffectOutcome{State: ledger.Executing}}}},
+		"a bad outcome":          {Results: []ledger.EffectResult{{Lease: last.Lease, Outcome: ledger.EffectOutcome{State: ledger.Executing}}}},
 		"a claim with no target": {Claim: ledger.EffectClaimParams{Limit: 1, Lease: Long}},
 	} {
 		_, err := s.SettleEffects(ctx(t), bad)
