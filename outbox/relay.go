@@ -48,11 +48,11 @@ type Sender interface {
 	Send(ctx context.Context, e *ledger.Effect, key string) ledger.EffectOutcome
 }
 
-// Store is what a relay drives: a store's claims of due effects, and
-// their results. A ledger.Store is one.
+// Store is what a relay drives: a store's claims of due effects, and its
+// turns (their results, and the next claim). A ledger.Store is one.
 type Store interface {
 	ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([]ledger.EffectClaim, error)
-	EffectResult(ctx context.Context, l ledger.EffectLease, o ledger.EffectOutcome) (*ledger.Effect, error)
+	SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledger.EffectSettled, error)
 }
 
 var _ Store = ledger.Store(nil)
@@ -152,24 +152,26 @@ func (r *Round) add(o ledger.EffectOutcome, recorded error) {
 
 // Run delivers until ctx ends; deliveries in flight then finish (each is
 // bounded by its target's timeout) and are recorded. It keeps up to
-// Concurrency deliveries going: as each ends it claims what is due for
-// the free places, never more, so a claimed delivery always starts at
-// once; it claims once half the places are free (or when none is busy). An ended delivery may make its
-// operation's next effect due, so the relay asks again at once; when
-// nothing is due it waits Every.
+// Concurrency deliveries going, in turns: a turn records the outcomes of
+// the deliveries that ended since the last one and claims what is due for
+// the places they freed, never more, so a claimed delivery always starts
+// at once; it is one transaction, so one commit (ledger.Store's
+// SettleEffects). Deliveries that end while a turn is at the store wait
+// for the next one, and share it, as steps share a group commit. A turn
+// sees its own results, so an operation's next effect goes out in the
+// turn that recorded its predecessor. When nothing is due it waits Every.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.compile(); err != nil {
 		return err
 	}
-	ended := make(chan struct{}, r.concurrency())
+	ended := make(chan delivered, r.concurrency())
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	var pending []delivered
 	inFlight, failures := 0, 0
 	for ctx.Err() == nil {
-		// A claim is a commit: one for half the places at least (or any,
-		// when none is busy) keeps them few.
-		if free := r.concurrency() - inFlight; free > 0 && (2*free >= r.concurrency() || inFlight == 0) {
-			claims, err := r.claim(ctx, free)
+		if free := r.concurrency() - inFlight; free > 0 || len(pending) > 0 {
+			claims, err := r.turn(ctx, pending, free)
+			pending = nil
 			switch {
 			case err == nil:
 				failures = 0
@@ -182,32 +184,35 @@ func (r *Relay) Run(ctx context.Context) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, _ = r.handle(context.WithoutCancel(ctx), c)
-					ended <- struct{}{}
+					ended <- r.deliver(context.WithoutCancel(ctx), c)
 				}()
 			}
-			if err == nil && len(claims) == free {
+			if err == nil && free > 0 && len(claims) == free {
 				continue // more may be due at once
 			}
 		}
 		select {
 		case <-ctx.Done():
-		case <-ended:
-			inFlight -= 1 + drain(ended)
+		case d := <-ended:
+			pending = drain(ended, append(pending, d))
+			inFlight -= len(pending)
 		case <-time.After(r.wait(failures)):
 		}
 	}
+	wg.Wait()
+	_, _ = r.turn(ctx, drain(ended, pending), 0)
 	return nil
 }
 
-// drain takes what else is waiting on c, and says how much: the places
-// freed meanwhile are claimed for together.
-func drain(c chan struct{}) int {
-	for n := 0; ; n++ {
+// drain appends what else is waiting on c to ds: the deliveries that
+// ended meanwhile share one turn.
+func drain(c chan delivered, ds []delivered) []delivered {
+	for {
 		select {
-		case <-c:
+		case d := <-c:
+			ds = append(ds, d)
 		default:
-			return n
+			return ds
 		}
 	}
 }
@@ -227,11 +232,59 @@ type claimed struct {
 	deadline time.Time
 }
 
+// delivered is a delivery that ended, with its outcome, to be recorded.
+type delivered struct {
+	claimed
+	outcome ledger.EffectOutcome
+	start   time.Time
+}
+
+// turn records the outcomes of ds and claims up to free effects, in one
+// transaction. Its results are recorded even as the relay stops: the
+// store is given a lease's length, past which they would be refused
+// anyway (another relay may hold the effects by then). A turn that
+// failed recorded nothing: each effect's lease will lapse and it will be
+// sent again, at least once.
+func (r *Relay) turn(ctx context.Context, ds []delivered, free int) ([]claimed, error) {
+	if len(ds) == 0 && (free == 0 || ctx.Err() != nil) {
+		return nil, nil
+	}
+	p := ledger.EffectSettle{Results: make([]ledger.EffectResult, len(ds))}
+	for i, d := range ds {
+		p.Results[i] = ledger.EffectResult{Lease: d.Lease, Outcome: d.outcome}
+	}
+	if free > 0 && ctx.Err() == nil {
+		p.Claim = r.claimParams(free)
+	}
+	deadline := time.Now().Add(r.lease() - margin(r.lease()))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease())
+	defer cancel()
+	out, err := r.Store.SettleEffects(sctx, p)
+	for i, d := range ds {
+		recorded := err
+		if err == nil {
+			recorded = out.Recorded[i]
+		}
+		r.report(d, recorded)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("settle effects: %w", err)
+	}
+	claims := make([]claimed, len(out.Claims))
+	for i, c := range out.Claims {
+		claims[i] = claimed{c, deadline}
+	}
+	return claims, nil
+}
+
+func (r *Relay) claimParams(n int) ledger.EffectClaimParams {
+	return ledger.EffectClaimParams{Targets: r.names, Limit: n, Lease: r.lease(), MaxAttempts: r.maxAttempts()}
+}
+
 // claim claims up to n effects due.
 func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 	deadline := time.Now().Add(r.lease() - margin(r.lease()))
-	claims, err := r.Store.ClaimEffects(ctx, ledger.EffectClaimParams{Targets: r.names, Limit: n, Lease: r.lease(),
-		MaxAttempts: r.maxAttempts()})
+	claims, err := r.Store.ClaimEffects(ctx, r.claimParams(n))
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", err)
 	}
@@ -247,7 +300,7 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 func margin(lease time.Duration) time.Duration { return max(time.Second, lease/10) }
 
 // Once claims up to Concurrency effects due, delivers them all at once,
-// and returns what the round did.
+// records their outcomes in one turn, and returns what the round did.
 func (r *Relay) Once(ctx context.Context) (Round, error) {
 	if err := r.compile(); err != nil {
 		return Round{}, err
@@ -256,58 +309,69 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 	if err != nil {
 		return Round{}, err
 	}
-	round := Round{Claimed: len(claims)}
-	var mu sync.Mutex
+	ds := make([]delivered, len(claims))
 	var wg sync.WaitGroup
-	for _, c := range claims {
+	for i, c := range claims {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// Detached: a relay that is stopping still records what it
 			// sent, or the effect waits for its lease to lapse.
-			o, recorded := r.handle(context.WithoutCancel(ctx), c)
-			mu.Lock()
-			round.add(o, recorded)
-			mu.Unlock()
+			ds[i] = r.deliver(context.WithoutCancel(ctx), c)
 		}()
 	}
 	wg.Wait()
+	round := Round{Claimed: len(claims)}
+	p := ledger.EffectSettle{Results: make([]ledger.EffectResult, len(ds))}
+	for i, d := range ds {
+		p.Results[i] = ledger.EffectResult{Lease: d.Lease, Outcome: d.outcome}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease())
+	defer cancel()
+	out, err := r.Store.SettleEffects(sctx, p)
+	for i, d := range ds {
+		recorded := err
+		if err == nil {
+			recorded = out.Recorded[i]
+		}
+		r.report(d, recorded)
+		round.add(d.outcome, recorded)
+	}
 	return round, nil
 }
 
-// handle delivers one claimed effect and records the outcome. One that
-// could not finish before its claim's deadline (the claim came back late)
-// is not sent: it is recorded not applied, due again at once.
-func (r *Relay) handle(ctx context.Context, c claimed) (ledger.EffectOutcome, error) {
-	start := time.Now()
+// deliver delivers one claimed effect. One that could not finish before
+// its claim's deadline (the claim came back late) is not sent: it is
+// recorded not applied, due again at once.
+func (r *Relay) deliver(ctx context.Context, c claimed) delivered {
+	d := delivered{claimed: c, start: time.Now()}
 	t := r.targets[c.Effect.Target]
-	var o ledger.EffectOutcome
 	if time.Until(c.deadline) < t.Timeout {
-		o = ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "lease_too_short"}
-	} else {
-		dctx, cancel := context.WithDeadline(ctx, c.deadline)
-		o = t.deliver(dctx, r.client(), c.Effect)
-		cancel()
-		if !o.State.Final() {
-			o.RetryIn, o.Park = r.retry(c.Effect.Attempts, o.RetryIn)
-		}
+		d.outcome = ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "lease_too_short"}
+		return d
 	}
-	// Past the lease the result is refused anyway: another relay may
-	// hold the effect by then.
-	rctx, cancel := context.WithTimeout(ctx, r.lease())
-	defer cancel()
-	_, err := r.Store.EffectResult(rctx, c.Lease, o)
+	dctx, cancel := context.WithDeadline(ctx, c.deadline)
+	d.outcome = t.deliver(dctx, r.client(), c.Effect)
+	cancel()
+	if !d.outcome.State.Final() {
+		d.outcome.RetryIn, d.outcome.Park = r.retry(c.Effect.Attempts, d.outcome.RetryIn)
+	}
+	return d
+}
+
+// report logs a delivery whose outcome the store refused or did not
+// record, and tells OnDelivery.
+func (r *Relay) report(d delivered, recorded error) {
 	switch {
-	case errors.Is(err, ledger.ErrStaleOwner), errors.Is(err, ledger.ErrIllegalTransition):
-		r.log().Warn("delivery fenced: another claim took the effect", "effect", c.Effect.ID, "err", err)
-	case err != nil:
+	case errors.Is(recorded, ledger.ErrStaleOwner), errors.Is(recorded, ledger.ErrIllegalTransition):
+		r.log().Warn("delivery fenced: another claim took the effect", "effect", d.Effect.ID, "err", recorded)
+	case recorded != nil:
 		// The lease will lapse, and the effect be sent again: at least once.
-		r.log().Error("delivery not recorded", "effect", c.Effect.ID, "state", o.State, "err", err)
+		r.log().Error("delivery not recorded", "effect", d.Effect.ID, "state", d.outcome.State, "err", recorded)
 	}
 	if r.OnDelivery != nil {
-		r.OnDelivery(Delivery{Effect: c.Effect, Outcome: o, Duration: time.Since(start), Recorded: err})
+		r.OnDelivery(Delivery{Effect: d.Effect, Outcome: d.outcome, Duration: time.Since(d.start), Recorded: recorded})
 	}
-	return o, err
 }
 
 // retry is when an effect whose attempt-th delivery was not final is due
