@@ -108,7 +108,7 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 	b := &pgx.Batch{}
 	queueClaim(b, p)
 	br := s.pool.SendBatch(ctx, b)
-	out, err := claimed(br)
+	out, err := claimed(br, len(claimPlan)+1)
 	// The batch's implicit transaction commits at its end: its error, if
 	// any, comes with Close.
 	if cerr := br.Close(); err == nil {
@@ -129,9 +129,19 @@ func (s *Store) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([
 // 2,000 due, against 0.5 ms). Local settings hold for the claim's
 // transaction alone, and for the statements queued after them.
 func queueClaim(b *pgx.Batch, p ledger.EffectClaimParams) {
+	queuePlan(b)
+	queueClaimOnly(b, p)
+}
+
+// queuePlan queues the claim's planner settings.
+func queuePlan(b *pgx.Batch) {
 	for _, setting := range claimPlan {
 		b.Queue("SELECT set_config($1, 'off', true)", setting)
 	}
+}
+
+// queueClaimOnly queues a claim's statements after its settings.
+func queueClaimOnly(b *pgx.Batch, p ledger.EffectClaimParams) {
 	b.Queue(lapseEffectsSQL, p.MaxAttempts)
 	b.Queue(claimEffectsSQL, ledger.NewToken()+":", micros(p.Lease), p.Targets, p.Limit)
 }
@@ -139,10 +149,10 @@ func queueClaim(b *pgx.Batch, p ledger.EffectClaimParams) {
 // claimPlan are the planner settings a claim turns off.
 var claimPlan = []string{"enable_bitmapscan", "enable_sort", "enable_seqscan"}
 
-// claimed reads a claim's results: the settings, the lapsed leases, then
-// the claims.
-func claimed(br pgx.BatchResults) ([]ledger.EffectClaim, error) {
-	for range len(claimPlan) + 1 {
+// claimed reads a claim's results: preamble statements (the settings, the
+// lapsed leases) whose results are only checked, then the claims.
+func claimed(br pgx.BatchResults, preamble int) ([]ledger.EffectClaim, error) {
+	for range preamble {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
@@ -219,16 +229,20 @@ func (s *Store) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledge
 	if err := p.Validate(); err != nil {
 		return ledger.EffectSettled{}, err
 	}
+	out := ledger.EffectSettled{Recorded: make([]error, len(p.Results))}
+	if len(p.Results) == 0 && p.Claim.Limit == 0 {
+		return out, nil
+	}
+	// The settings come first: planned once while the table was small,
+	// the results' cached plan would otherwise scan it whole for ever
+	// after; without sequential scans it looks each effect up by its id.
 	b := &pgx.Batch{}
+	queuePlan(b)
 	if len(p.Results) > 0 {
 		b.Queue(settleResultsSQL, settleArgs(p.Results)...)
 	}
 	if p.Claim.Limit > 0 {
-		queueClaim(b, p.Claim)
-	}
-	out := ledger.EffectSettled{Recorded: make([]error, len(p.Results))}
-	if b.Len() == 0 {
-		return out, nil
+		queueClaimOnly(b, p.Claim)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	recorded, err := settled(br, len(p.Results) > 0, p.Claim.Limit > 0, &out)
@@ -264,8 +278,14 @@ func settleArgs(rs []ledger.EffectResult) []any {
 	return []any{ids, tokens, fences, states, retries, statuses, refs, errs}
 }
 
-// settled reads a turn's results: the ids recorded, then the claim's.
+// settled reads a turn's results: the settings, the ids recorded, then
+// the claim's.
 func settled(br pgx.BatchResults, results, claim bool, out *ledger.EffectSettled) (map[string]bool, error) {
+	for range claimPlan {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
 	recorded := map[string]bool{}
 	if results {
 		rows, err := br.Query()
@@ -282,7 +302,7 @@ func settled(br pgx.BatchResults, results, claim bool, out *ledger.EffectSettled
 	}
 	if claim {
 		var err error
-		if out.Claims, err = claimed(br); err != nil {
+		if out.Claims, err = claimed(br, 1); err != nil { // the lapsed leases first
 			return nil, err
 		}
 	}
