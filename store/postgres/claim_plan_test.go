@@ -71,10 +71,42 @@ func TestClaimWalksTheDueIndex(t *testing.T) {
 	}
 }
 
+// TestTurnLooksEffectsUpByID: a relay's turn turns sequential scans off
+// before its results statement, not only before its claim: the merged
+// statement's plan is cached, and one made while the table was small
+// (planned with sequential scans) joined every later turn's results to
+// the whole table. The relay on PostgreSQL delivered less with turns
+// than without, until the settings came first.
+func TestTurnLooksEffectsUpByID(t *testing.T) {
+	c := context.Background()
+	dsn, _ := testenv.PostgresSchema(t)
+	var sent batchLog
+	s, _ := testStoreAt(t, dsn, Options{Tracer: &sent})
+	if _, err := s.Enqueue(c, []ledger.EffectParams{{Tenant: "acme", OperationKey: "op-1", Name: "step",
+		Target: "crm", Path: "/v1/steps/1", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	claim := ledger.EffectClaimParams{Targets: []string{"crm"}, Limit: 16, Lease: time.Minute}
+	cs, err := s.ClaimEffects(c, claim)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("claim: %v %v", cs, err)
+	}
+	sent.reset()
+	turn, err := s.SettleEffects(c, ledger.EffectSettle{Claim: claim, Results: []ledger.EffectResult{{Lease: cs[0].Lease,
+		Outcome: ledger.EffectOutcome{State: ledger.Succeeded, Status: 201}}}})
+	if err != nil || turn.Recorded[0] != nil {
+		t.Fatalf("turn: %+v %v", turn, err)
+	}
+	if !sent.before("enable_seqscan", "FROM unnest") {
+		t.Fatalf("the turn's results statement runs before sequential scans are off: %q", sent.sqls)
+	}
+}
+
 // batchLog keeps the arguments of the statements sent in batches.
 type batchLog struct {
 	mu   sync.Mutex
 	args []string
+	sqls []string // each statement, with its first argument
 }
 
 func (l *batchLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -92,6 +124,27 @@ func (l *batchLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBa
 	for _, a := range d.Args {
 		l.args = append(l.args, fmt.Sprint(a))
 	}
+	first := ""
+	if len(d.Args) > 0 {
+		first = fmt.Sprint(d.Args[0])
+	}
+	l.sqls = append(l.sqls, d.SQL+" "+first)
+}
+
+func (l *batchLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.args, l.sqls = nil, nil
+}
+
+// before reports whether a statement holding a was sent before the first
+// one holding b.
+func (l *batchLog) before(a, b string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := slices.IndexFunc(l.sqls, func(s string) bool { return strings.Contains(s, a) })
+	bt := slices.IndexFunc(l.sqls, func(s string) bool { return strings.Contains(s, b) })
+	return at >= 0 && bt >= 0 && at < bt
 }
 
 func (l *batchLog) has(arg string) bool {
