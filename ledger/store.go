@@ -149,8 +149,9 @@ type Store interface {
 	// that result's error, and leaves the others alone), then, if
 	// p.Claim.Limit is positive, a claim as ClaimEffects makes it, which
 	// sees those results: an operation's next effect is due in the very
-	// turn that recorded its predecessor. An error means none of it was
-	// made.
+	// turn that recorded its predecessor. An error means the turn may
+	// not have been made (a lost reply leaves it unknown); its results
+	// may be recorded again, which is no error for one recorded already.
 	SettleEffects(ctx context.Context, p EffectSettle) (EffectSettled, error)
 	// Effects reads the effects of a tenant's operation (by its
 	// identity), in their order.

@@ -94,8 +94,9 @@ type Relay struct {
 	// given here should not follow them either.
 	Client *http.Client
 	Logger *slog.Logger
-	// OnDelivery, if set, hears every delivery once it is recorded (for
-	// metrics, and for tests).
+	// OnDelivery, if set, hears every delivery once its turn has recorded
+	// it (for metrics, and for tests). It runs on Run's goroutine: a slow
+	// one holds up the next turn.
 	OnDelivery func(Delivery)
 
 	once      sync.Once
@@ -109,7 +110,7 @@ type Relay struct {
 type Delivery struct {
 	Effect   *ledger.Effect // as claimed: executing, its attempt counted
 	Outcome  ledger.EffectOutcome
-	Duration time.Duration
+	Duration time.Duration // from its start to its result's turn
 	// Recorded is the store's answer to recording the outcome:
 	// ledger.ErrStaleOwner when a later claim fenced this one.
 	Recorded error
@@ -150,73 +151,6 @@ func (r *Round) add(o ledger.EffectOutcome, recorded error) {
 	}
 }
 
-// Run delivers until ctx ends; deliveries in flight then finish (each is
-// bounded by its target's timeout) and are recorded. It keeps up to
-// Concurrency deliveries going, in turns: a turn records the outcomes of
-// the deliveries that ended since the last one and claims what is due for
-// the places they freed, never more, so a claimed delivery always starts
-// at once; it is one transaction, so one commit (ledger.Store's
-// SettleEffects). Deliveries that end while a turn is at the store wait
-// for the next one, and share it, as steps share a group commit. A turn
-// sees its own results, so an operation's next effect goes out in the
-// turn that recorded its predecessor. When nothing is due it waits Every.
-func (r *Relay) Run(ctx context.Context) error {
-	if err := r.compile(); err != nil {
-		return err
-	}
-	ended := make(chan delivered, r.concurrency())
-	var wg sync.WaitGroup
-	var pending []delivered
-	inFlight, failures := 0, 0
-	for ctx.Err() == nil {
-		if free := r.concurrency() - inFlight; free > 0 || len(pending) > 0 {
-			claims, err := r.turn(ctx, pending, free)
-			pending = nil
-			switch {
-			case err == nil:
-				failures = 0
-			case ctx.Err() == nil:
-				failures++
-				r.log().Error("relay claim failed", "err", err, "retry_in", r.wait(failures))
-			}
-			for _, c := range claims {
-				inFlight++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ended <- r.deliver(context.WithoutCancel(ctx), c)
-				}()
-			}
-			if err == nil && free > 0 && len(claims) == free {
-				continue // more may be due at once
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case d := <-ended:
-			pending = drain(ended, append(pending, d))
-			inFlight -= len(pending)
-		case <-time.After(r.wait(failures)):
-		}
-	}
-	wg.Wait()
-	_, _ = r.turn(ctx, drain(ended, pending), 0)
-	return nil
-}
-
-// drain appends what else is waiting on c to ds: the deliveries that
-// ended meanwhile share one turn.
-func drain(c chan delivered, ds []delivered) []delivered {
-	for {
-		select {
-		case d := <-c:
-			ds = append(ds, d)
-		default:
-			return ds
-		}
-	}
-}
-
 // wait is how long Run waits for a place or for work: Every, doubled after
 // each failed claim up to a minute.
 func (r *Relay) wait(failures int) time.Duration {
@@ -240,14 +174,15 @@ type delivered struct {
 }
 
 // turn records the outcomes of ds and claims up to free effects, in one
-// transaction. Its results are recorded even as the relay stops: the
-// store is given a lease's length, past which they would be refused
-// anyway (another relay may hold the effects by then). A turn that
-// failed recorded nothing: each effect's lease will lapse and it will be
-// sent again, at least once.
-func (r *Relay) turn(ctx context.Context, ds []delivered, free int) ([]claimed, error) {
+// transaction, and returns the claims and each result's answer. Its
+// results are recorded even as the relay stops: the store is given a
+// lease's length, past which they would be refused anyway (another relay
+// may hold the effects by then). A turn that failed may still have
+// committed (its reply lost): recording the same results again is no
+// error.
+func (r *Relay) turn(ctx context.Context, ds []delivered, free int) ([]claimed, []error, error) {
 	if len(ds) == 0 && (free == 0 || ctx.Err() != nil) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	p := ledger.EffectSettle{Results: make([]ledger.EffectResult, len(ds))}
 	for i, d := range ds {
@@ -260,21 +195,29 @@ func (r *Relay) turn(ctx context.Context, ds []delivered, free int) ([]claimed, 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease())
 	defer cancel()
 	out, err := r.Store.SettleEffects(sctx, p)
-	for i, d := range ds {
-		recorded := err
-		if err == nil {
-			recorded = out.Recorded[i]
-		}
-		r.report(d, recorded)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("settle effects: %w", err)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("settle effects: %w", err)
+	case len(out.Recorded) != len(ds):
+		return nil, nil, fmt.Errorf("settle effects: %d answers for %d results", len(out.Recorded), len(ds))
 	}
 	claims := make([]claimed, len(out.Claims))
 	for i, c := range out.Claims {
 		claims[i] = claimed{c, deadline}
 	}
-	return claims, nil
+	return claims, out.Recorded, nil
+}
+
+// reportTurn reports each delivery of a turn: its own answer, or the
+// turn's error.
+func (r *Relay) reportTurn(ds []delivered, recorded []error, err error) {
+	for i, d := range ds {
+		if err == nil {
+			r.report(d, recorded[i])
+		} else {
+			r.report(d, err)
+		}
+	}
 }
 
 func (r *Relay) claimParams(n int) ledger.EffectClaimParams {
@@ -296,7 +239,8 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 }
 
 // margin is what a delivery leaves of its claim's lease: time for its
-// result to be recorded, and for clocks to disagree.
+// result to be recorded (in the next turn, after the one at the store, if
+// any), and for clocks to disagree.
 func margin(lease time.Duration) time.Duration { return max(time.Second, lease/10) }
 
 // Once claims up to Concurrency effects due, delivers them all at once,
@@ -322,20 +266,17 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 	}
 	wg.Wait()
 	round := Round{Claimed: len(claims)}
-	p := ledger.EffectSettle{Results: make([]ledger.EffectResult, len(ds))}
-	for i, d := range ds {
-		p.Results[i] = ledger.EffectResult{Lease: d.Lease, Outcome: d.outcome}
+	if len(ds) == 0 {
+		return round, nil
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease())
-	defer cancel()
-	out, err := r.Store.SettleEffects(sctx, p)
+	_, recorded, err := r.turn(context.WithoutCancel(ctx), ds, 0)
+	r.reportTurn(ds, recorded, err)
 	for i, d := range ds {
-		recorded := err
 		if err == nil {
-			recorded = out.Recorded[i]
+			round.add(d.outcome, recorded[i])
+		} else {
+			round.add(d.outcome, err)
 		}
-		r.report(d, recorded)
-		round.add(d.outcome, recorded)
 	}
 	return round, nil
 }

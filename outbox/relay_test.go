@@ -392,3 +392,84 @@ func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 		}
 	})
 }
+
+// gated holds each delivery until the test lets its key go, and says when
+// one has arrived.
+type gated struct {
+	arrived chan string
+	mu      sync.Mutex
+	gates   map[string]chan struct{}
+}
+
+func newGated() *gated {
+	return &gated{arrived: make(chan string, 16), gates: map[string]chan struct{}{}}
+}
+
+func (g *gated) gate(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gates[key] == nil {
+		g.gates[key] = make(chan struct{})
+	}
+	return g.gates[key]
+}
+
+func (g *gated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	_, _ = io.ReadAll(r.Body)
+	g.arrived <- key
+	select {
+	case <-g.gate(key):
+		w.WriteHeader(http.StatusCreated)
+	case <-r.Context().Done(): // the relay gave up on it
+	}
+}
+
+// TestRelayStopRecordsEachResultAsItEnds: a stopping relay records a
+// delivery's result as soon as that delivery ends, not once the slowest
+// one in flight has: held behind it, the result could outlive its lease,
+// be refused, and its effect be sent again. Two deliveries are in flight
+// when the relay is told to stop; the first one's result is recorded
+// while the second is still held at the target.
+func TestRelayStopRecordsEachResultAsItEnds(t *testing.T) {
+	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
+		s := db.Open(t)
+		target := newGated()
+		r := relay(s, serve(t, target))
+		// The second delivery must outlast the wait below: were it to
+		// time out first, the first result would be recorded after it
+		// even by a relay that waits for every delivery.
+		r.Lease = 20 * time.Second
+		r.Targets["crm"] = outbox.Target{URL: r.Targets["crm"].URL, Timeout: 10 * time.Second}
+		recorded := make(chan outbox.Delivery, 4)
+		r.OnDelivery = func(d outbox.Delivery) { recorded <- d }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		var keys []string
+		for _, op := range []string{"first", "second"} {
+			if _, err := outbox.Enqueue(context.Background(), s, effects(op, 1)...); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, <-target.arrived)
+		}
+		cancel()
+		close(target.gate(keys[0]))
+		select {
+		case d := <-recorded:
+			if d.Effect.Key != "first/step-1" || d.Recorded != nil || d.Outcome.State != ledger.Succeeded {
+				t.Fatalf("the first result: %+v", d)
+			}
+		case <-time.After(8 * time.Second): // before the second delivery's timeout
+			t.Fatal("the first delivery's result waits for the second delivery")
+		}
+		close(target.gate(keys[1]))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d := <-recorded; d.Effect.Key != "second/step-1" || d.Recorded != nil {
+			t.Fatalf("the second result: %+v", d)
+		}
+	})
+}

@@ -293,6 +293,24 @@ func testEffectsSettle(t *testing.T, b Backend) {
 	if e, err := s.GetEffect(ctx(t), other[0].ID); err != nil || e.State != ledger.Unknown || e.NextAt.IsZero() {
 		t.Fatalf("an unknown result: %+v %v", e, err)
 	}
+	// One effect's results under a lapsed claim and under the claim that
+	// took it since, in one turn: each answered on its own.
+	again := enqueue(t, s, effectsOf(1, "crm"))
+	lapsed, err := s.ClaimEffects(ctx(t), ledger.EffectClaimParams{Targets: []string{"crm"}, Limit: 1, Lease: Lapsing})
+	if err != nil || len(lapsed) != 1 || lapsed[0].Effect.ID != again[0].ID {
+		t.Fatalf("a lapsing claim: %+v %v", lapsed, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	retaken := claimEffects(t, s, 1)
+	if len(retaken) != 1 || retaken[0].Effect.ID != again[0].ID {
+		t.Fatalf("the claim after the lapse: %+v", retaken)
+	}
+	both := settleTurn(t, s, 0, ledger.EffectResult{Lease: lapsed[0].Lease, Outcome: done},
+		ledger.EffectResult{Lease: retaken[0].Lease, Outcome: done})
+	wantErr(t, "the lapsed claim's result", both.Recorded[0], ledger.ErrStaleOwner)
+	if both.Recorded[1] != nil {
+		t.Fatalf("the current claim's result: %v", both.Recorded[1])
+	}
 	for what, bad := range map[string]ledger.EffectSettle{
 		"a bad outcome":          {Results: []ledger.EffectResult{{Lease: last.Lease, Outcome: ledger.EffectOutcome{State: ledger.Executing}}}},
 		"a claim with no target": {Claim: ledger.EffectClaimParams{Limit: 1, Lease: Long}},

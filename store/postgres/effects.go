@@ -209,17 +209,19 @@ func (s *Store) EffectResult(ctx context.Context, l ledger.EffectLease, o ledger
 }
 
 // settleResultsSQL is effectResultSQL over arrays: a turn's results in
-// one statement, each under its own claim's guard. It returns the ids it
-// recorded; a result missing from them was refused, or recorded before.
+// one statement, each under its own claim's guard. It returns the
+// positions of the results it recorded (two results of one effect, under
+// an old claim and a new one, are told apart); a result missing from
+// them was refused, or recorded before.
 const settleResultsSQL = `UPDATE idem_effects e SET state = r.state, lease_until = NULL,
 	next_at = statement_timestamp() + r.retry_us * interval '1 microsecond', status = r.status,
 	result_ref = coalesce(r.result_ref, e.result_ref), last_error = r.last_error, updated_at = statement_timestamp(),
 	expires_at = CASE WHEN r.state IN ('succeeded', 'failed') THEN statement_timestamp() + e.retention_us * interval '1 microsecond' END
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::text[])
-	AS r(id, token, fence, state, retry_us, status, result_ref, last_error)
+	WITH ORDINALITY AS r(id, token, fence, state, retry_us, status, result_ref, last_error, ord)
 WHERE e.id = r.id AND e.state = 'executing' AND e.owner_token = r.token AND e.fence = r.fence
 	AND e.lease_until >= statement_timestamp()
-RETURNING e.id`
+RETURNING r.ord`
 
 // SettleEffects implements ledger.Store: the results in one statement,
 // then the claim's, sent together: one round trip, one implicit
@@ -253,7 +255,7 @@ func (s *Store) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledge
 		return ledger.EffectSettled{}, mapErr("settle effects", err)
 	}
 	for i, r := range p.Results {
-		if !recorded[r.Lease.EffectID] {
+		if !recorded[int64(i+1)] {
 			_, out.Recorded[i] = s.effectRefused(ctx, r.Lease, r.Outcome.State)
 		}
 	}
@@ -278,26 +280,26 @@ func settleArgs(rs []ledger.EffectResult) []any {
 	return []any{ids, tokens, fences, states, retries, statuses, refs, errs}
 }
 
-// settled reads a turn's results: the settings, the ids recorded, then
-// the claim's.
-func settled(br pgx.BatchResults, results, claim bool, out *ledger.EffectSettled) (map[string]bool, error) {
+// settled reads a turn's results: the settings, the positions (from 1)
+// of the results recorded, then the claim's.
+func settled(br pgx.BatchResults, results, claim bool, out *ledger.EffectSettled) (map[int64]bool, error) {
 	for range claimPlan {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	recorded := map[string]bool{}
+	recorded := map[int64]bool{}
 	if results {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		ords, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range ids {
-			recorded[id] = true
+		for _, o := range ords {
+			recorded[o] = true
 		}
 	}
 	if claim {

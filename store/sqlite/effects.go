@@ -191,7 +191,11 @@ func (s *Store) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledge
 			return out, nil
 		}
 		var err error
-		out.Claims, err = d.claimEffects(ctx, c)
+		if out.Claims, err = d.claimEffects(ctx, c); err != nil && refusal(err) {
+			// Not a step's own answer: the whole turn fails, its results
+			// with it, rather than commit them without the claim.
+			err = fmt.Errorf("claim effects: %v", err)
+		}
 		return out, err
 	})
 }
