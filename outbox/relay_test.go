@@ -359,38 +359,76 @@ func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams
 	return cs, err
 }
 
+// SettleEffects returns a turn late when it claimed something.
+func (s slowClaims) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledger.EffectSettled, error) {
+	out, err := s.Store.SettleEffects(ctx, p)
+	if len(out.Claims) > 0 {
+		time.Sleep(s.delay)
+	}
+	return out, err
+}
+
 // TestRelayDeliveryEndsWithinItsLease: a claim that came back too late
 // for its delivery to finish within the lease is not sent (it would still
 // be in flight when another relay, the lease lapsed, sends it too); it is
 // released, and the next relay delivers it, once. The claim comes back
 // with 2.5s of its 5s lease left, less than the 3s a delivery may take;
-// the next relay starts once the first one's round is over (an event),
+// the next relay starts once the first one has released it (an event),
 // and the margin before the lease lapses is 2.5s, not a 600ms window.
+// Once claims alone; Run claims in its turns.
 func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
-		s := db.Open(t)
-		if _, err := outbox.Enqueue(context.Background(), s, effects("late-claim", 1)...); err != nil {
-			t.Fatal(err)
-		}
-		target := newHonouring()
-		target.hold = 850 * time.Millisecond // within the timeout
-		url := serve(t, target)
-		a := relay(slowClaims{s, 2500 * time.Millisecond}, url)
-		a.Lease = 5 * time.Second
-		a.Targets["crm"] = outbox.Target{URL: url, Timeout: 3 * time.Second}
-		round, err := a.Once(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		drain(t, relay(db.Open(t), url))
-		applied, delivered := target.counts()
-		if target.maxFlight != 1 || delivered["acme:late-claim/step-1"] != 1 || len(applied) != 1 {
-			t.Fatalf("deliveries %v, at most %d in flight", delivered, target.maxFlight)
-		}
-		if round.Released != 1 {
-			t.Fatalf("the late claim's round: %+v", round)
+		for _, how := range []string{"Once", "Run"} {
+			t.Run(how, func(t *testing.T) { // not in parallel: both relays would claim both effects
+				s := db.Open(t)
+				if _, err := outbox.Enqueue(context.Background(), s, effects("late-claim-"+how, 1)...); err != nil {
+					t.Fatal(err)
+				}
+				target := newHonouring()
+				target.hold = 850 * time.Millisecond // within the timeout
+				url := serve(t, target)
+				a := relay(slowClaims{s, 2500 * time.Millisecond}, url)
+				a.Lease = 5 * time.Second
+				a.Targets["crm"] = outbox.Target{URL: url, Timeout: 3 * time.Second}
+				if released := lateClaim(t, a, how); released.Outcome.ErrorCode != "lease_too_short" {
+					t.Fatalf("the late claim: %+v", released)
+				}
+				drain(t, relay(db.Open(t), url))
+				applied, delivered := target.counts()
+				if target.maxFlight != 1 || delivered["acme:late-claim-"+how+"/step-1"] != 1 || len(applied) != 1 {
+					t.Fatalf("deliveries %v, at most %d in flight", delivered, target.maxFlight)
+				}
+			})
 		}
 	})
+}
+
+// lateClaim runs a (a round, or Run until its first delivery is
+// recorded, then stopped) and returns that delivery.
+func lateClaim(t *testing.T, a *outbox.Relay, how string) outbox.Delivery {
+	first := make(chan outbox.Delivery, 8)
+	a.OnDelivery = func(d outbox.Delivery) { first <- d }
+	if how == "Once" {
+		round, err := a.Once(context.Background())
+		if err != nil || round.Released != 1 {
+			t.Fatalf("the late claim's round: %+v %v", round, err)
+		}
+		return <-first
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var d outbox.Delivery
+	select {
+	case d = <-first:
+	case <-time.After(time.Minute):
+		t.Fatal("the relay delivered nothing")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // gated holds each delivery until the test lets its key go, and says when
