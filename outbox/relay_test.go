@@ -431,16 +431,17 @@ func lateClaim(t *testing.T, a *outbox.Relay, how string) outbox.Delivery {
 	return d
 }
 
-// gated holds each delivery until the test lets its key go, and says when
-// one has arrived.
+// gated holds each delivery until the test lets its key go, says when
+// one has arrived, and knows which have ended.
 type gated struct {
 	arrived chan string
 	mu      sync.Mutex
 	gates   map[string]chan struct{}
+	ended   map[string]bool
 }
 
 func newGated() *gated {
-	return &gated{arrived: make(chan string, 16), gates: map[string]chan struct{}{}}
+	return &gated{arrived: make(chan string, 16), gates: map[string]chan struct{}{}, ended: map[string]bool{}}
 }
 
 func (g *gated) gate(key string) chan struct{} {
@@ -452,10 +453,21 @@ func (g *gated) gate(key string) chan struct{} {
 	return g.gates[key]
 }
 
+func (g *gated) hasEnded(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ended[key]
+}
+
 func (g *gated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	_, _ = io.ReadAll(r.Body)
 	g.arrived <- key
+	defer func() {
+		g.mu.Lock()
+		g.ended[key] = true
+		g.mu.Unlock()
+	}()
 	select {
 	case <-g.gate(key):
 		w.WriteHeader(http.StatusCreated)
@@ -475,11 +487,10 @@ func TestRelayStopRecordsEachResultAsItEnds(t *testing.T) {
 		s := db.Open(t)
 		target := newGated()
 		r := relay(s, serve(t, target))
-		// The second delivery must outlast the wait below: were it to
-		// time out first, the first result would be recorded after it
-		// even by a relay that waits for every delivery.
-		r.Lease = 20 * time.Second
-		r.Targets["crm"] = outbox.Target{URL: r.Targets["crm"].URL, Timeout: 10 * time.Second}
+		// Long enough that only a relay waiting for the second delivery
+		// sees it end before the first result is recorded: no window.
+		r.Lease = 2 * time.Minute
+		r.Targets["crm"] = outbox.Target{URL: r.Targets["crm"].URL, Timeout: time.Minute}
 		recorded := make(chan outbox.Delivery, 4)
 		r.OnDelivery = func(d outbox.Delivery) { recorded <- d }
 		ctx, cancel := context.WithCancel(context.Background())
@@ -494,13 +505,12 @@ func TestRelayStopRecordsEachResultAsItEnds(t *testing.T) {
 		}
 		cancel()
 		close(target.gate(keys[0]))
-		select {
-		case d := <-recorded:
-			if d.Effect.Key != "first/step-1" || d.Recorded != nil || d.Outcome.State != ledger.Succeeded {
-				t.Fatalf("the first result: %+v", d)
-			}
-		case <-time.After(8 * time.Second): // before the second delivery's timeout
-			t.Fatal("the first delivery's result waits for the second delivery")
+		d := <-recorded
+		if target.hasEnded(keys[1]) {
+			t.Fatal("the first delivery's result waited for the second delivery")
+		}
+		if d.Effect.Key != "first/step-1" || d.Recorded != nil || d.Outcome.State != ledger.Succeeded {
+			t.Fatalf("the first result: %+v", d)
 		}
 		close(target.gate(keys[1]))
 		if err := <-done; err != nil {
