@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/idemgate/idemgate/contract"
@@ -43,8 +44,27 @@ type problemView struct {
 	Back          string // a path to go back to, or ""
 }
 
-func (u *UI) parsePages() (map[string]*template.Template, error) {
-	funcs := template.FuncMap{
+// parsedPages are the templates, parsed once per process: a UI clones
+// them and binds its own functions (its prefix, its clock). Parsing them
+// was most of what making a gateway cost, which a reload and every test
+// that starts one pay.
+var parsedPages = sync.OnceValues(func() (map[string]*template.Template, error) {
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(pageFuncs(nil)).ParseFS(files,
+			"templates/layout.html", "templates/parts.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("webui: template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+})
+
+// pageFuncs are the functions the templates call; those that need the
+// UI's prefix or clock are u's (parsing only needs their names: u nil).
+func pageFuncs(u *UI) template.FuncMap {
+	return template.FuncMap{
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return "—"
@@ -60,14 +80,22 @@ func (u *UI) parsePages() (map[string]*template.Template, error) {
 		"left":   func(t time.Time) string { return remaining(t.Sub(u.opts.Now())) },
 		"ago":    func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
 	}
-	out := map[string]*template.Template{}
-	for _, name := range pageNames {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files,
-			"templates/layout.html", "templates/parts.html", "templates/"+name+".html")
+}
+
+// parsePages is u's copy of every page, bound to its functions.
+func (u *UI) parsePages() (map[string]*template.Template, error) {
+	parsed, err := parsedPages()
+	if err != nil {
+		return nil, err
+	}
+	funcs := pageFuncs(u)
+	out := make(map[string]*template.Template, len(parsed))
+	for name, t := range parsed {
+		c, err := t.Clone()
 		if err != nil {
 			return nil, fmt.Errorf("webui: template %s: %w", name, err)
 		}
-		out[name] = t
+		out[name] = c.Funcs(funcs)
 	}
 	return out, nil
 }

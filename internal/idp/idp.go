@@ -10,8 +10,11 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -94,8 +97,58 @@ func (p *IDP) RemoveKey(kid string) {
 	p.order = slices.DeleteFunc(p.order, func(k string) bool { return k == kid })
 }
 
-// NewKey is an RSA key that no JWKS publishes (yet).
-func NewKey() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) }
+// NewKey is an RSA key that no JWKS publishes (yet), and that no other
+// call in this process was given. The first ones come from keys.pem,
+// made once for the tests and committed: a 2048-bit key took some 150 ms
+// of CPU to make under -race, and a run of the tests made thirty of them.
+// Past those, it makes one.
+func NewKey() (*rsa.PrivateKey, error) {
+	pool.Lock()
+	defer pool.Unlock()
+	if !pool.read {
+		pool.read = true
+		keys, err := parseKeys(keysPEM)
+		if err != nil {
+			return nil, err
+		}
+		pool.keys = keys
+	}
+	if len(pool.keys) > 0 {
+		k := pool.keys[0]
+		pool.keys = pool.keys[1:]
+		return k, nil
+	}
+	return rsa.GenerateKey(rand.Reader, 2048)
+}
+
+// keysPEM are test keys, never a deployment's: they are public here.
+//
+//go:embed testdata/keys.pem
+var keysPEM []byte
+
+// pool holds the committed keys no call has been given yet.
+var pool struct {
+	sync.Mutex
+	read bool
+	keys []*rsa.PrivateKey
+}
+
+// parseKeys reads every PKCS #1 block of b.
+func parseKeys(b []byte) ([]*rsa.PrivateKey, error) {
+	var keys []*rsa.PrivateKey
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return keys, nil
+		}
+		k, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("idp: keys.pem: %w", err)
+		}
+		keys = append(keys, k)
+	}
+}
 
 // Key is the private key of kid; nil if there is none.
 func (p *IDP) Key(kid string) *rsa.PrivateKey {
