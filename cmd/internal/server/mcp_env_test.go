@@ -20,14 +20,16 @@ import (
 	"github.com/idemgate/idemgate/ledger"
 )
 
-// mcpcounter builds the reference MCP server once per test binary.
+// mcpcounter builds the reference MCP server once per test binary
+// (-trimpath, as make test builds: a fresh clone then links it from the
+// build cache instead of compiling the MCP SDK again).
 var mcpcounter = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "mcpcounter")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "mcpcounter")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/idemgate/idemgate/internal/mcpcounter").CombinedOutput()
+	out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/idemgate/idemgate/internal/mcpcounter").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build mcpcounter: %v\n%s", err, out)
 	}
