@@ -24,7 +24,7 @@ FUZZ_MCP_SCENARIO ?= 2000x
 FUZZ_MCP_KEY ?= 8000x
 FUZZ_UPSTREAM_KEY ?= 6000x
 
-.PHONY: test testbin setup lint vet race race-processes processes fuzz bench bench-more python typescript integrations checks
+.PHONY: test testbin setup lint vet race race-processes race-waiting processes fuzz bench bench-more python typescript integrations checks
 
 # The modules beside the main one, each with its own go.mod (so that the
 # main module links neither Temporal nor DBOS): their tests run a real
@@ -33,9 +33,10 @@ INTEGRATIONS := integrations/temporal integrations/dbos
 # The runnable examples of those integrations: a module of their own too.
 EXAMPLE_MODULES := examples/durable
 
-# Three lanes at once: every in-process test with -race (CPU-bound); the
+# Three lanes at once: the in-process tests with -race (CPU-bound); the
 # suites that mostly wait on processes, sockets and brokers (e2e's
-# drills, the CLI's, the integration modules'), also with -race; and
+# drills, the CLI's, the integration modules'), then the in-process ones
+# that mostly wait (WAITING_PKGS), also with -race; and
 # lint, the fuzz runs and the Python and TypeScript clients' tests, one
 # after the other. Waiting lanes beside a busy one keep both cores busy:
 # see docs/architecture.md, "Where make test spends its time". Each line is
@@ -55,6 +56,7 @@ testbin:
 processes:
 	@$(MAKE) --no-print-directory race-processes
 	@$(MAKE) --no-print-directory integrations
+	@$(MAKE) --no-print-directory race-waiting
 
 checks:
 	@$(MAKE) --no-print-directory lint
@@ -117,12 +119,21 @@ RACEFLAGS ?= -race -trimpath -count=1 -vet=off -gcflags='modernc.org/sqlite/lib=
 # The packages whose tests run idemgate as processes (built without -race,
 # once per package) and wait on them: the processes lane's.
 PROCESS_PKGS := ./e2e ./cmd/idemgate
+# In-process suites that mostly wait, on Chromium, on PostgreSQL, or for
+# leases to run out (webui 40 CPU-s in 50 s alone, outbox 9 in 34,
+# store/postgres 15 in 25): the processes lane runs them too, after its
+# own, in the time it left idle, instead of lengthening the in-process
+# lane, the longest one. With -race, one per core, as in-process tests.
+WAITING_PKGS := ./webui ./outbox ./store/postgres
 race:
 	@pg_isready -q -d '$(PG)' 2>/dev/null || echo '*** PostgreSQL unreachable at $(PG): its tests SKIP (under CI=true they FAIL). Start it or set IDEMGATE_TEST_POSTGRES.'
-	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) $$(go list ./... | grep -v -e '/e2e$$' -e '/cmd/idemgate$$')
+	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) $$(go list ./... | grep -v $(foreach p,$(PROCESS_PKGS) $(WAITING_PKGS),-e '/$(p:./%=%)$$'))
 
 race-processes:
 	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) -parallel 6 $(PROCESS_PKGS)
+
+race-waiting:
+	GORACE="$$GORACE atexit_sleep_ms=0" go test $(RACEFLAGS) $(WAITING_PKGS)
 
 # Each integration module's tests, with the race detector: their own go
 # test, since ./... stops at a nested go.mod.

@@ -41,8 +41,8 @@ func waitLog(t *testing.T, p *testenv.Process, msg string, n int) string {
 	return ""
 }
 
-// TestReloadUnderLoad: a real gateway serves a storm of 2000 keyed
-// requests (1000 keys, each sent twice) from 32 workers while its file
+// TestReloadUnderLoad: a real gateway serves a storm of 800 keyed
+// requests (400 keys, each sent twice) from 32 workers while its file
 // changes twice, each change applied by idemgate reload (SIGHUP through
 // the pid file): once valid, with a new route and principal, once broken.
 // No request fails because of a reload, every key has exactly one effect,
@@ -84,7 +84,7 @@ func TestReloadUnderLoad(t *testing.T) {
 				"roles: [agent], token_sha256: "+hashOf("newbie-token")+"}\n", 1)
 			valid = strings.Replace(valid, "limits:", "  - {match: POST /v1/new, upstream: app}\nlimits:", 1)
 			broken := strings.Replace(valid, "limits:", "  - {match: POST /v1/broken, upstream: nowhere}\nlimits:", 1)
-			const keys, workers = 1000, 32
+			const keys, workers = 400, 32
 			var done, failed atomic.Int64
 			jobs := make(chan int)
 			var wg sync.WaitGroup
