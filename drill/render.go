@@ -11,12 +11,16 @@ import (
 // by default is no drill's, and a template is text to fill in, not a
 // program to run. A scenario past them is refused, naming its line,
 // before it spends the machine's memory or time.
-const (
-	maxRendered   = 1 << 20
-	renderTimeout = time.Second
-)
+const maxRendered = 1 << 20
 
-var errSlow = fmt.Errorf("it takes longer than %s to render", renderTimeout)
+// renderTimeout is the time bound; a variable so that a test can shorten
+// it: a loop that outlasts it cannot be stopped, and one made to outlast
+// a second burned a core for the rest of the test process (over a minute
+// and a half under -race).
+var renderTimeout = time.Second
+
+// errSlow is the refusal of a template past renderTimeout.
+func errSlow() error { return fmt.Errorf("it takes longer than %s to render", renderTimeout) }
 
 // boundedWriter keeps what a template writes, refusing a write past
 // maxRendered or past its deadline: either ends the execution at once.
@@ -30,7 +34,7 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 	case w.buf.Len()+len(p) > maxRendered:
 		return 0, fmt.Errorf("it renders more than %d bytes", maxRendered)
 	case time.Now().After(w.deadline):
-		return 0, errSlow
+		return 0, errSlow()
 	}
 	return w.buf.Write(p)
 }
@@ -52,6 +56,6 @@ func render(t *template.Template, data any) ([]byte, error) {
 		}
 		return w.buf.Bytes(), nil
 	case <-timer.C:
-		return nil, errSlow
+		return nil, errSlow()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // goodScenario has every setting on its own line, so that each mistake's
@@ -132,18 +133,26 @@ func FuzzParseScenario(f *testing.F) {
 // TestTemplatesAreBounded: a body template that would render without
 // bound (a range of a hundred million), or loop for long without
 // writing, is refused at once, naming the line; no memory is spent on
-// it. The silent loop is two hundred million turns, seconds on any
-// machine: twenty million took under a second here without -race, and
-// was rendered in time. The abandoned loop ends with the test process.
+// it. The time bound is 20 ms for the silent loop, which is two million
+// turns: 130 ms here without -race (65 ns a turn), over 1 s with it. The
+// abandoned loop cannot be stopped: with the real bound (1 s), the loop
+// had to be two hundred million turns, which then burned a core for the
+// rest of the test process. Not in parallel: it sets the bound.
 func TestTemplatesAreBounded(t *testing.T) {
 	t.Setenv("DRILL_TOKEN", "x")
-	for name, c := range map[string]struct{ body, want string }{
+	was := renderTimeout
+	t.Cleanup(func() { renderTimeout = was })
+	for name, c := range map[string]struct {
+		body, want string
+		bound      time.Duration
+	}{
 		// 4 KiB a step: past the size bound in 257 steps, long before the
 		// time bound on any machine (10 bytes a step took 100,000 steps,
 		// and a loaded machine met the time bound first).
-		"output": {`{"n":{{.n}},"x":"{{range 100000000}}{{printf "%04096d" 0}}{{end}}"}`, "renders more than 1048576 bytes"},
-		"time":   {`{"n":{{.n}}{{range 200000000}}{{end}}}`, "takes longer than 1s to render"},
+		"output": {`{"n":{{.n}},"x":"{{range 100000000}}{{printf "%04096d" 0}}{{end}}"}`, "renders more than 1048576 bytes", time.Second},
+		"time":   {`{"n":{{.n}}{{range 2000000}}{{end}}}`, "takes longer than 20ms to render", 20 * time.Millisecond},
 	} {
+		renderTimeout = c.bound
 		text := strings.Replace(goodScenario, `'{"project":"OPS","title":"drill {{.run}} {{.n}}","priority":2}'`,
 			"'"+c.body+"'", 1)
 		_, err := ParseScenario("drill.yaml", []byte(text))
