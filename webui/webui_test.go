@@ -383,3 +383,30 @@ func TestApprovalShowsItsHeaders(t *testing.T) {
 		t.Fatalf("the approval page: %s", page.body)
 	}
 }
+
+// TestEachUIKeepsItsOwnClock: the pages are parsed once per process and
+// each UI binds its own functions to its copy; two UIs in one process,
+// with clocks two days apart, each say how long ago an operation was made
+// by their own clock, never by the other's.
+func TestEachUIKeepsItsOwnClock(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	pages := map[string]string{}
+	for want, ahead := range map[string]time.Duration{"2d 2h ago": 50*time.Hour + 30*time.Minute,
+		"4d 4h ago": 100*time.Hour + 30*time.Minute} {
+		fx := newFixture(t, func(o *webui.Options) { o.Now = func() time.Time { return start.Add(ahead) } })
+		fx.deploy("bot", "dep-clock", prod)
+		r := fx.signIn(t, "alice").get("/ui/operations")
+		if r.status != http.StatusOK {
+			t.Fatalf("operations: %d", r.status)
+		}
+		pages[want] = r.body
+	}
+	for want, body := range pages {
+		for other := range pages {
+			if has := strings.Contains(body, other); has != (other == want) {
+				t.Errorf("the UI whose clock says %q: shows %q is %v", want, other, has)
+			}
+		}
+	}
+}
