@@ -91,7 +91,7 @@ upstreams:
 consumers:
   - {name: billing, tenant: acme, source: {nats: "nats://127.0.0.1:4222", stream: S, consumer: c},
      key_from: body:/event_id, deliver: {upstream: billing, path: /v1/invoices}, dead_letter: {subject: dead}}
-`, db.DSN, upstream)
+`+unlimited, db.DSN, upstream)
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -131,6 +131,7 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 	key, _ := inbox.ParseKeyFrom("body:/event_id")
 	c := &inbox.Consumer{Name: "bench", KeyFrom: key, Deliver: d, MaxDeliveries: 5}
 	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	done := make(chan struct{})
 	b.ResetTimer()
 	go func() {
@@ -138,11 +139,32 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 		_ = natsinbox.Run(runCtx, natsinbox.Source{URL: url, Stream: name, Consumer: "bench", DeadLetter: name + ".dead",
 			Concurrency: conc}, c)
 	}()
-	for up.effects.Load() < int64(b.N) {
+	for i := 0; up.effects.Load() < int64(b.N); i++ {
 		time.Sleep(time.Millisecond)
+		if i%100 == 0 {
+			failIfParked(b, js, name+"_DEAD")
+		}
 	}
 	b.StopTimer()
 	cancel()
 	<-done
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// failIfParked ends the benchmark once a message reached the dead letter:
+// its effect will never come, and waiting for b.N effects would not end.
+// A refusal that parks a message (a tenant's rate, before unlimited) is
+// what this catches.
+func failIfParked(b *testing.B, js jetstream.JetStream, stream string) {
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if info.State.Msgs > 0 {
+		b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", info.State.Msgs)
+	}
 }
