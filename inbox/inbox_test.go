@@ -82,3 +82,15 @@ func FuzzKeyFrom(f *testing.F) {
 		}
 	})
 }
+
+// A consumer is handed twice its concurrency, so that a freed slot is
+// filled without a round trip to the broker, except at concurrency 1,
+// whose order a message read ahead could break (handled while the one
+// before it waits out a retry's delay).
+func TestReadAhead(t *testing.T) {
+	for c, want := range map[int]int{0: 1, 1: 1, 2: 4, 16: 32} {
+		if got := inbox.ReadAhead(c); got != want {
+			t.Errorf("concurrency %d: %d in flight, want %d", c, got, want)
+		}
+	}
+}

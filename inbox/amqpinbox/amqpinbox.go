@@ -1,7 +1,8 @@
 // Package amqpinbox runs an inbox consumer (package inbox) on a RabbitMQ
-// queue (AMQP 0-9-1): manual acknowledgements, a prefetch of the
-// consumer's concurrency, and publisher confirms for the dead letter. It
-// reconnects by itself when the broker restarts.
+// queue (AMQP 0-9-1): manual acknowledgements, a prefetch of twice the
+// consumer's concurrency (inbox.ReadAhead) with at most concurrency
+// messages handled at once, and publisher confirms for the dead letter.
+// It reconnects by itself when the broker restarts.
 package amqpinbox
 
 import (
@@ -83,7 +84,7 @@ func (r *runner) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := ch.Qos(r.src.Concurrency, 0, false); err != nil {
+	if err := ch.Qos(inbox.ReadAhead(r.src.Concurrency), 0, false); err != nil {
 		return err
 	}
 	if err := pub.Confirm(false); err != nil {
@@ -109,6 +110,7 @@ func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch *amqp.Chann
 	sctx, end := context.WithCancel(ctx)
 	defer end()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	slots := make(chan struct{}, r.src.Concurrency)
 	for {
 		select {
 		case <-ctx.Done():
@@ -127,8 +129,13 @@ func (r *runner) loop(ctx context.Context, conn *amqp.Connection, ch *amqp.Chann
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				select {
+				case slots <- struct{}{}:
+				case <-sctx.Done():
+					return // read ahead, never handled: the broker has it again once the session ends
+				}
 				// Detached: a stopping consumer finishes what it holds.
-				r.handle(context.WithoutCancel(ctx), sctx, pub, d)
+				r.handle(context.WithoutCancel(ctx), sctx, pub, d, sync.OnceFunc(func() { <-slots }))
 			}()
 		}
 	}
@@ -163,10 +170,12 @@ func (r *runner) deadLetterExists(conn *amqp.Connection) error {
 	return nil
 }
 
-// handle runs one message and tells the broker what became of it. A
-// retry holds the message for its delay (within the prefetch), then
-// returns it to its queue.
-func (r *runner) handle(ctx, stopping context.Context, pub *publisher, d amqp.Delivery) {
+// handle runs one message in the handling slot that free gives back,
+// and tells the broker what became of it. A retry holds the message for
+// its delay (within the prefetch, not in a handling slot), then returns
+// it to its queue.
+func (r *runner) handle(ctx, stopping context.Context, pub *publisher, d amqp.Delivery, free func()) {
+	defer free()
 	m := inbox.Message{Header: headers(d.Headers), MessageID: d.MessageId, ContentType: d.ContentType, Body: d.Body,
 		Deliveries: r.deliveries(d)}
 	dec := r.c.Handle(ctx, m)
@@ -176,6 +185,7 @@ func (r *runner) handle(ctx, stopping context.Context, pub *publisher, d amqp.De
 		r.forget(d)
 		err = d.Ack(false)
 	case inbox.Retry:
+		free()
 		select {
 		case <-time.After(dec.Delay):
 		case <-stopping.Done():

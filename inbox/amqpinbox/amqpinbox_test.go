@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/inbox"
 	"github.com/idemgate/idemgate/inbox/amqpinbox"
 	"github.com/idemgate/idemgate/inbox/inboxtest"
@@ -76,10 +80,16 @@ func (delivered) Deliver(context.Context, inbox.Delivery) (inbox.Outcome, error)
 	return inbox.Outcome{State: ledger.Succeeded}, nil
 }
 
-// run runs a consumer of the queue, keyed by message_id, until the test
-// ends; its log lines and what it reports are the test's.
+// run runs a consumer of the queue, keyed by message_id, whose upstream
+// applies every message, until the test ends; its log lines and what it
+// reports are the test's.
 func (q *queue) run(src amqpinbox.Source) (*testenv.Logs, *inboxtest.Heard) {
 	key, _ := inbox.ParseKeyFrom("message_id")
+	return q.runConsumer(src, &inbox.Consumer{Name: "billing", KeyFrom: key, Deliver: delivered{}})
+}
+
+// runConsumer is run with c as the consumer.
+func (q *queue) runConsumer(src amqpinbox.Source, c *inbox.Consumer) (*testenv.Logs, *inboxtest.Heard) {
 	l, h := &testenv.Logs{}, &inboxtest.Heard{}
 	src.URL, src.Queue = q.url, q.name
 	if src.Exchange == "" {
@@ -90,7 +100,7 @@ func (q *queue) run(src amqpinbox.Source) (*testenv.Logs, *inboxtest.Heard) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = amqpinbox.Run(ctx, src, &inbox.Consumer{Name: "billing", KeyFrom: key, Deliver: delivered{}})
+		_ = amqpinbox.Run(ctx, src, c)
 	}()
 	q.t.Cleanup(func() { cancel(); <-done })
 	return l, h
@@ -147,4 +157,81 @@ func TestRecheckFindsTheDeadLetterGone(t *testing.T) {
 		return l.Line("consumer interrupted", "dead letter queue", q.dead, "NOT_FOUND") != ""
 	})
 	testenv.WaitFor(t, "the consumer down", func() bool { return !h.Up() })
+}
+
+// holding is an upstream that holds each delivery until release is
+// closed, counting the deliveries it holds at once; a message keyed
+// retry is answered at once with a refusal, which the consumer retries.
+type holding struct {
+	release chan struct{}
+	once    sync.Once
+	retry   string
+	mu      sync.Mutex
+	now     int
+	peak    int
+	done    int
+}
+
+func (h *holding) Deliver(_ context.Context, d inbox.Delivery) (inbox.Outcome, error) {
+	if d.Key == h.retry {
+		return inbox.Outcome{Code: contract.CodeInProgress}, nil
+	}
+	h.count(func() { h.now++; h.peak = max(h.peak, h.now) })
+	<-h.release
+	h.count(func() { h.now--; h.done++ })
+	return inbox.Outcome{State: ledger.Succeeded}, nil
+}
+
+// free lets every delivery held, and every later one, go.
+func (h *holding) free() { h.once.Do(func() { close(h.release) }) }
+
+func (h *holding) count(fn func()) { h.mu.Lock(); defer h.mu.Unlock(); fn() }
+
+func (h *holding) read() (now, peak, done int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.now, h.peak, h.done
+}
+
+// runHolding runs a consumer of concurrency 2 whose upstream is h and
+// whose retries wait an hour. A test that fails frees what h holds
+// before the consumer is stopped, which waits for its deliveries.
+func (q *queue) runHolding(h *holding) {
+	key, _ := inbox.ParseKeyFrom("message_id")
+	q.runConsumer(amqpinbox.Source{Concurrency: 2}, &inbox.Consumer{Name: "billing", KeyFrom: key, Deliver: h,
+		Backoff: func(int) time.Duration { return time.Hour }})
+	q.t.Cleanup(h.free)
+}
+
+// A consumer handles at most its concurrency at once, and reads twice as
+// many ahead: while two deliveries are held, the broker has handed it two
+// more, and the queue keeps the rest.
+func TestHandlesConcurrencyAndReadsAhead(t *testing.T) {
+	q := newQueue(t)
+	h := &holding{release: make(chan struct{})}
+	q.runHolding(h)
+	for i := range 6 {
+		q.publish(fmt.Sprintf("m-%d", i), `{"amount":5}`)
+	}
+	testenv.WaitFor(t, "two deliveries held", func() bool { now, _, _ := h.read(); return now == 2 })
+	testenv.WaitFor(t, "four messages handed to the consumer", func() bool { return q.depth(q.name) == 2 })
+	h.free()
+	testenv.WaitFor(t, "six deliveries done", func() bool { _, _, done := h.read(); return done == 6 })
+	if _, peak, _ := h.read(); peak != 2 {
+		t.Fatalf("%d deliveries at once, concurrency 2", peak)
+	}
+}
+
+// A retry waiting out its delay holds its message, not a handling slot:
+// the consumer's two slots go on handling the messages behind it.
+func TestRetryHoldsNoHandlingSlot(t *testing.T) {
+	q := newQueue(t)
+	h := &holding{release: make(chan struct{}), retry: "again"}
+	q.runHolding(h)
+	q.publish("again", `{"amount":5}`)
+	q.publish("a", `{"amount":5}`)
+	q.publish("b", `{"amount":5}`)
+	testenv.WaitFor(t, "two deliveries held beside the retry", func() bool { now, _, _ := h.read(); return now == 2 })
+	h.free()
+	testenv.WaitFor(t, "both done", func() bool { _, _, done := h.read(); return done == 2 })
 }

@@ -117,21 +117,11 @@ func (s *Source) defaults() {
 	}
 }
 
-// readAhead is how many messages the server may hand the consumer before
-// they are acknowledged (MaxAckPending, and each pull's size): twice
-// Concurrency, so that while Concurrency messages wait for their commits
-// the next ones are here already, and a slot that frees is filled without
-// a round trip to the server. The handling stays bounded by Concurrency; a
-// message read ahead waits a handling's time at most, far within its
-// AckWait. At Concurrency 1 it is 1: a message read ahead could be handled
-// while the one before it waits out a NAK's delay, and concurrency 1
-// keeps the order.
-func (s Source) readAhead() int {
-	if s.Concurrency <= 1 {
-		return 1
-	}
-	return 2 * s.Concurrency
-}
+// readAhead is the messages the server may hand the consumer before they
+// are acknowledged (MaxAckPending, and each pull's size): inbox.ReadAhead.
+// A message read ahead waits a handling's time at most, far within its
+// AckWait.
+func (s Source) readAhead() int { return inbox.ReadAhead(s.Concurrency) }
 
 type runner struct {
 	src Source

@@ -15,10 +15,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgate/idemgate/cmd/internal/server"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/inbox"
+	"github.com/idemgate/idemgate/inbox/amqpinbox"
 	"github.com/idemgate/idemgate/inbox/natsinbox"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/internal/testenv"
@@ -42,6 +44,26 @@ func BenchmarkConsumer(b *testing.B) {
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
 				benchConsumer(b, url, conc, up, gatewayDeliverer(b, db, up.srv.URL))
+			})
+		}
+	})
+}
+
+// BenchmarkAMQPConsumer is BenchmarkConsumer on a RabbitMQ queue (a
+// classic durable queue, persistent messages): the gateway's keyed path
+// beside the same consumer loop with no ledger, on both stores, at
+// concurrency 1 and 16.
+func BenchmarkAMQPConsumer(b *testing.B) {
+	url := testenv.RequireAMQP(b)
+	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		for _, conc := range []int{1, 16} {
+			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
+				up := newCountingUpstream(b)
+				benchAMQPConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"})
+			})
+			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
+				up := newCountingUpstream(b)
+				benchAMQPConsumer(b, url, conc, up, gatewayDeliverer(b, db, up.srv.URL))
 			})
 		}
 	})
@@ -167,4 +189,62 @@ func failIfParked(b *testing.B, js jetstream.JetStream, stream string) {
 	if info.State.Msgs > 0 {
 		b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", info.State.Msgs)
 	}
+}
+
+func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := fmt.Sprintf("bench.%d", time.Now().UnixNano())
+	for _, q := range []string{name, name + ".dead"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			b.Fatal(err)
+		}
+		defer ch.QueueDelete(q, false, false, false)
+	}
+	for i := range b.N {
+		if err := ch.PublishWithContext(context.Background(), "", name, false, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, ContentType: "application/json",
+			Body: fmt.Appendf(nil, `{"event_id":"%s-%d","amount":%d}`, name, i, i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for ready := 0; ready < b.N; time.Sleep(time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ready = q.Messages
+	}
+	key, _ := inbox.ParseKeyFrom("body:/event_id")
+	c := &inbox.Consumer{Name: "bench", KeyFrom: key, Deliver: d, MaxDeliveries: 5}
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	b.ResetTimer()
+	go func() {
+		defer close(done)
+		_ = amqpinbox.Run(runCtx, amqpinbox.Source{URL: url, Queue: name, RoutingKey: name + ".dead",
+			Concurrency: conc}, c)
+	}()
+	for i := 0; up.effects.Load() < int64(b.N); i++ {
+		time.Sleep(time.Millisecond)
+		if i%100 == 0 {
+			if q, err := ch.QueueDeclarePassive(name+".dead", true, false, false, false, nil); err != nil {
+				b.Fatal(err)
+			} else if q.Messages > 0 {
+				b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", q.Messages)
+			}
+		}
+	}
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
