@@ -171,6 +171,11 @@ type Store interface {
 	// is read from the store, never kept in memory, so that instances
 	// sharing a store report the same.
 	Stats(ctx context.Context) ([]TenantStats, error)
+	// CommitStats counts this handle's group commits since it was opened
+	// (this instance's, unlike Stats): how many steps share a commit and
+	// what a commit takes, the figures that say when the store is the
+	// limit.
+	CommitStats() CommitStats
 
 	// Purge deletes up to limit operations past their retention, and up
 	// to limit final effects past theirs, and returns how many. Executing

@@ -122,6 +122,9 @@ func New(o Options) *Metrics {
 	if o.Store != nil {
 		m.store = newStoreCollector(o.Store, o.StatsTTL, m.storeErrors, o.Tenants)
 		m.Register(m.store)
+		if cs, ok := o.Store.(Commits); ok {
+			m.Register(newCommitCollector(cs))
+		}
 	}
 	m.tenants = slices.Compact(slices.Sorted(slices.Values(o.Tenants)))
 	if len(m.tenants) == 0 {

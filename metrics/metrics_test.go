@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/idemgate/idemgate/contract"
 	"github.com/idemgate/idemgate/internal/dbtest"
 	"github.com/idemgate/idemgate/keyed"
+	"github.com/idemgate/idemgate/ledger"
+	"github.com/idemgate/idemgate/ledger/storetest"
 	"github.com/idemgate/idemgate/metrics"
 )
 
@@ -196,5 +199,35 @@ func TestConsumerFamilies(t *testing.T) {
 		if v, ok := counted(fams, c.name, c.labels); !ok || v != c.want {
 			t.Errorf("%s%v: %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
 		}
+	}
+}
+
+// TestCommitCounters: the store's group commits are counted at scrape
+// time: a reservation and its completion add two commits of one step
+// each, and their time.
+func TestCommitCounters(t *testing.T) {
+	s := dbtest.SQLite(t)
+	m := metrics.New(metrics.Options{Store: s})
+	names := []string{"idemgate_store_commits_total", "idemgate_store_committed_steps_total",
+		"idemgate_store_commit_seconds_total"}
+	read := func() (v [3]float64) {
+		fams := gather(t, m)
+		for i, name := range names {
+			var ok bool
+			if v[i], ok = counted(fams, name, nil); !ok {
+				t.Fatalf("no %s", name)
+			}
+		}
+		return v
+	}
+	before := read()
+	r := storetest.Reserved(t, s)
+	if _, err := s.Complete(context.Background(), *r.Lease, ledger.Outcome{State: ledger.Succeeded,
+		Response: &ledger.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	after := read()
+	if after[0]-before[0] != 2 || after[1]-before[1] != 2 || after[2] <= before[2] {
+		t.Fatalf("from %v to %v, want 2 more commits of 1 step each, and their time", before, after)
 	}
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -52,4 +53,44 @@ func testStats(t *testing.T, b Backend) {
 			t.Fatalf("globex %+v", g)
 		}
 	}
+}
+
+// testCommitStats: a handle counts its own group commits, each with the
+// steps it carried and the time it took: a reservation and a completion
+// one after the other are two commits of one step each; sixteen
+// reservations at once are sixteen steps in at most sixteen commits;
+// another handle on the same data counts none of them.
+func testCommitStats(t *testing.T, b Backend) {
+	s := b.Fresh(t)
+	c := ctx(t)
+	var other ledger.Store
+	var otherBefore ledger.CommitStats
+	if b.Another != nil {
+		other = b.Another(t, s)
+		otherBefore = other.CommitStats() // its own opening may have written
+	}
+	before := s.CommitStats()
+	r := reserve(t, s, Params(Long))
+	if _, err := s.Complete(c, *r.Lease, ledger.Outcome{State: ledger.Succeeded, Response: benchResponse}); err != nil {
+		t.Fatal(err)
+	}
+	after := s.CommitStats()
+	if d := delta(before, after); d.Commits != 2 || d.Steps != 2 || d.Time <= 0 {
+		t.Fatalf("reserve then complete counted %+v, want 2 commits of 1 step each, and their time", d)
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() { reserve(t, s, Params(Long)) })
+	}
+	wg.Wait()
+	if d := delta(after, s.CommitStats()); d.Steps != 16 || d.Commits < 1 || d.Commits > 16 {
+		t.Fatalf("16 reservations at once counted %+v, want 16 steps in 1 to 16 commits", d)
+	}
+	if other != nil && other.CommitStats() != otherBefore {
+		t.Fatalf("another handle counted %+v of this one's commits", delta(otherBefore, other.CommitStats()))
+	}
+}
+
+func delta(a, b ledger.CommitStats) ledger.CommitStats {
+	return ledger.CommitStats{Commits: b.Commits - a.Commits, Steps: b.Steps - a.Steps, Time: b.Time - a.Time}
 }

@@ -75,6 +75,7 @@ func Run(t *testing.T, b Backend) {
 	runApprovals(t, b)
 	runAuditLog(t, b)
 	t.Run("Stats", inParallel(b, testStats))
+	t.Run("CommitStats", inParallel(b, testCommitStats))
 	runProbes(t, b)
 	runTx(t, b)
 	runEffects(t, b)

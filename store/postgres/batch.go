@@ -160,10 +160,12 @@ func (b *batcher) close() {
 // batch whose connection is lost, or whose commit fails, fails as a whole:
 // whether it committed is unknown, as for any lost statement.
 func (s *Store) runBatch(batch []*write, alone *sync.WaitGroup) {
+	began := time.Now()
 	err := s.sendBatch(batch)
 	var failed *stepFailed
 	switch {
 	case err == nil:
+		s.commits.Committed(len(batch), time.Since(began))
 	case errors.As(err, &failed):
 		for _, w := range batch {
 			alone.Add(1)
@@ -197,8 +199,12 @@ func (s *Store) runAlone(w *write) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), s.batchTimeout)
 	defer cancel()
+	began := time.Now()
 	if w.err = w.scan(s.pool.QueryRow(ctx, query, w.args...)); ctx.Err() != nil && w.err != nil {
 		w.err = silent(w.err, s.batchTimeout)
+	}
+	if w.err == nil {
+		s.commits.Committed(1, time.Since(began))
 	}
 }
 

@@ -41,7 +41,13 @@ type Store struct {
 	lockWait string // lockWait, but for the tests that hold a batch
 	// batchTimeout is batchTimeout, but for the tests of a silent server.
 	batchTimeout time.Duration
+	commits      ledger.CommitCounter // the batcher's transactions
 }
+
+// CommitStats implements ledger.Store: the batcher's step transactions,
+// each a pipeline that ends in one commit (a step run alone after its
+// batch failed is one of its own).
+func (s *Store) CommitStats() ledger.CommitStats { return s.commits.Stats() }
 
 // Options tune Open. Zero values take the defaults.
 type Options struct {

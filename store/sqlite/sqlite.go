@@ -44,7 +44,12 @@ type Store struct {
 	relaxed bool
 	minFree int64 // free-space floor in bytes; 0: none
 	files   []fileID
+	commits ledger.CommitCounter // the writer's batches
 }
+
+// CommitStats implements ledger.Store: the writer's batches, each one
+// transaction and one commit.
+func (s *Store) CommitStats() ledger.CommitStats { return s.commits.Stats() }
 
 // fileID is a file of the store as it was when opened.
 type fileID struct {

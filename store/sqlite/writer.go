@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/steps"
 	"github.com/idemgate/idemgate/ledger"
@@ -135,7 +136,10 @@ func (w *writer) loop() {
 			return
 		}
 		batch := w.gather(first)
-		w.run(batch)
+		began := time.Now()
+		if w.run(batch) {
+			w.s.commits.Committed(ran(batch), time.Since(began))
+		}
 		for _, j := range batch {
 			close(j.done)
 		}
@@ -170,20 +174,21 @@ func (w *writer) drainClosed() {
 	}
 }
 
-// run executes one batch: a check that the file is still the store's, the
-// free-space floor, BEGIN IMMEDIATE, each step, COMMIT. A step's own
-// refusal (a guard, a fingerprint mismatch) leaves the others alone; a
-// driver error ends the batch, and every step in it fails with it, since
-// any of them may have read what it wrote.
-func (w *writer) run(batch []*job) {
+// run executes one batch, and reports whether it committed: a check that
+// the file is still the store's, the free-space floor, BEGIN IMMEDIATE,
+// each step, COMMIT. A step's own refusal (a guard, a fingerprint
+// mismatch) leaves the others alone; a driver error ends the batch, and
+// every step in it fails with it, since any of them may have read what it
+// wrote.
+func (w *writer) run(batch []*job) bool {
 	if err := w.s.checkFile(); err != nil {
 		abort(batch, err)
-		return
+		return false
 	}
 	b := &batchTx{conn: w.conn, low: w.s.belowFloor()}
 	if err := w.begin(batch); err != nil {
 		abort(batch, mapErr("begin", err))
-		return
+		return false
 	}
 	for _, j := range batch {
 		if j.ctx.Err() != nil {
@@ -197,13 +202,27 @@ func (w *writer) run(batch []*job) {
 			err := j.err
 			w.rollback()
 			abort(batch, err)
-			return
+			return false
 		}
 	}
 	if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 		w.rollback()
 		abort(batch, mapErr("commit", err))
+		return false
 	}
+	return true
+}
+
+// ran counts the steps of a batch that ran: not those whose caller had
+// gone.
+func ran(batch []*job) int {
+	n := 0
+	for _, j := range batch {
+		if !j.skipped {
+			n++
+		}
+	}
+	return n
 }
 
 // begin sets the batch's synchronous mode and opens its transaction.

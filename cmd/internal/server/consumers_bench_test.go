@@ -39,11 +39,12 @@ func BenchmarkConsumer(b *testing.B) {
 		for _, conc := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
-				benchConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"})
+				benchConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
-				benchConsumer(b, url, conc, up, gatewayDeliverer(b, db, up.srv.URL))
+				d, store := gatewayDeliverer(b, db, up.srv.URL)
+				benchConsumer(b, url, conc, up, d, store)
 			})
 		}
 	})
@@ -59,11 +60,12 @@ func BenchmarkAMQPConsumer(b *testing.B) {
 		for _, conc := range []int{1, 16} {
 			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
-				benchAMQPConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"})
+				benchAMQPConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
-				benchAMQPConsumer(b, url, conc, up, gatewayDeliverer(b, db, up.srv.URL))
+				d, store := gatewayDeliverer(b, db, up.srv.URL)
+				benchAMQPConsumer(b, url, conc, up, d, store)
 			})
 		}
 	})
@@ -104,8 +106,8 @@ func (d bareDeliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Ou
 }
 
 // gatewayDeliverer is a server's consumer deliverer on db (shared by the
-// sub-benchmarks: each run's events are its own).
-func gatewayDeliverer(b *testing.B, db dbtest.DB, upstream string) inbox.Deliverer {
+// sub-benchmarks: each run's events are its own), and its store.
+func gatewayDeliverer(b *testing.B, db dbtest.DB, upstream string) (inbox.Deliverer, ledger.Store) {
 	path := filepath.Join(b.TempDir(), "gw.yaml")
 	text := fmt.Sprintf(`store: %s
 upstreams:
@@ -121,15 +123,34 @@ consumers:
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := server.New(cfg, db.Open(b), slog.New(slog.DiscardHandler))
+	store := db.Open(b)
+	s, err := server.New(cfg, store, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Close)
-	return s.Deliverer("billing")
+	return s.Deliverer("billing"), store
 }
 
-func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer) {
+// reportCommits reports the store's group commits over the timed part of
+// a run (nil: a bare consumer, no store): the steps that shared a commit,
+// what a commit took, and the share of the run the commits took, which on
+// SQLite's one writer is its busy share.
+func reportCommits(b *testing.B, store ledger.Store, before ledger.CommitStats) {
+	if store == nil {
+		return
+	}
+	after := store.CommitStats()
+	commits, steps, took := after.Commits-before.Commits, after.Steps-before.Steps, after.Time-before.Time
+	if commits == 0 {
+		return
+	}
+	b.ReportMetric(float64(steps)/float64(commits), "steps/commit")
+	b.ReportMetric(took.Seconds()*1000/float64(commits), "ms/commit")
+	b.ReportMetric(took.Seconds()/b.Elapsed().Seconds(), "commit-share")
+}
+
+func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer, store ledger.Store) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
@@ -155,6 +176,10 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
+	var before ledger.CommitStats
+	if store != nil {
+		before = store.CommitStats()
+	}
 	b.ResetTimer()
 	go func() {
 		defer close(done)
@@ -168,6 +193,7 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 		}
 	}
 	b.StopTimer()
+	reportCommits(b, store, before)
 	cancel()
 	<-done
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
@@ -191,7 +217,8 @@ func failIfParked(b *testing.B, js jetstream.JetStream, stream string) {
 	}
 }
 
-func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer) {
+func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer,
+	store ledger.Store) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)
@@ -227,6 +254,10 @@ func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream,
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
+	var before ledger.CommitStats
+	if store != nil {
+		before = store.CommitStats()
+	}
 	b.ResetTimer()
 	go func() {
 		defer close(done)
@@ -244,6 +275,7 @@ func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream,
 		}
 	}
 	b.StopTimer()
+	reportCommits(b, store, before)
 	cancel()
 	<-done
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
