@@ -27,7 +27,7 @@ type goBench struct {
 func goBenches(quick bool) []goBench {
 	b := []goBench{
 		{"./cmd/internal/server", `^BenchmarkMCPProxy$/^(sqlite|postgres)$/^(direct|proxy)$/^c=1$`, "400x"},
-		{"./cmd/internal/server", `^BenchmarkConsumer$/^(sqlite|postgres)$/^concurrency=16$`, "3000x"},
+		{"./cmd/internal/server", `^Benchmark(AMQP)?Consumer$/^(sqlite|postgres)$/^concurrency=16$`, "3000x"},
 		{"./outbox", `^Benchmark(ByHand|Relay)$`, "3000x"},
 	}
 	if quick {

@@ -16,6 +16,8 @@ BenchmarkMCPProxy/sqlite/proxy/c=1-2    	     400	   4200000 ns/op	         3.70
 BenchmarkMCPProxy/sqlite/proxy/c=1-2    	     400	   4100000 ns/op	         3.600 p50-ms	         9.200 p99-ms
 BenchmarkConsumer/postgres/concurrency=16/bare-2         	     150	    570961 ns/op	      1000 msgs/s
 BenchmarkConsumer/postgres/concurrency=16/idemgate-2     	     150	   1261399 ns/op	       800 msgs/s
+BenchmarkAMQPConsumer/postgres/concurrency=16/bare-2     	     150	    570961 ns/op	      1000 msgs/s
+BenchmarkAMQPConsumer/postgres/concurrency=16/idemgate-2 	     150	   1261399 ns/op	         0.8535 commit-share	         2.503 ms/commit	       500 msgs/s	         7.864 steps/commit
 BenchmarkByHand-2   	     150	    106562 ns/op	      9000 effects/s
 BenchmarkRelay/postgres-2       	     150	    714058 ns/op	      1800 effects/s
 PASS
@@ -32,9 +34,14 @@ PASS
 	want := []string{
 		"MCP guarded tools/call SQLite +2.400 ms ok", // budget 2×0.5 + 1.2 + 0.3 = 2.5 ms
 		"consumer (NATS JetStream) PostgreSQL 0.80× ok",
+		"consumer (RabbitMQ) PostgreSQL 0.50× MISSED",
 		"outbox relay PostgreSQL 0.20× MISSED",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	notes := "BenchmarkAMQPConsumer PostgreSQL, concurrency 16: 7.9 steps/commit, 2.503 ms/commit, commits 85% of the run\n"
+	if got := consumerCommits(g); got != notes {
+		t.Fatalf("consumer commits:\n%s\nwant:\n%s", got, notes)
 	}
 }

@@ -188,6 +188,9 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string,
 	if err := tw.Flush(); err != nil {
 		return out, err
 	}
+	if err := printGroupCommits(w, env, concurrencies); err != nil {
+		return out, err
+	}
 	report(os.Stdout, commits, results, concurrencies)
 	if env.calls != nil {
 		printCalls(os.Stdout, env, env.calls, concurrencies)
@@ -276,7 +279,9 @@ func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*res
 				for i := range js {
 					j := js[(i+r)%len(js)]
 					key := row{j.t.name, j.mode, c}
-					rd, err := env.counted(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
+					rd, err := env.counted(key, func() (round, error) {
+						return env.committing(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
+					})
 					if err != nil {
 						return nil, nil, fmt.Errorf("%s %s c=%d: %w", j.t.name, j.mode, c, err)
 					}

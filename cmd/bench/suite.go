@@ -115,10 +115,13 @@ func goLines(g map[string]map[string]float64, commit map[string]float64) []line 
 				gw: p, fl: d, ratio: fmt.Sprintf("+%.3f ms", over),
 				goal: fmt.Sprintf("≤ +%.2f ms (2 commits + 1 exchange + 0.3)", budget), passed: over <= budget})
 		}
-		bare, gw := g["BenchmarkConsumer/"+s.sub+"/concurrency=16/bare"], g["BenchmarkConsumer/"+s.sub+"/concurrency=16/idemgate"]
-		if bare != nil && gw != nil {
-			out = append(out, throughputLine("consumer (NATS JetStream)", s.name, "bare consumer", 16, gw, bare,
-				"msgs/s", 0.7))
+		for _, broker := range []struct{ bench, name string }{{"BenchmarkConsumer", "NATS JetStream"},
+			{"BenchmarkAMQPConsumer", "RabbitMQ"}} {
+			at := broker.bench + "/" + s.sub + "/concurrency=16/"
+			if bare, gw := g[at+"bare"], g[at+"idemgate"]; bare != nil && gw != nil {
+				out = append(out, throughputLine("consumer ("+broker.name+")", s.name, "bare consumer", 16, gw, bare,
+					"msgs/s", 0.7))
+			}
 		}
 		byHand, relay := g["BenchmarkByHand"], g["BenchmarkRelay/"+s.sub]
 		if byHand != nil && relay != nil {
@@ -127,6 +130,24 @@ func goLines(g map[string]map[string]float64, commit map[string]float64) []line 
 		}
 	}
 	return out
+}
+
+// consumerCommits are the consumer benchmarks' group commits, a line
+// each: the steps that shared a commit, what a commit took and the share
+// of the run the commits took (on SQLite, the writer's busy share).
+func consumerCommits(g map[string]map[string]float64) string {
+	var b strings.Builder
+	for _, bench := range []string{"BenchmarkConsumer", "BenchmarkAMQPConsumer"} {
+		for _, s := range stores {
+			m := g[bench+"/"+s.sub+"/concurrency=16/idemgate"]
+			if m == nil || m["steps/commit"] == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "%s %s, concurrency 16: %.1f steps/commit, %.3f ms/commit, commits %.0f%% of the run\n",
+				bench, s.name, m["steps/commit"], m["ms/commit"], 100*m["commit-share"])
+		}
+	}
+	return b.String()
 }
 
 // benchFigures are a latency benchmark's: its p50 and p99 when it
@@ -264,6 +285,8 @@ func runSuite(o suiteOptions) error {
 	}
 	lines = append(lines, goLines(g, commit)...)
 	info.ended, info.loadAt = time.Now(), loadAverage()
+	notes := consumerCommits(g)
+	fmt.Printf("\nthe consumers' group commits:\n%s", notes)
 	fmt.Printf("\nevery surface against its floor, load average %s before, %s after:\n", info.loadBefore, info.loadAt)
 	if err := printLines(os.Stdout, lines); err != nil {
 		return err
@@ -272,5 +295,5 @@ func runSuite(o suiteOptions) error {
 		return nil
 	}
 	fmt.Println("written to", o.md)
-	return writeMarkdown(o.md, info, lines, detail.String())
+	return writeMarkdown(o.md, info, lines, detail.String()+"\nthe consumers' group commits:\n"+notes)
 }

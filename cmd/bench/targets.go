@@ -77,6 +77,10 @@ type benchEnv struct {
 	targets []target
 	commits map[string]commitProbes // by gateway target name
 	logs    map[string]ledger.Store // the audited targets' stores
+	// gwStores are the gateway targets' stores, by name, and groupCommits
+	// their rows' group commits.
+	gwStores     map[string]ledger.Store
+	groupCommits map[row]*groupCommits
 	// tallies count the store calls of the gateways with action rows, by
 	// target name, and calls the rows' (-calls; nil without it).
 	tallies map[string]*callTally
@@ -104,7 +108,8 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // SQLite ones in one temporary directory; PostgreSQL ones each in a schema
 // of their own, dropped at the end.
 func setup(upstream, pgDSN string, counting, jwt bool) (*benchEnv, error) {
-	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{}}
+	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{},
+		gwStores: map[string]ledger.Store{}, groupCommits: map[row]*groupCommits{}}
 	if counting {
 		e.tallies, e.calls = map[string]*callTally{}, map[row]*callRow{}
 	}
@@ -270,6 +275,7 @@ func (e *benchEnv) gatewayOn(name string, store migrator, dsn, upstream, dir str
 	if section != "" {
 		e.logs[name] = store
 	}
+	e.gwStores[name] = store
 	_, err = e.serveGateway(name, store, dsn, upstream, dir, "", section)
 	return err
 }
