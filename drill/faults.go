@@ -193,12 +193,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(f.Delay)
 		}
 		p.count(1, 0)
-		p.rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
+		p.rp.ServeHTTP(late{w}, r.WithContext(context.WithoutCancel(r.Context())))
 	default:
 		p.count(1, 0)
 		p.rp.ServeHTTP(w, r)
 	}
 }
+
+// late is the writer of a request delivered late: w without its
+// http.CloseNotifier. Given a request whose context cannot be cancelled,
+// ReverseProxy cancels the forwarded request once the writer's
+// CloseNotify says the client has gone, so a late delivery whose client
+// gave up (the point of Hold and Delay) was cut on its way to the target:
+// a target that applies writes under its request's context applied
+// nothing, and a naive one seemed to pass.
+type late struct{ w http.ResponseWriter }
+
+func (l late) Header() http.Header         { return l.w.Header() }
+func (l late) Write(b []byte) (int, error) { return l.w.Write(b) }
+func (l late) WriteHeader(status int)      { l.w.WriteHeader(status) }
 
 // answerStatus answers f's status in the target's place, as a problem.
 func answerStatus(w http.ResponseWriter, f Fault) {

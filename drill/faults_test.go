@@ -104,9 +104,26 @@ func TestFaults(t *testing.T) {
 // TestHeldOutlivesTheClient: a client that gives up on a held request
 // does not stop it: once released, the target applies it late, and Idle
 // waits for it. The client gives up once the proxy holds its request (an
-// event), not after a time.
+// event), not after a time. The target applies it only while its own
+// request is still wanted, as a target whose transaction runs under its
+// request's context does: the late request must not be cancelled on the
+// way because its client has gone (ReverseProxy cancels it then when the
+// writer it is given can say the client went away).
 func TestHeldOutlivesTheClient(t *testing.T) {
-	tgt := newTarget(t)
+	tgt := &testTarget{}
+	arrived, proceed := make(chan struct{}), make(chan struct{})
+	tgt.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		close(arrived)
+		select {
+		case <-r.Context().Done(): // the proxy gave up on it: nothing applied
+			return
+		case <-proceed:
+		}
+		tgt.effects.Add(1)
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(tgt.srv.Close)
 	p, err := NewProxy(tgt.srv.URL)
 	must(t, err)
 	front := httptest.NewServer(p)
@@ -130,6 +147,8 @@ func TestHeldOutlivesTheClient(t *testing.T) {
 		t.Fatalf("the target applied %d before the release", n)
 	}
 	p.Release()
+	<-arrived
+	close(proceed)
 	must(t, p.Idle(context.Background()))
 	if n := tgt.effects.Load(); n != 1 {
 		t.Fatalf("the target applied %d, want the late one", n)
