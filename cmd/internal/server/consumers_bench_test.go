@@ -36,15 +36,15 @@ import (
 func BenchmarkConsumer(b *testing.B) {
 	url := testenv.RequireNATS(b)
 	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		gw := newGateway(b, db)
 		for _, conc := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
 				benchConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
-				up := newCountingUpstream(b)
-				d, store := gatewayDeliverer(b, db, up.srv.URL)
-				benchConsumer(b, url, conc, up, d, store)
+				gw.up.effects.Store(0)
+				benchConsumer(b, url, conc, gw.up, gw.d, gw.store)
 			})
 		}
 	})
@@ -57,15 +57,15 @@ func BenchmarkConsumer(b *testing.B) {
 func BenchmarkAMQPConsumer(b *testing.B) {
 	url := testenv.RequireAMQP(b)
 	dbtest.Each(b, func(b *testing.B, db dbtest.DB) {
+		gw := newGateway(b, db)
 		for _, conc := range []int{1, 16} {
 			b.Run(fmt.Sprintf("concurrency=%d/bare", conc), func(b *testing.B) {
 				up := newCountingUpstream(b)
 				benchAMQPConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
-				up := newCountingUpstream(b)
-				d, store := gatewayDeliverer(b, db, up.srv.URL)
-				benchAMQPConsumer(b, url, conc, up, d, store)
+				gw.up.effects.Store(0)
+				benchAMQPConsumer(b, url, conc, gw.up, gw.d, gw.store)
 			})
 		}
 	})
@@ -105,8 +105,26 @@ func (d bareDeliverer) Deliver(ctx context.Context, dl inbox.Delivery) (inbox.Ou
 	return inbox.Outcome{State: ledger.Succeeded}, nil
 }
 
-// gatewayDeliverer is a server's consumer deliverer on db (shared by the
-// sub-benchmarks: each run's events are its own), and its store.
+// gateway is one server on a store, with its consumer's deliverer and
+// the upstream it delivers to, shared by a store's sub-benchmarks. One
+// per store, not one per run: go test runs a sub-benchmark's function
+// once with b.N = 1 and again with the full count, and a server made in
+// each would have two servers, their writers and their background work
+// (the audit sealer above all) on one SQLite file, contending for its
+// write lock.
+type gateway struct {
+	up    *countingUpstream
+	d     inbox.Deliverer
+	store ledger.Store
+}
+
+func newGateway(b *testing.B, db dbtest.DB) *gateway {
+	up := newCountingUpstream(b)
+	d, store := gatewayDeliverer(b, db, up.srv.URL)
+	return &gateway{up: up, d: d, store: store}
+}
+
+// gatewayDeliverer is a server's consumer deliverer on db, and its store.
 func gatewayDeliverer(b *testing.B, db dbtest.DB, upstream string) (inbox.Deliverer, ledger.Store) {
 	path := filepath.Join(b.TempDir(), "gw.yaml")
 	text := fmt.Sprintf(`store: %s
