@@ -9,7 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +43,6 @@ func BenchmarkConsumer(b *testing.B) {
 				benchConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
-				gw.up.effects.Store(0)
 				benchConsumer(b, url, conc, gw.up, gw.d, gw.store)
 			})
 		}
@@ -64,29 +63,45 @@ func BenchmarkAMQPConsumer(b *testing.B) {
 				benchAMQPConsumer(b, url, conc, up, bareDeliverer{url: up.srv.URL + "/v1/invoices"}, nil)
 			})
 			b.Run(fmt.Sprintf("concurrency=%d/idemgate", conc), func(b *testing.B) {
-				gw.up.effects.Store(0)
 				benchAMQPConsumer(b, url, conc, gw.up, gw.d, gw.store)
 			})
 		}
 	})
 }
 
-// countingUpstream answers every POST with 201, counting them.
+// countingUpstream answers every POST with 201, counting them; expect
+// arms the event of the n-th.
 type countingUpstream struct {
 	srv     *httptest.Server
-	effects atomic.Int64
+	mu      sync.Mutex
+	effects int64
+	want    int64
+	reached chan struct{}
 }
 
 func newCountingUpstream(b *testing.B) *countingUpstream {
 	u := &countingUpstream{}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.effects.Add(1)
+		u.mu.Lock()
+		if u.effects++; u.effects == u.want {
+			close(u.reached)
+		}
+		u.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte(`{"id":"INV-1"}`))
 	}))
 	b.Cleanup(u.srv.Close)
 	return u
+}
+
+// expect counts from zero again and returns a channel closed at the n-th
+// effect.
+func (u *countingUpstream) expect(n int) <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.effects, u.want, u.reached = 0, int64(n), make(chan struct{})
+	return u.reached
 }
 
 // bareDeliverer is the floor: the upstream called, nothing recorded.
@@ -189,9 +204,23 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 		}
 	}
 	<-js.PublishAsyncComplete()
+	consume(b, up, d, store, func(ctx context.Context, c *inbox.Consumer) {
+		_ = natsinbox.Run(ctx, natsinbox.Source{URL: url, Stream: name, Consumer: "bench", DeadLetter: name + ".dead",
+			Concurrency: conc}, c)
+	}, func() uint64 { return parkedNATS(b, js, name+"_DEAD") })
+}
+
+// consume runs a consumer of the published b.N messages with run (the
+// broker's Run, until its context ends) and times it until the upstream
+// has made b.N effects. parked is read every 100 ms: a message on the
+// dead letter will never make its effect, and the run fails then instead
+// of waiting for ever (a refusal that parks, as a tenant's rate did).
+func consume(b *testing.B, up *countingUpstream, d inbox.Deliverer, store ledger.Store,
+	run func(context.Context, *inbox.Consumer), parked func() uint64) {
 	key, _ := inbox.ParseKeyFrom("body:/event_id")
 	c := &inbox.Consumer{Name: "bench", KeyFrom: key, Deliver: d, MaxDeliveries: 5}
-	runCtx, cancel := context.WithCancel(ctx)
+	reached := up.expect(b.N)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
 	var before ledger.CommitStats
@@ -199,15 +228,17 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 		before = store.CommitStats()
 	}
 	b.ResetTimer()
-	go func() {
-		defer close(done)
-		_ = natsinbox.Run(runCtx, natsinbox.Source{URL: url, Stream: name, Consumer: "bench", DeadLetter: name + ".dead",
-			Concurrency: conc}, c)
-	}()
-	for i := 0; up.effects.Load() < int64(b.N); i++ {
-		time.Sleep(time.Millisecond)
-		if i%100 == 0 {
-			failIfParked(b, js, name+"_DEAD")
+	go func() { defer close(done); run(ctx, c) }()
+	check := time.NewTicker(100 * time.Millisecond)
+	defer check.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-reached:
+			waiting = false
+		case <-check.C:
+			if n := parked(); n > 0 {
+				b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", n)
+			}
 		}
 	}
 	b.StopTimer()
@@ -217,11 +248,8 @@ func benchConsumer(b *testing.B, url string, conc int, up *countingUpstream, d i
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// failIfParked ends the benchmark once a message reached the dead letter:
-// its effect will never come, and waiting for b.N effects would not end.
-// A refusal that parks a message (a tenant's rate, before unlimited) is
-// what this catches.
-func failIfParked(b *testing.B, js jetstream.JetStream, stream string) {
+// parkedNATS counts the messages on a JetStream dead letter stream.
+func parkedNATS(b *testing.B, js jetstream.JetStream, stream string) uint64 {
 	s, err := js.Stream(context.Background(), stream)
 	if err != nil {
 		b.Fatal(err)
@@ -230,9 +258,7 @@ func failIfParked(b *testing.B, js jetstream.JetStream, stream string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if info.State.Msgs > 0 {
-		b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", info.State.Msgs)
-	}
+	return info.State.Msgs
 }
 
 func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream, d inbox.Deliverer,
@@ -253,48 +279,38 @@ func benchAMQPConsumer(b *testing.B, url string, conc int, up *countingUpstream,
 		}
 		defer ch.QueueDelete(q, false, false, false)
 	}
-	for i := range b.N {
-		if err := ch.PublishWithContext(context.Background(), "", name, false, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, ContentType: "application/json",
-			Body: fmt.Appendf(nil, `{"event_id":"%s-%d","amount":%d}`, name, i, i)}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for ready := 0; ready < b.N; time.Sleep(time.Millisecond) {
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	publishConfirmed(b, ch, name)
+	consume(b, up, d, store, func(ctx context.Context, c *inbox.Consumer) {
+		_ = amqpinbox.Run(ctx, amqpinbox.Source{URL: url, Queue: name, RoutingKey: name + ".dead",
+			Concurrency: conc}, c)
+	}, func() uint64 {
+		q, err := ch.QueueDeclarePassive(name+".dead", true, false, false, false, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ready = q.Messages
+		return uint64(q.Messages)
+	})
+}
+
+// publishConfirmed publishes b.N persistent messages to queue and returns
+// once the broker has confirmed every one: they are all in the queue.
+func publishConfirmed(b *testing.B, ch *amqp.Channel, queue string) {
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
 	}
-	key, _ := inbox.ParseKeyFrom("body:/event_id")
-	c := &inbox.Consumer{Name: "bench", KeyFrom: key, Deliver: d, MaxDeliveries: 5}
-	runCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	var before ledger.CommitStats
-	if store != nil {
-		before = store.CommitStats()
-	}
-	b.ResetTimer()
-	go func() {
-		defer close(done)
-		_ = amqpinbox.Run(runCtx, amqpinbox.Source{URL: url, Queue: name, RoutingKey: name + ".dead",
-			Concurrency: conc}, c)
-	}()
-	for i := 0; up.effects.Load() < int64(b.N); i++ {
-		time.Sleep(time.Millisecond)
-		if i%100 == 0 {
-			if q, err := ch.QueueDeclarePassive(name+".dead", true, false, false, false, nil); err != nil {
-				b.Fatal(err)
-			} else if q.Messages > 0 {
-				b.Fatalf("%d messages parked: the benchmark would wait for their effects for ever", q.Messages)
-			}
+	confirms := make([]*amqp.DeferredConfirmation, b.N)
+	for i := range b.N {
+		var err error
+		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json",
+				Body: fmt.Appendf(nil, `{"event_id":"%s-%d","amount":%d}`, queue, i, i)})
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
-	b.StopTimer()
-	reportCommits(b, store, before)
-	cancel()
-	<-done
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	for _, c := range confirms {
+		if !c.Wait() {
+			b.Fatal("the broker refused a message")
+		}
+	}
 }
