@@ -206,12 +206,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // CloseNotify says the client has gone, so a late delivery whose client
 // gave up (the point of Hold and Delay) was cut on its way to the target:
 // a target that applies writes under its request's context applied
-// nothing, and a naive one seemed to pass.
-type late struct{ w http.ResponseWriter }
-
-func (l late) Header() http.Header         { return l.w.Header() }
-func (l late) Write(b []byte) (int, error) { return l.w.Write(b) }
-func (l late) WriteHeader(status int)      { l.w.WriteHeader(status) }
+// nothing, and a naive one seemed to pass. Embedding the interface
+// promotes its three methods only.
+type late struct{ http.ResponseWriter }
 
 // answerStatus answers f's status in the target's place, as a problem.
 func answerStatus(w http.ResponseWriter, f Fault) {

@@ -115,8 +115,7 @@ func goLines(g map[string]map[string]float64, commit map[string]float64) []line 
 				gw: p, fl: d, ratio: fmt.Sprintf("+%.3f ms", over),
 				goal: fmt.Sprintf("≤ +%.2f ms (2 commits + 1 exchange + 0.3)", budget), passed: over <= budget})
 		}
-		for _, broker := range []struct{ bench, name string }{{"BenchmarkConsumer", "NATS JetStream"},
-			{"BenchmarkAMQPConsumer", "RabbitMQ"}} {
+		for _, broker := range consumerBenches {
 			at := broker.bench + "/" + s.sub + "/concurrency=16/"
 			if bare, gw := g[at+"bare"], g[at+"idemgate"]; bare != nil && gw != nil {
 				out = append(out, throughputLine("consumer ("+broker.name+")", s.name, "bare consumer", 16, gw, bare,
@@ -132,19 +131,23 @@ func goLines(g map[string]map[string]float64, commit map[string]float64) []line 
 	return out
 }
 
+// consumerBenches are the consumer benchmarks, by broker.
+var consumerBenches = []struct{ bench, name string }{{"BenchmarkConsumer", "NATS JetStream"},
+	{"BenchmarkAMQPConsumer", "RabbitMQ"}}
+
 // consumerCommits are the consumer benchmarks' group commits, a line
 // each: the steps that shared a commit, what a commit took and the share
 // of the run the commits took (on SQLite, the writer's busy share).
 func consumerCommits(g map[string]map[string]float64) string {
 	var b strings.Builder
-	for _, bench := range []string{"BenchmarkConsumer", "BenchmarkAMQPConsumer"} {
+	for _, broker := range consumerBenches {
 		for _, s := range stores {
-			m := g[bench+"/"+s.sub+"/concurrency=16/idemgate"]
+			m := g[broker.bench+"/"+s.sub+"/concurrency=16/idemgate"]
 			if m == nil || m["steps/commit"] == 0 {
 				continue
 			}
 			fmt.Fprintf(&b, "%s %s, concurrency 16: %.1f steps/commit, %.3f ms/commit, commits %.0f%% of the run\n",
-				bench, s.name, m["steps/commit"], m["ms/commit"], 100*m["commit-share"])
+				broker.bench, s.name, m["steps/commit"], m["ms/commit"], 100*m["commit-share"])
 		}
 	}
 	return b.String()
