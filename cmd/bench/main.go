@@ -191,6 +191,9 @@ func run(n, rounds int, concList, pgDSN string, counting, jwt bool, only string,
 	if err := printGroupCommits(w, env, concurrencies); err != nil {
 		return out, err
 	}
+	if err := printCPU(w, env, slices.Max(concurrencies)); err != nil {
+		return out, err
+	}
 	report(os.Stdout, commits, results, concurrencies)
 	if env.calls != nil {
 		printCalls(os.Stdout, env, env.calls, concurrencies)
@@ -279,8 +282,10 @@ func measureAll(env *benchEnv, n, rounds int, concurrencies []int) (map[row]*res
 				for i := range js {
 					j := js[(i+r)%len(js)]
 					key := row{j.t.name, j.mode, c}
-					rd, err := env.counted(key, func() (round, error) {
-						return env.committing(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
+					rd, err := env.timed(key, func() (round, error) {
+						return env.counted(key, func() (round, error) {
+							return env.committing(key, func() (round, error) { return measureOnce(j.t, j.mode, n/rounds, c) })
+						})
 					})
 					if err != nil {
 						return nil, nil, fmt.Errorf("%s %s c=%d: %w", j.t.name, j.mode, c, err)

@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/idemgate/idemgate/ledger"
@@ -89,19 +85,14 @@ func (s countedStore) GetApproval(ctx context.Context, id string) (*ledger.Appro
 	return s.Store.GetApproval(ctx, id)
 }
 
-// callRow is a row's store calls over all its rounds, and the CPU time
-// spent meanwhile by this process (load generator and gateways) and by
-// the whole machine (PostgreSQL's server too, and whatever else runs).
+// callRow is a row's store calls over all its rounds.
 type callRow struct {
-	requests     int
-	n, ns        [nCalls]int64
-	cpu, machine time.Duration
+	requests int
+	n, ns    [nCalls]int64
 }
 
-func (c *callRow) add(requests int, n, ns [nCalls]int64, cpu, machine time.Duration) {
+func (c *callRow) add(requests int, n, ns [nCalls]int64) {
 	c.requests += requests
-	c.cpu += cpu
-	c.machine += machine
 	for i := range nCalls {
 		c.n[i] += n[i]
 		c.ns[i] += ns[i]
@@ -130,9 +121,7 @@ func printCalls(w io.Writer, env *benchEnv, calls map[row]*callRow, concurrencie
 					total += mean * per
 					fmt.Fprintf(w, " %s %.2f×%.3f", callNames[i], per, mean)
 				}
-				fmt.Fprintf(w, "  = %.3f ms; CPU %.0f µs a request, the machine's %.0f\n", total,
-					float64(cr.cpu.Microseconds())/float64(cr.requests),
-					float64(cr.machine.Microseconds())/float64(cr.requests))
+				fmt.Fprintf(w, "  = %.3f ms\n", total)
 			}
 		}
 	}
@@ -146,43 +135,11 @@ func (e *benchEnv) counted(key row, measure func() (round, error)) (round, error
 		return measure()
 	}
 	tally.take() // the background's calls since the last row
-	cpu0, machine0 := cpuTime(), machineTime()
 	rd, err := measure()
-	cpu, machine := cpuTime()-cpu0, machineTime()-machine0
 	n, ns := tally.take()
 	if e.calls[key] == nil {
 		e.calls[key] = &callRow{}
 	}
-	e.calls[key].add(len(rd.lat), n, ns, cpu, machine)
+	e.calls[key].add(len(rd.lat), n, ns)
 	return rd, err
-}
-
-// machineTime is the CPU time all the machine's processors have spent
-// busy, from /proc/stat (0 where there is none): user, nice, system,
-// irq, softirq and steal, in the kernel's ticks of 10 ms.
-func machineTime() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-// cpuTime is the CPU time this process has used, user and system.
-func cpuTime() time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }

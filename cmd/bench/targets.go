@@ -85,6 +85,8 @@ type benchEnv struct {
 	// target name, and calls the rows' (-calls; nil without it).
 	tallies map[string]*callTally
 	calls   map[row]*callRow
+	// cpu is each row's CPU, this process's and the machine's.
+	cpu     map[row]*cpuRow
 	closers []func()
 	// opts are the server options of a gateway target, and flush its
 	// rounds' end, by name (-traces).
@@ -109,7 +111,7 @@ func (e *benchEnv) serve(name string, h http.Handler) {
 // of their own, dropped at the end.
 func setup(upstream, pgDSN string, counting, jwt bool) (*benchEnv, error) {
 	e := &benchEnv{targets: []target{{name: direct, url: upstream}}, commits: map[string]commitProbes{}, logs: map[string]ledger.Store{},
-		gwStores: map[string]ledger.Store{}, groupCommits: map[row]*groupCommits{}}
+		gwStores: map[string]ledger.Store{}, groupCommits: map[row]*groupCommits{}, cpu: map[row]*cpuRow{}}
 	if counting {
 		e.tallies, e.calls = map[string]*callTally{}, map[row]*callRow{}
 	}
