@@ -54,7 +54,8 @@ type Options struct {
 	// Schema holds idemgate's tables; it is created by Migrate if missing.
 	// Default: the search_path of the DSN, else the server's current schema.
 	Schema string
-	// MaxConns bounds the pool (default: pgxpool's, 4 per CPU at least 4).
+	// MaxConns bounds the pool (default: pgxpool's, the greater of 4 and the
+	// number of CPUs).
 	MaxConns int32
 	// Tracer, if set, sees every statement (for metrics, tracing, and the
 	// test that proves the common path is two statements).
