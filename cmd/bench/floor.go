@@ -85,7 +85,8 @@ func (f *floorProxy) forward(ctx context.Context, body []byte) (int, []byte, err
 }
 
 // sqliteFloor is the floor on SQLite, with the store's own settings: WAL,
-// synchronous=FULL, one writer connection.
+// synchronous=FULL, one writer connection, and (process-wide, once a store
+// is open) commits synced with fdatasync.
 type sqliteFloor struct{ db *sql.DB }
 
 func openSQLiteFloor(path string) (*sqliteFloor, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -326,5 +327,19 @@ func TestStoreFilesArePrivate(t *testing.T) {
 		if mode := info.Mode().Perm(); mode != 0o600 {
 			t.Errorf("%s: mode %v, want 0600", filepath.Base(f), mode)
 		}
+	}
+}
+
+// TestCommitsSyncData: a store commits with fdatasync, which writes what
+// a WAL commit needs (the data and the file's size) without the
+// timestamps fsync also forces out, the system call SQLite's own Linux
+// builds use. The library's default is fsync until a store is opened.
+func TestCommitsSyncData(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("fdatasync is the library's choice on Linux only")
+	}
+	open(t, filepath.Join(t.TempDir(), "idem.db"), sqlite.Options{})
+	if !sqlitedrv.FdatasyncEnabled() {
+		t.Fatal("after Open, SQLite still commits with fsync")
 	}
 }
