@@ -110,6 +110,15 @@ func (b *batcher) loop() {
 			<-b.slots
 			return
 		}
+		if cap(b.slots) == 1 {
+			// One batch in flight: the loop runs it itself. Handing it to a
+			// new goroutine costs a wake-up on the path between two
+			// batches, while the server waits for the next, and on a busy
+			// machine a wake-up waits behind every runnable goroutine.
+			b.s.runBatch(batch, &b.alone)
+			<-b.slots
+			continue
+		}
 		go func() {
 			defer func() { <-b.slots }()
 			b.s.runBatch(batch, &b.alone)
