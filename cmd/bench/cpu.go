@@ -40,24 +40,50 @@ func (e *benchEnv) timed(key row, measure func() (round, error)) (round, error) 
 // printCPU prints, for each row of writes at concurrency c, the CPU a
 // request cost, and how busy the machine was: a row near 100% is bound by
 // the machine's cores; one well below it, by something that waits (a
-// disk, a lock, one connection's round trips).
+// disk, a lock, one connection's round trips). The ceiling is the rate
+// the row's CPU a request allows with every core busy: a gateway whose
+// ceiling is under a floor's measured rate cannot reach that floor by
+// waiting less, only by spending less.
 func printCPU(w io.Writer, e *benchEnv, c int) error {
-	fmt.Fprintf(w, "\nCPU of each row of writes at c=%d (µs a request: this process's, the machine's; the machine's busy share):\n", c)
+	fmt.Fprintf(w, "\nCPU of each row of writes at c=%d (µs a request: this process's, the machine's; the machine's "+
+		"busy share; the req/s that CPU allows with every core busy):\n", c)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\twrites\tprocess µs\tmachine µs\tmachine busy\t")
+	fmt.Fprintln(tw, "target\twrites\tprocess µs\tmachine µs\tmachine busy\tceiling req/s\t")
 	for _, t := range e.targets {
 		for _, mode := range t.modes() {
 			r := e.cpu[row{t.name, mode, c}]
-			if mode == "replay" || r == nil || r.requests == 0 || r.wall <= 0 {
+			if mode == "replay" || r == nil || r.requests == 0 || r.wall <= 0 || r.machine <= 0 {
 				continue
 			}
 			n := float64(r.requests)
-			busy := r.machine.Seconds() / (r.wall.Seconds() * float64(runtime.NumCPU()))
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f%%\t\n", t.name, mode, float64(r.self.Microseconds())/n,
-				float64(r.machine.Microseconds())/n, 100*busy)
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f%%\t%.0f\t\n", t.name, mode, float64(r.self.Microseconds())/n,
+				float64(r.machine.Microseconds())/n, 100*r.busy(), r.ceiling())
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range [][2]string{{gwSQLite, floorSQLite}, {gwPostgres, floorPG}} {
+		gw, floor := e.cpu[row{p[0], "new-key", c}], e.cpu[row{p[1], "new-key", c}]
+		if gw == nil || floor == nil || gw.machine <= 0 || floor.wall <= 0 {
+			continue
+		}
+		rate := float64(floor.requests) / floor.wall.Seconds()
+		fmt.Fprintf(w, "%s new keys: at its CPU a request, at most %.2f× the floor's measured rate (%.0f against %.0f "+
+			"req/s)\n", p[0], gw.ceiling()/rate, gw.ceiling(), rate)
+	}
+	return nil
+}
+
+// busy is the machine's busy share over the row's rounds.
+func (r *cpuRow) busy() float64 {
+	return r.machine.Seconds() / (r.wall.Seconds() * float64(runtime.NumCPU()))
+}
+
+// ceiling is the requests a second the row's machine CPU a request would
+// allow with every core busy.
+func (r *cpuRow) ceiling() float64 {
+	return float64(runtime.NumCPU()) * float64(r.requests) / r.machine.Seconds()
 }
 
 // machineTime is the CPU time all the machine's processors have spent
