@@ -98,6 +98,10 @@ type Relay struct {
 	// it (for metrics, and for tests). It runs on Run's goroutine: a slow
 	// one holds up the next turn.
 	OnDelivery func(Delivery)
+	// Now is the relay's clock, which its deadlines are counted on
+	// (default time.Now): a test steps it instead of waiting for time to
+	// pass.
+	Now func() time.Time
 
 	once      sync.Once
 	err       error
@@ -191,7 +195,7 @@ func (r *Relay) turn(ctx context.Context, ds []delivered, free int) ([]claimed, 
 	if free > 0 && ctx.Err() == nil {
 		p.Claim = r.claimParams(free)
 	}
-	deadline := time.Now().Add(r.lease() - margin(r.lease()))
+	deadline := r.now().Add(r.lease() - margin(r.lease()))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lease())
 	defer cancel()
 	out, err := r.Store.SettleEffects(sctx, p)
@@ -226,7 +230,7 @@ func (r *Relay) claimParams(n int) ledger.EffectClaimParams {
 
 // claim claims up to n effects due.
 func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
-	deadline := time.Now().Add(r.lease() - margin(r.lease()))
+	deadline := r.now().Add(r.lease() - margin(r.lease()))
 	claims, err := r.Store.ClaimEffects(ctx, r.claimParams(n))
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", err)
@@ -285,9 +289,9 @@ func (r *Relay) Once(ctx context.Context) (Round, error) {
 // its claim's deadline (the claim came back late) is not sent: it is
 // recorded not applied, due again at once.
 func (r *Relay) deliver(ctx context.Context, c claimed) delivered {
-	d := delivered{claimed: c, start: time.Now()}
+	d := delivered{claimed: c, start: r.now()}
 	t := r.targets[c.Effect.Target]
-	if time.Until(c.deadline) < t.Timeout {
+	if c.deadline.Sub(r.now()) < t.Timeout {
 		d.outcome = ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "lease_too_short"}
 		return d
 	}
@@ -311,7 +315,7 @@ func (r *Relay) report(d delivered, recorded error) {
 		r.log().Error("delivery not recorded", "effect", d.Effect.ID, "state", d.outcome.State, "err", recorded)
 	}
 	if r.OnDelivery != nil {
-		r.OnDelivery(Delivery{Effect: d.Effect, Outcome: d.outcome, Duration: time.Since(d.start), Recorded: recorded})
+		r.OnDelivery(Delivery{Effect: d.Effect, Outcome: d.outcome, Duration: r.now().Sub(d.start), Recorded: recorded})
 	}
 }
 
@@ -362,6 +366,14 @@ func (r *Relay) compile() error {
 }
 
 func (r *Relay) lease() time.Duration { return r.leaseTime }
+
+// now reads the relay's clock.
+func (r *Relay) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
 
 func (r *Relay) concurrency() int { return max(cmpOr(r.Concurrency, 16), 1) }
 

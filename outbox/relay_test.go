@@ -347,15 +347,18 @@ func TestRelayNeverDeliversPastItsLease(t *testing.T) {
 
 // slowClaims returns every claim late, as a slow commit acknowledgement
 // (synchronous replication, a loaded disk, a pause) would: the lease is
-// already running in the store.
+// already running in the store. Late by the relay's clock, which it steps
+// by delay, so that the test waits for nothing and the real lease in the
+// store stays far from lapsing, however loaded the machine.
 type slowClaims struct {
 	ledger.Store
+	clock *steppedClock
 	delay time.Duration
 }
 
 func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams) ([]ledger.EffectClaim, error) {
 	cs, err := s.Store.ClaimEffects(ctx, p)
-	time.Sleep(s.delay)
+	s.clock.step(s.delay)
 	return cs, err
 }
 
@@ -363,19 +366,37 @@ func (s slowClaims) ClaimEffects(ctx context.Context, p ledger.EffectClaimParams
 func (s slowClaims) SettleEffects(ctx context.Context, p ledger.EffectSettle) (ledger.EffectSettled, error) {
 	out, err := s.Store.SettleEffects(ctx, p)
 	if len(out.Claims) > 0 {
-		time.Sleep(s.delay)
+		s.clock.step(s.delay)
 	}
 	return out, err
+}
+
+// steppedClock is the wall clock plus the steps a test has taken.
+type steppedClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+func (c *steppedClock) step(d time.Duration) {
+	c.mu.Lock()
+	c.ahead += d
+	c.mu.Unlock()
+}
+
+func (c *steppedClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.ahead)
 }
 
 // TestRelayDeliveryEndsWithinItsLease: a claim that came back too late
 // for its delivery to finish within the lease is not sent (it would still
 // be in flight when another relay, the lease lapsed, sends it too); it is
-// released, and the next relay delivers it, once. The claim comes back
-// with 2.5s of its 5s lease left, less than the 3s a delivery may take;
-// the next relay starts once the first one has released it (an event),
-// and the margin before the lease lapses is 2.5s, not a 600ms window.
-// Once claims alone; Run claims in its turns.
+// released, and the next relay delivers it, once. The claim comes back,
+// by the relay's clock, with 2.5s of its 5s lease left, less than the 3s
+// a delivery may take; nothing waits for that time to pass, and the next
+// relay starts once the first one has released it (an event). Once claims
+// alone; Run claims in its turns.
 func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.DB) {
 		for _, how := range []string{"Once", "Run"} {
@@ -387,7 +408,9 @@ func TestRelayDeliveryEndsWithinItsLease(t *testing.T) {
 				target := newHonouring()
 				target.hold = 850 * time.Millisecond // within the timeout
 				url := serve(t, target)
-				a := relay(slowClaims{s, 2500 * time.Millisecond}, url)
+				clock := &steppedClock{}
+				a := relay(slowClaims{s, clock, 2500 * time.Millisecond}, url)
+				a.Now = clock.now
 				a.Lease = 5 * time.Second
 				a.Targets["crm"] = outbox.Target{URL: url, Timeout: 3 * time.Second}
 				if released := lateClaim(t, a, how); released.Outcome.ErrorCode != "lease_too_short" {

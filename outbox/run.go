@@ -75,7 +75,7 @@ func (l *runLoop) turn(ctx context.Context, free int) bool {
 		// Claimed as the relay stops: not sent; recorded not applied,
 		// due again at once, by the last turns.
 		for _, c := range claims {
-			l.pending = append(l.pending, delivered{claimed: c, start: time.Now(),
+			l.pending = append(l.pending, delivered{claimed: c, start: l.r.now(),
 				outcome: ledger.EffectOutcome{State: ledger.Prepared, ErrorCode: "relay_stopping"}})
 		}
 		return false
@@ -97,7 +97,7 @@ func (l *runLoop) turn(ctx context.Context, free int) bool {
 func (l *runLoop) unexpired(ds []delivered, err error) []delivered {
 	keep := ds[:0]
 	for _, d := range ds {
-		if time.Now().Before(d.deadline.Add(margin(l.r.lease()))) {
+		if l.r.now().Before(d.deadline.Add(margin(l.r.lease()))) {
 			keep = append(keep, d)
 		} else {
 			l.r.report(d, err)
