@@ -65,7 +65,7 @@ func printCPU(w io.Writer, e *benchEnv, c int) error {
 	}
 	for _, p := range [][2]string{{gwSQLite, floorSQLite}, {gwPostgres, floorPG}} {
 		gw, floor := e.cpu[row{p[0], "new-key", c}], e.cpu[row{p[1], "new-key", c}]
-		if gw == nil || floor == nil || gw.machine <= 0 || floor.wall <= 0 {
+		if gw == nil || floor == nil || gw.machine <= 0 || floor.wall <= 0 || floor.requests == 0 {
 			continue
 		}
 		rate := float64(floor.requests) / floor.wall.Seconds()
